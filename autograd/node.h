@@ -1,0 +1,112 @@
+/*
+ * autograd/node.h - how an op records itself: for authors of new ops.
+ *
+ * A node is one recorded op. It knows the nodes that produced its inputs
+ * (its edges), the shapes of those inputs, the tensors its backward needs
+ * (saved tensors) and a small op-specific context. An op writes its forward
+ * and its backward side by side:
+ *
+ *     // out = a * b (broadcast)
+ *     static int mul_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+ *     {
+ *         awl_tensor *a = awl_node_saved(node, 0), *b = awl_node_saved(node, 1);
+ *         if (awl_node_needs_grad(node, 0)) grads[0] = awl_mul(grad, b);
+ *         if (awl_node_needs_grad(node, 1)) grads[1] = awl_mul(grad, a);
+ *         return 0;
+ *     }
+ *
+ *     awl_tensor *awl_mul(awl_tensor *a, awl_tensor *b)
+ *     {
+ *         awl_tensor *out = awl_tensor_binary(AWL_BINARY_MUL, a, b);
+ *         awl_node *node = awl_node_record(out, "mul", mul_backward, 2, (awl_tensor *[]){a, b}, 0);
+ *         if (node) { awl_node_save(node, a); awl_node_save(node, b); }
+ *         return out;
+ *     }
+ *
+ * The engine does the rest: it sums a gradient over the axes its input was
+ * broadcast along (so grads[i] may have the output's shape), accumulates
+ * gradients that meet at a node, drops saved tensors once the node has run,
+ * and records the backward itself when create_graph is on. Because backward
+ * functions use the differentiable ops, they need no special case for
+ * higher-order gradients.
+ */
+#ifndef AWL_AUTOGRAD_NODE_H
+#define AWL_AUTOGRAD_NODE_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AWL_NODE_MAX_SAVED 8
+
+typedef struct awl_node awl_node;
+
+/* Computes grads[i] (d loss / d input i) for each input i that needs grad,
+ * from grad = d loss / d out. Leaves the others NULL. Results belong to the
+ * current scope. Returns 0 or a negative status. */
+typedef int (*awl_backward_fn)(awl_node *node, awl_tensor *grad, awl_tensor **grads);
+
+/* What the node remembers of input i. */
+typedef struct awl_node_input {
+    awl_node *node; /* producer of the input's gradient path; NULL: no grad */
+    int ndim;
+    int64_t shape[AWL_MAX_DIMS];
+    awl_dtype dtype;
+} awl_node_input;
+
+struct awl_node {
+    awl_node_base base;      /* reference count, shared with the tensor layer */
+    const char *name;        /* "mul": for error messages and graph dumps */
+    awl_backward_fn backward;
+    int n_inputs;
+    awl_node_input *inputs;
+    int n_saved;
+    awl_tensor *saved[AWL_NODE_MAX_SAVED];
+    bool saved_is_output[AWL_NODE_MAX_SAVED];
+    bool released;           /* saved tensors already dropped */
+    awl_tensor *leaf;        /* accumulate-grad nodes: the leaf (retained) */
+    uint64_t sequence;       /* creation order */
+    void *ctx;               /* op-specific, ctx_size bytes, zeroed */
+
+    /* engine scratch, valid during one backward pass */
+    awl_tensor *grad;
+    int pending;
+    int visit;
+};
+
+/* Records a node for `out`, made by an op from inputs[0..n_inputs), when
+ * grad mode is on and some input requires grad; returns NULL (recording
+ * nothing) otherwise, or when out is NULL. Sets out->grad_fn and
+ * out->requires_grad. */
+awl_node *awl_node_record(awl_tensor *out, const char *name, awl_backward_fn backward,
+                          int n_inputs, awl_tensor *const *inputs, size_t ctx_size);
+
+/* Whether some input requires grad and grad mode is on (what
+ * awl_node_record tests), for ops that prepare something before recording. */
+bool awl_needs_grad(int n, awl_tensor *const *inputs);
+
+/* Keeps t (an input or any other tensor) for backward; returns its index. */
+int awl_node_save(awl_node *node, awl_tensor *t);
+/* Keeps the op's own output for backward without a reference cycle. */
+int awl_node_save_output(awl_node *node, awl_tensor *out);
+/* A saved tensor, during backward. With create_graph a saved output comes
+ * back connected to this node, so second derivatives see it. */
+awl_tensor *awl_node_saved(awl_node *node, int i);
+/* Whether input i needs a gradient. */
+bool awl_node_needs_grad(const awl_node *node, int i);
+
+static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
+
+/* The autograd node of a tensor, or NULL for a leaf. */
+static inline awl_node *awl_grad_fn(const awl_tensor *t)
+{
+    return (awl_node *)t->grad_fn;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,304 @@
+/*
+ * backends/backend.h - the interface every device implements.
+ *
+ * A backend is a table of function pointers registered under a name ("cpu",
+ * "cuda"). The tensor layer above owns shapes, broadcasting rules, dtype
+ * checks, autograd and memory statistics; a backend only moves and computes
+ * bytes. Everything a kernel needs arrives in an awl_view: a base pointer, an
+ * element offset, a shape and strides in elements. Kernels must read strided
+ * views in place: a zero stride is a broadcast, a permuted stride order is a
+ * transpose, and nothing on a hot path may copy either into a contiguous
+ * buffer when the kernel could walk it directly.
+ *
+ * The table has two parts.
+ *
+ * Required primitives: memory, copies, fill, element-wise unary and binary
+ * ops, where, reductions along axes, (batched) matmul, gather/scatter for
+ * embeddings and cross-entropy, and random fill. With only these a backend
+ * runs every op in autograd/ and trains a GPT; the conformance suite
+ * (tests/test_backend.c) checks each one against a float64 CPU reference.
+ *
+ * Optional fused kernels: softmax, layernorm, cross-entropy, attention, AdamW.
+ * A NULL pointer, or a return of AWL_ERR_UNSUPPORTED (for a dtype or shape the
+ * kernel does not handle; no error message is recorded), makes the framework
+ * compose the same computation from primitives. So a student's new backend
+ * starts with the primitives and adds fused kernels one at a time, each
+ * checked against the composed version.
+ *
+ * Conventions for every function:
+ *   - return AWL_OK, or a negative status after recording a message with
+ *     awl_error() (common/error.h);
+ *   - the caller has already checked shapes and dtypes as the comment of
+ *     each entry states, so a kernel may assume them;
+ *   - `out` may be the very same view as an input of an element-wise op
+ *     (in-place update), but never a partial overlap;
+ *   - work may be asynchronous (CUDA): ordering is the order of calls, and
+ *     synchronize() waits for all of it.
+ */
+#ifndef AWL_BACKENDS_BACKEND_H
+#define AWL_BACKENDS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "common/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AWL_MAX_DIMS 8
+
+/* A strided window onto device memory. Element (i0, ..., in-1) lives at
+ * data + (offset + sum_k i_k * strides[k]) * dtype_size. A stride of 0 means
+ * the view repeats along that axis (broadcasting). */
+typedef struct awl_view {
+    void *data;
+    int64_t offset;
+    int ndim;
+    int64_t shape[AWL_MAX_DIMS];
+    int64_t strides[AWL_MAX_DIMS];
+    awl_dtype dtype;
+} awl_view;
+
+static inline int64_t awl_view_numel(const awl_view *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++) n *= v->shape[d];
+    return n;
+}
+
+/* True when the view's elements are laid out row-major without gaps. */
+static inline bool awl_view_is_contiguous(const awl_view *v)
+{
+    int64_t expected = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->strides[d] != expected) return false;
+        expected *= v->shape[d];
+    }
+    return true;
+}
+
+/* ---- operation codes ------------------------------------------------------ */
+
+/* out = f(in) element-wise; `alpha` is the scalar of the *_SCALAR ops. */
+typedef enum awl_unary_op {
+    AWL_UNARY_NEG,        /* -x                                   */
+    AWL_UNARY_EXP,        /* e^x                                  */
+    AWL_UNARY_LOG,        /* ln x                                 */
+    AWL_UNARY_SQRT,       /* sqrt x                               */
+    AWL_UNARY_RSQRT,      /* 1 / sqrt x                           */
+    AWL_UNARY_TANH,       /* tanh x                               */
+    AWL_UNARY_SIGMOID,    /* 1 / (1 + e^-x)                        */
+    AWL_UNARY_RELU,       /* max(x, 0)                            */
+    AWL_UNARY_GELU,       /* tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    AWL_UNARY_GELU_GRAD,  /* d gelu / dx                          */
+    AWL_UNARY_ABS,        /* |x|                                  */
+    AWL_UNARY_SIGN,       /* -1, 0 or 1                           */
+    AWL_UNARY_STEP,       /* 1 where x > 0, else 0 (relu's slope) */
+    AWL_UNARY_ADD_SCALAR, /* x + alpha                            */
+    AWL_UNARY_MUL_SCALAR, /* x * alpha                            */
+    AWL_UNARY_RSUB_SCALAR,/* alpha - x                            */
+    AWL_UNARY_RDIV_SCALAR,/* alpha / x                            */
+    AWL_UNARY_POW_SCALAR, /* x ^ alpha                            */
+    AWL_UNARY_GT_SCALAR,  /* 1 where x > alpha, else 0            */
+    AWL_UNARY_LT_SCALAR,  /* 1 where x < alpha, else 0            */
+    AWL_UNARY_EQ_SCALAR,  /* 1 where x == alpha, else 0           */
+    AWL_UNARY_OP_COUNT
+} awl_unary_op;
+
+/* out = a (op) b element-wise, a and b broadcast to out's shape. Comparisons
+ * give 1 or 0 in out's dtype. */
+typedef enum awl_binary_op {
+    AWL_BINARY_ADD,
+    AWL_BINARY_SUB,
+    AWL_BINARY_MUL,
+    AWL_BINARY_DIV,
+    AWL_BINARY_MAXIMUM,
+    AWL_BINARY_MINIMUM,
+    AWL_BINARY_POW,
+    AWL_BINARY_EQ,
+    AWL_BINARY_NE,
+    AWL_BINARY_GT,
+    AWL_BINARY_GE,
+    AWL_BINARY_LT,
+    AWL_BINARY_LE,
+    AWL_BINARY_OP_COUNT
+} awl_binary_op;
+
+typedef enum awl_reduce_op {
+    AWL_REDUCE_SUM,
+    AWL_REDUCE_MEAN,
+    AWL_REDUCE_MAX,
+    AWL_REDUCE_MIN,
+    AWL_REDUCE_OP_COUNT
+} awl_reduce_op;
+
+typedef enum awl_random_kind {
+    AWL_RANDOM_UNIFORM, /* a + (b - a) * u, u uniform in [0, 1)   */
+    AWL_RANDOM_NORMAL,  /* a + b * z, z standard normal            */
+} awl_random_kind;
+
+/* Hyper-parameters of one AdamW step (optional fused kernel). */
+typedef struct awl_adamw_args {
+    float lr, beta1, beta2, eps;
+    int64_t step; /* 1 for the first step: bias corrections use it */
+} awl_adamw_args;
+
+/* ---- the table ------------------------------------------------------------ */
+
+typedef struct awl_backend {
+    const char *name; /* "cpu", "cuda" */
+
+    /* ---- required: devices and memory ---- */
+
+    /* Number of devices of this kind present (0 when none: "cuda" on a
+     * machine without a GPU). */
+    int (*device_count)(void);
+    /* nbytes of device memory, or NULL after recording AWL_ERR_OOM with the
+     * size asked for and the device's figures. nbytes may be 0. */
+    void *(*alloc)(int device, size_t nbytes);
+    /* Returns memory from alloc (ptr may be NULL). */
+    void (*free)(int device, void *ptr, size_t nbytes);
+    /* Contiguous copies between host memory and this device. */
+    int (*copy_from_host)(int device, void *dst, const void *src, size_t nbytes);
+    int (*copy_to_host)(int device, void *dst, const void *src, size_t nbytes);
+    /* Waits until all queued work on the device has finished. */
+    int (*synchronize)(int device);
+
+    /* ---- required: element-wise ---- */
+
+    /* Every element of out = value (converted to out's dtype). */
+    int (*fill)(const awl_view *out, double value);
+    /* out = in, element by element, converting dtype where they differ. `in`
+     * has out's shape, possibly broadcast (zero strides). */
+    int (*copy)(const awl_view *out, const awl_view *in);
+    /* in has out's shape and dtype (possibly broadcast). */
+    int (*unary)(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha);
+    /* a and b have out's shape (broadcast through zero strides) and dtype. */
+    int (*binary)(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b);
+    /* out = cond != 0 ? a : b; all four of out's shape, a, b and out one dtype,
+     * cond any dtype. */
+    int (*where)(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b);
+
+    /* ---- required: reductions ---- */
+
+    /* out has in's ndim, with size 1 along each reduced axis and in's size
+     * along the others; same dtype. MEAN divides by the reduced count. */
+    int (*reduce)(awl_reduce_op op, const awl_view *out, const awl_view *in);
+
+    /* ---- required: matrix products ---- */
+
+    /* out (..., M, N) = a (..., M, K) @ b (..., K, N), or out += a @ b when
+     * accumulate is true. All three have the same ndim >= 2 and the batch
+     * dimensions of out; a's and b's batch dims may be broadcast (zero
+     * strides). Float dtypes only, all equal. */
+    int (*matmul)(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
+
+    /* ---- required: indexing ---- */
+
+    /* Rows by index (embedding lookup): idx int32 of any shape, src (V, ...);
+     * out has shape idx.shape + src.shape[1:]. out[i..., :] = src[idx[i...], :].
+     * Indices are already checked to lie in [0, V). */
+    int (*index_select)(const awl_view *out, const awl_view *src, const awl_view *idx);
+    /* The adjoint of index_select: dst[idx[i...], :] += src[i..., :], summing
+     * repeated indices in a fixed order (deterministic). */
+    int (*index_add)(const awl_view *dst, const awl_view *idx, const awl_view *src);
+    /* Along one axis (PyTorch's gather): out and idx share a shape, in agrees
+     * with it except along axis; out[..., j, ...] = in[..., idx[..., j, ...], ...]. */
+    int (*gather)(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
+    /* The adjoint of gather: out[..., idx[..., j, ...], ...] += src[..., j, ...],
+     * deterministic. */
+    int (*scatter_add)(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
+
+    /* ---- required: random numbers ---- */
+
+    /* Fills out (row-major element order) from the Philox stream (seed,
+     * offset) laid out as common/philox.h specifies. Float dtypes. */
+    int (*random)(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
+                  double a, double b);
+
+    /* ---- optional: settings and statistics (NULL when not meaningful) ---- */
+
+    /* Bytes held from the system, including cached free blocks. */
+    size_t (*memory_reserved)(int device);
+    /* Returns cached free blocks to the system. */
+    void (*empty_cache)(int device);
+    /* Threads the backend's kernels may use. */
+    void (*set_num_threads)(int n);
+    /* Float32 matmuls may use TF32 (or another faster, less exact mode). */
+    void (*set_matmul_fast_fp32)(bool on);
+
+    /* ---- optional fused kernels (NULL, or AWL_ERR_UNSUPPORTED: compose) ---- */
+
+    /* Softmax (log_softmax when log) over the last axis. in, out contiguous
+     * (rows, n). */
+    int (*softmax_forward)(const awl_view *out, const awl_view *in, bool log);
+    /* dx from dy and the forward output y: softmax: y * (dy - sum(dy * y));
+     * log_softmax: dy - exp(y) * sum(dy). All (rows, n), contiguous. */
+    int (*softmax_backward)(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log);
+
+    /* LayerNorm over the last axis: x, out (rows, C); weight, bias (C) or
+     * NULL; mean, rstd (rows) float32 (saved for backward). */
+    int (*layernorm_forward)(const awl_view *out, const awl_view *mean, const awl_view *rstd,
+                             const awl_view *x, const awl_view *weight, const awl_view *bias,
+                             double eps);
+    /* dx (rows, C) written; dweight, dbias (C) written (not accumulated), or
+     * NULL when not wanted. */
+    int (*layernorm_backward)(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
+                              const awl_view *dy, const awl_view *x, const awl_view *weight,
+                              const awl_view *mean, const awl_view *rstd);
+
+    /* Cross-entropy per row: logits (N, V); targets int32 (N); loss (N) =
+     * logsumexp(logits[i]) - logits[i, t_i], 0 where t_i == ignore_index;
+     * lse (N) float32 saved for backward. */
+    int (*cross_entropy_forward)(const awl_view *loss, const awl_view *lse, const awl_view *logits,
+                                 const awl_view *targets, int ignore_index);
+    /* dlogits (N, V) = dloss[i] * (softmax(logits[i]) - onehot(t_i)), 0 for
+     * ignored rows; dloss (N). */
+    int (*cross_entropy_backward)(const awl_view *dlogits, const awl_view *dloss,
+                                  const awl_view *logits, const awl_view *lse,
+                                  const awl_view *targets, int ignore_index);
+
+    /* Scaled dot-product attention, q, k, v, out (B, H, T, D), possibly
+     * strided along B, H and T (D contiguous); lse (B, H, T) float32.
+     * out = softmax(q k^T * scale, causal mask) v. */
+    int (*attention_forward)(const awl_view *out, const awl_view *lse, const awl_view *q,
+                             const awl_view *k, const awl_view *v, double scale, bool causal);
+    int (*attention_backward)(const awl_view *dq, const awl_view *dk, const awl_view *dv,
+                              const awl_view *dout, const awl_view *q, const awl_view *k,
+                              const awl_view *v, const awl_view *out, const awl_view *lse,
+                              double scale, bool causal);
+
+    /* One AdamW step over n parameters, in place on params, m and v
+     * (contiguous, float32). weight_decay[i] applies to params[i]. */
+    int (*adamw_step)(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
+                      const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
+} awl_backend;
+
+/* ---- registry --------------------------------------------------------------- */
+
+/* Adds a backend under its name (replacing one of the same name). The CPU
+ * backend, and the CUDA backend when built, are registered on first use. */
+int awl_backend_register(const awl_backend *backend);
+
+/* The backend registered as `name`, or NULL. */
+const awl_backend *awl_backend_find(const char *name);
+
+/* Names for error messages. */
+const char *awl_unary_op_name(awl_unary_op op);
+const char *awl_binary_op_name(awl_binary_op op);
+const char *awl_reduce_op_name(awl_reduce_op op);
+
+/* The built-in backends' tables. awl_cuda_backend() is NULL when awl was
+ * built without CUDA. */
+const awl_backend *awl_cpu_backend(void);
+const awl_backend *awl_cuda_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

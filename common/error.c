@@ -1,0 +1,50 @@
+/*
+ * common/error.c - the thread-local last-error slot (see error.h).
+ */
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char error_message[1024];
+static _Thread_local int error_code;
+
+/* -1: not yet decided, read AWL_ABORT_ON_ERROR on first use. */
+static int abort_on_error = -1;
+
+static bool should_abort(void)
+{
+    if (abort_on_error < 0) {
+        const char *env = getenv("AWL_ABORT_ON_ERROR");
+        abort_on_error = env && env[0] && strcmp(env, "0") != 0;
+    }
+    return abort_on_error == 1;
+}
+
+int awl_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    va_end(ap);
+    error_code = code;
+    if (should_abort()) {
+        fprintf(stderr, "awl: aborting on error: %s\n", error_message);
+        abort();
+    }
+    return code;
+}
+
+const char *awl_last_error(void) { return error_message; }
+
+int awl_last_error_code(void) { return error_code; }
+
+void awl_clear_error(void)
+{
+    error_message[0] = '\0';
+    error_code = AWL_OK;
+}
+
+void awl_set_abort_on_error(bool on) { abort_on_error = on ? 1 : 0; }

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs the Debian packages awl needs, when some are missing. Fast and
+# silent when all are present, so every make target can call it.
+#
+#   libopenblas-openmp-dev  BLAS, the OpenMP build: one thread pool shared
+#                           with awl's own OpenMP loops (the pthreads build
+#                           makes two pools fight over the cores)
+#   check                   the unit-test framework
+#   zlib1g-dev              gzip corpora, CRC32 of checkpoints
+#   fortunes                the default training corpus (/usr/share/games/fortunes)
+#   gnuplot-nox             scripts/plot_loss.sh
+set -e
+packages="build-essential cmake pkg-config libopenblas-openmp-dev check zlib1g-dev fortunes gnuplot-nox"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "setup: installing$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

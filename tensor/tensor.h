@@ -1,0 +1,293 @@
+/*
+ * tensor/tensor.h - the strided tensor, its memory model, and raw compute.
+ *
+ * A tensor is a strided view (shape, strides, offset, dtype) onto a
+ * reference-counted storage on one device. Views (reshape, permute, slice,
+ * expand, ...) share storage and copy nothing.
+ *
+ * Memory: every tensor a function returns is owned by the innermost *scope*,
+ * a thread-local autorelease pool:
+ *
+ *     awl_scope_begin();
+ *     awl_tensor *h = awl_tensor_binary(AWL_BINARY_MUL, x, w);  // owned by the scope
+ *     awl_tensor *y = awl_keep(awl_tensor_unary(AWL_UNARY_EXP, h, 0)); // handed outward
+ *     awl_scope_end();                                            // h freed here
+ *     ...
+ *     awl_release(y);        // no enclosing scope: the caller owned y
+ *
+ * Outside every scope, the caller owns what a function returns and releases
+ * it. awl_retain/awl_release keep long-lived tensors (parameters, optimizer
+ * state) regardless of scopes.
+ *
+ * This header is the raw layer: nothing here records autograd history. Most
+ * code calls the differentiable ops of autograd/autograd.h (awl_add,
+ * awl_matmul, ...), which are built on the awl_tensor_* functions below.
+ * The creation functions (awl_zeros, awl_randn, ...) make leaf tensors and
+ * are used directly.
+ *
+ * Failure follows common/error.h: NULL (or a negative status) with a message
+ * naming the function and the shapes; a NULL input gives NULL silently.
+ */
+#ifndef AWL_TENSOR_TENSOR_H
+#define AWL_TENSOR_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backends/backend.h"
+#include "common/dtype.h"
+#include "common/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A shape literal: awl_zeros(AWL_SHAPE(2, 3), AWL_F32, "cpu"). */
+#define AWL_SHAPE(...)                                                         \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+/* A list of axes: awl_sum(x, AWL_DIMS(0, 2), true). */
+#define AWL_DIMS(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__}
+
+/* A device: a backend and an index ("cuda:1" is the cuda backend, index 1). */
+typedef struct awl_device {
+    const awl_backend *backend;
+    int index;
+} awl_device;
+
+/* Reference-counted device memory shared by a tensor and its views. */
+typedef struct awl_storage {
+    int refcount;
+    void *data;
+    size_t nbytes;
+    awl_device device;
+} awl_storage;
+
+/* The part of an autograd graph node the tensor layer needs in order to drop
+ * its reference; autograd/ defines the rest (struct awl_node). */
+typedef struct awl_node_base {
+    int refcount;
+    void (*destroy)(struct awl_node_base *self);
+} awl_node_base;
+
+typedef struct awl_tensor awl_tensor;
+
+/* Called when a leaf's gradient is complete for one backward pass. */
+typedef void (*awl_grad_hook_fn)(awl_tensor *leaf, void *user);
+
+typedef struct awl_grad_hook {
+    awl_grad_hook_fn fn;
+    void *user;
+} awl_grad_hook;
+
+/* Read the fields freely; change them only through the API. */
+struct awl_tensor {
+    int refcount;
+    int ndim;
+    int64_t shape[AWL_MAX_DIMS];
+    int64_t strides[AWL_MAX_DIMS]; /* in elements; 0 = broadcast           */
+    int64_t offset;                /* first element's index in storage      */
+    awl_dtype dtype;
+    awl_storage *storage;
+
+    /* autograd (see autograd/autograd.h) */
+    bool requires_grad;
+    awl_tensor *grad;              /* accumulated gradient of a leaf         */
+    awl_node_base *grad_fn;        /* the node that made it, NULL for leaves */
+    awl_node_base *grad_accumulator; /* weak: a leaf's accumulate node       */
+    int n_hooks;
+    awl_grad_hook *hooks;
+};
+
+/* ---- devices ---------------------------------------------------------------- */
+
+/* Parses "cpu", "cuda", "cuda:1" into a device. Fails when the backend is not
+ * built in or the index is out of range. */
+int awl_device_parse(const char *name, awl_device *out);
+
+/* True when `name` parses and the device is present. */
+bool awl_device_available(const char *name);
+
+/* Writes "cpu" or "cuda:0" into buf and returns buf. */
+const char *awl_device_name(awl_device device, char *buf, size_t size);
+
+/* A tensor's device, as a name in buf (convenience over awl_device_name). */
+const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size);
+
+/* Number of threads CPU kernels use (OpenMP and OpenBLAS together). */
+void awl_set_num_threads(int n);
+int awl_get_num_threads(void);
+
+/* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
+int awl_synchronize(const char *device);
+
+/* ---- scopes and reference counts -------------------------------------------- */
+
+void awl_scope_begin(void);
+/* Releases every tensor created in the scope that was not kept. */
+void awl_scope_end(void);
+/* Hands t to the enclosing scope, or to the caller when there is none, and
+ * returns it. A t the current scope does not own gains a reference instead.
+ * NULL in, NULL out. */
+awl_tensor *awl_keep(awl_tensor *t);
+/* One more / one less reference. Releasing the last one frees the tensor,
+ * dropping its storage, gradient and graph node references. */
+awl_tensor *awl_retain(awl_tensor *t);
+void awl_release(awl_tensor *t);
+/* Depth of the scope stack (0 outside every scope). */
+int awl_scope_depth(void);
+
+/* ---- creation (leaf tensors) ----------------------------------------------- */
+
+/* Uninitialised memory. device: "cpu", "cuda:0", ...; NULL means "cpu". */
+awl_tensor *awl_empty(int ndim, const int64_t *shape, awl_dtype dtype, const char *device);
+awl_tensor *awl_zeros(int ndim, const int64_t *shape, awl_dtype dtype, const char *device);
+awl_tensor *awl_ones(int ndim, const int64_t *shape, awl_dtype dtype, const char *device);
+awl_tensor *awl_full(int ndim, const int64_t *shape, double value, awl_dtype dtype,
+                     const char *device);
+/* 1-D: start, start + step, ... while < stop (> stop for a negative step). */
+awl_tensor *awl_arange(double start, double stop, double step, awl_dtype dtype, const char *device);
+/* Uniform in [0, 1) and standard normal, from the global generator. */
+awl_tensor *awl_rand(int ndim, const int64_t *shape, awl_dtype dtype, const char *device);
+awl_tensor *awl_randn(int ndim, const int64_t *shape, awl_dtype dtype, const char *device);
+/* A copy of host data laid out row-major in `dtype`. */
+awl_tensor *awl_from_data(const void *data, int ndim, const int64_t *shape, awl_dtype dtype,
+                          const char *device);
+/* Same shape, dtype and device as t. */
+awl_tensor *awl_empty_like(const awl_tensor *t);
+awl_tensor *awl_zeros_like(const awl_tensor *t);
+awl_tensor *awl_ones_like(const awl_tensor *t);
+awl_tensor *awl_full_like(const awl_tensor *t, double value);
+
+/* ---- reading back ------------------------------------------------------------ */
+
+int64_t awl_numel(const awl_tensor *t);
+/* Copies t's elements, row-major, into dst (nbytes >= numel * dtype size). */
+int awl_to_host(const awl_tensor *t, void *dst, size_t nbytes);
+/* The value of a one-element tensor, as a double (NaN after an error). */
+double awl_item(const awl_tensor *t);
+/* True when t's elements are row-major without gaps. */
+bool awl_is_contiguous(const awl_tensor *t);
+/* Whether two tensors have equal shapes. */
+bool awl_same_shape(const awl_tensor *a, const awl_tensor *b);
+/* "(2,3,4)" into buf; returns buf. */
+const char *awl_shape_str(const awl_tensor *t, char *buf, size_t size);
+
+/* PyTorch-style repr: tensor([[0.1000, 0.2000], ...], requires_grad=True).
+ * awl_repr writes at most size bytes (always terminated) and returns the
+ * length the whole repr needs. */
+size_t awl_repr(const awl_tensor *t, char *buf, size_t size);
+void awl_print(const awl_tensor *t);
+void awl_fprint(FILE *f, const awl_tensor *t);
+
+/* ---- random numbers ------------------------------------------------------------ */
+
+/* The global generator is a (seed, offset) pair for the Philox stream
+ * (common/philox.h). Seeding resets the offset to 0. */
+void awl_manual_seed(uint64_t seed);
+void awl_rng_get_state(uint64_t *seed, uint64_t *offset);
+void awl_rng_set_state(uint64_t seed, uint64_t offset);
+/* Reserves the counter blocks for n elements and returns the offset they
+ * start at (for ops such as dropout that draw through a kernel). */
+uint64_t awl_rng_reserve(uint64_t n);
+
+/* ---- memory statistics ------------------------------------------------------- */
+
+typedef struct awl_memory_stats {
+    int64_t in_use;      /* bytes held by live storages                    */
+    int64_t peak;        /* highest in_use since the last reset            */
+    int64_t reserved;    /* bytes the backend holds (>= in_use with a cache) */
+    int64_t allocations; /* storages allocated since the program began     */
+    int64_t live;        /* storages alive now                             */
+} awl_memory_stats;
+
+int awl_memory_get_stats(const char *device, awl_memory_stats *out);
+/* Sets the peak to the bytes in use now. */
+int awl_memory_reset_peak(const char *device);
+
+/* ---- raw views (no autograd; share storage) ------------------------------------ */
+
+/* A view with explicit shape and strides (elements) at `offset` into t's
+ * storage; the caller guarantees it stays inside the storage. */
+awl_tensor *awl_tensor_as_strided(awl_tensor *t, int ndim, const int64_t *shape,
+                                  const int64_t *strides, int64_t offset);
+/* One dimension may be -1 (inferred). A view when the strides allow it,
+ * otherwise a contiguous copy. */
+awl_tensor *awl_tensor_reshape(awl_tensor *t, int ndim, const int64_t *shape);
+/* dims is a permutation of 0..ndim-1; negative axes count from the end. */
+awl_tensor *awl_tensor_permute(awl_tensor *t, const int *dims);
+awl_tensor *awl_tensor_transpose(awl_tensor *t, int dim0, int dim1);
+/* Broadcasts size-1 axes (and new leading axes) to `shape`; -1 keeps a size. */
+awl_tensor *awl_tensor_expand(awl_tensor *t, int ndim, const int64_t *shape);
+/* Python's t[..., start:stop:step, ...] along dim (step > 0; start/stop may
+ * be negative and are clamped like Python's). */
+awl_tensor *awl_tensor_slice(awl_tensor *t, int dim, int64_t start, int64_t stop, int64_t step);
+/* Removes axis dim, which must have size 1. */
+awl_tensor *awl_tensor_squeeze(awl_tensor *t, int dim);
+awl_tensor *awl_tensor_unsqueeze(awl_tensor *t, int dim);
+/* t itself (one more reference, owned by the scope) when contiguous, else a
+ * contiguous copy. */
+awl_tensor *awl_tensor_contiguous(awl_tensor *t);
+/* A contiguous copy. */
+awl_tensor *awl_tensor_clone(awl_tensor *t);
+/* Shares t's storage, shape and strides, without gradient history. */
+awl_tensor *awl_tensor_detach(awl_tensor *t);
+
+/* ---- raw compute (no autograd) ------------------------------------------------- */
+
+/* The result has the broadcast shape (NumPy rules) and the inputs' dtype. */
+awl_tensor *awl_tensor_unary(awl_unary_op op, awl_tensor *x, double alpha);
+awl_tensor *awl_tensor_binary(awl_binary_op op, awl_tensor *a, awl_tensor *b);
+awl_tensor *awl_tensor_where(awl_tensor *cond, awl_tensor *a, awl_tensor *b);
+/* Reduces over the listed axes (all axes when ndims == 0). */
+awl_tensor *awl_tensor_reduce(awl_reduce_op op, awl_tensor *x, int ndims, const int *dims,
+                              bool keepdim);
+/* NumPy matmul semantics: 1-D operands are promoted and the added axis
+ * removed; batch axes broadcast. */
+awl_tensor *awl_tensor_matmul(awl_tensor *a, awl_tensor *b);
+/* idx int32; see backend.h index_select / index_add (idx values checked). */
+awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx);
+awl_tensor *awl_tensor_gather(awl_tensor *x, int dim, awl_tensor *idx);
+awl_tensor *awl_tensor_concat(int n, awl_tensor *const *ts, int dim);
+/* Converts to another dtype (same tensor, one more reference, when equal). */
+awl_tensor *awl_tensor_cast(awl_tensor *t, awl_dtype dtype);
+/* Copies to another device (same tensor, one more reference, when equal). */
+awl_tensor *awl_tensor_to_device(awl_tensor *t, const char *device);
+
+/* ---- raw in-place updates (optimizers, gradient accumulation) --------------- */
+
+/* dst = src (src broadcast to dst's shape, dtype converted). */
+int awl_tensor_copy_(awl_tensor *dst, awl_tensor *src);
+int awl_tensor_fill_(awl_tensor *dst, double value);
+/* dst = op(x, alpha) / dst = a (op) b, inputs broadcast to dst's shape. */
+int awl_tensor_unary_out(awl_unary_op op, awl_tensor *dst, awl_tensor *x, double alpha);
+int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_tensor *b);
+/* dst += a @ b (accumulate) or dst = a @ b, with dst of the result's shape. */
+int awl_tensor_matmul_out(awl_tensor *dst, awl_tensor *a, awl_tensor *b, bool accumulate);
+/* dst[idx[i], :] += src[i, :] / gather's adjoint along dim. */
+int awl_tensor_index_add_(awl_tensor *dst, awl_tensor *idx, awl_tensor *src);
+int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tensor *src);
+/* Fills with the global generator's stream. */
+int awl_tensor_uniform_(awl_tensor *dst, double low, double high);
+int awl_tensor_normal_(awl_tensor *dst, double mean, double std);
+
+/* ---- for code that calls a backend directly ------------------------------------ */
+
+/* The view of t that kernels receive. */
+awl_view awl_tensor_view(const awl_tensor *t);
+/* t's backend and device index. */
+const awl_backend *awl_tensor_backend(const awl_tensor *t);
+int awl_tensor_device_index(const awl_tensor *t);
+/* Checks that two tensors live on the same device; records an error naming
+ * `op` otherwise. */
+int awl_check_same_device(const char *op, const awl_tensor *a, const awl_tensor *b);
+/* A new, uninitialised tensor on the same device as `like`. */
+awl_tensor *awl_tensor_new_on(const awl_tensor *like, int ndim, const int64_t *shape,
+                              awl_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
