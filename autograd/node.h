@@ -57,8 +57,8 @@ typedef struct awl_node_input {
 } awl_node_input;
 
 struct awl_node {
-    awl_node_base base;      /* reference count, shared with the tensor layer */
-    const char *name;        /* "mul": for error messages and graph dumps */
+    awl_node_base base;      /* reference count and op name ("mul"), shared
+                                with the tensor layer */
     awl_backward_fn backward;
     int n_inputs;
     awl_node_input *inputs;
@@ -98,6 +98,11 @@ awl_tensor *awl_node_saved(awl_node *node, int i);
 bool awl_node_needs_grad(const awl_node *node, int i);
 
 static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
+
+/* For the engine and activation checkpointing: a leaf's accumulate node
+ * (one more reference), and dropping a node's saved tensors once it ran. */
+awl_node *awl_grad_accumulator(awl_tensor *leaf);
+void awl_node_free_saved(awl_node *node);
 
 /* The autograd node of a tensor, or NULL for a leaf. */
 static inline awl_node *awl_grad_fn(const awl_tensor *t)

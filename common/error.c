@@ -10,6 +10,7 @@
 
 static _Thread_local char error_message[1024];
 static _Thread_local int error_code;
+static _Thread_local unsigned long error_count;
 
 /* -1: not yet decided, read AWL_ABORT_ON_ERROR on first use. */
 static int abort_on_error = -1;
@@ -30,6 +31,7 @@ int awl_error(int code, const char *fmt, ...)
     vsnprintf(error_message, sizeof error_message, fmt, ap);
     va_end(ap);
     error_code = code;
+    error_count++;
     if (should_abort()) {
         fprintf(stderr, "awl: aborting on error: %s\n", error_message);
         abort();
@@ -40,6 +42,8 @@ int awl_error(int code, const char *fmt, ...)
 const char *awl_last_error(void) { return error_message; }
 
 int awl_last_error_code(void) { return error_code; }
+
+unsigned long awl_error_count(void) { return error_count; }
 
 void awl_clear_error(void)
 {

@@ -50,6 +50,11 @@ const char *awl_last_error(void);
 /* The status code recorded with the last error, or AWL_OK. */
 int awl_last_error_code(void);
 
+/* How many errors this thread has recorded so far: code that must know
+ * whether a call it made failed, when the call returned no status, compares
+ * this before and after. */
+unsigned long awl_error_count(void);
+
 /* Forgets the recorded error. */
 void awl_clear_error(void);
 

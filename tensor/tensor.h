@@ -68,6 +68,7 @@ typedef struct awl_storage {
  * its reference; autograd/ defines the rest (struct awl_node). */
 typedef struct awl_node_base {
     int refcount;
+    const char *name; /* the op that made it: "mul" */
     void (*destroy)(struct awl_node_base *self);
 } awl_node_base;
 
