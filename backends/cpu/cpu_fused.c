@@ -1,0 +1,375 @@
+/*
+ * backends/cpu/cpu_fused.c - fused softmax, layernorm, cross-entropy and AdamW.
+ *
+ * Each kernel does in one or two passes over a row what the composed version
+ * does in many primitive calls, and each is the plain textbook formula, so
+ * the file doubles as a reference. They handle float32 only (the training
+ * dtype); any other dtype, or a layout they do not expect, returns
+ * AWL_ERR_UNSUPPORTED without a message and the framework composes the op
+ * from primitives instead (which is also what float64 gradient checks use).
+ *
+ * Numerics: row sums (softmax denominators, layernorm moments, dot products)
+ * accumulate in double; exponentials are taken of x - max(x) so nothing
+ * overflows. Rows are independent and split between threads; the one
+ * cross-row sum (layernorm's dweight and dbias) is done over fixed chunks of
+ * rows whose partials are added in chunk order, so the result does not
+ * depend on the number of threads.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "backends/cpu/cpu_internal.h"
+
+/* (rows, n) float32, contiguous: the layout every row kernel here reads. */
+static bool rows_f32(const awl_view *v)
+{
+    return v && v->dtype == AWL_F32 && v->ndim >= 1 && awl_view_is_contiguous(v);
+}
+
+/* A float32 or int32 vector of n elements laid out along one axis (any
+ * stride, 0 included), as a pointer and a stride; false otherwise. */
+static bool vector_of(const awl_view *v, awl_dtype dtype, int64_t n, char **ptr, int64_t *stride)
+{
+    if (!v || v->dtype != dtype || awl_view_numel(v) != n) return false;
+    *stride = 1;
+    for (int d = 0; d < v->ndim; d++)
+        if (v->shape[d] != 1) *stride = v->strides[d];
+    *ptr = cpu_view_ptr(v);
+    /* More than one axis of size > 1 is not a vector walk. */
+    int big = 0;
+    for (int d = 0; d < v->ndim; d++) big += v->shape[d] != 1;
+    return big <= 1;
+}
+
+static int64_t last_dim(const awl_view *v) { return v->ndim ? v->shape[v->ndim - 1] : 1; }
+
+/* max over x[0..n) */
+static float row_max(const float *x, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* ---- softmax ---------------------------------------------------------------- */
+
+/* in, out (rows, n): out = softmax(in) or log_softmax(in) along n. */
+int cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log)
+{
+    if (!rows_f32(out) || !rows_f32(in)) return AWL_ERR_UNSUPPORTED;
+    const int64_t n = last_dim(in), rows = n ? awl_view_numel(in) / n : 0;
+    const float *x0 = (const float *)cpu_view_ptr(in);
+    float *y0 = (float *)cpu_view_ptr(out);
+    int nt = cpu_threads_for(rows * n, CPU_GRAIN_COSTLY);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = x0 + r * n;
+        float *y = y0 + r * n;
+        const float m = row_max(x, n);
+        double sum = 0;
+        if (log) {
+            for (int64_t j = 0; j < n; j++) sum += expf(x[j] - m);
+            const float shift = m + (float)logf((float)sum);
+            for (int64_t j = 0; j < n; j++) y[j] = x[j] - shift;
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                y[j] = expf(x[j] - m);
+                sum += y[j];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int64_t j = 0; j < n; j++) y[j] *= inv;
+        }
+    }
+    return AWL_OK;
+}
+
+/* dx, dy, y (rows, n): softmax: dx = y (dy - sum(dy y)); log_softmax:
+ * dx = dy - exp(y) sum(dy). */
+int cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log)
+{
+    if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(y)) return AWL_ERR_UNSUPPORTED;
+    const int64_t n = last_dim(y), rows = n ? awl_view_numel(y) / n : 0;
+    const float *g0 = (const float *)cpu_view_ptr(dy), *y0 = (const float *)cpu_view_ptr(y);
+    float *d0 = (float *)cpu_view_ptr(dx);
+    int nt = cpu_threads_for(rows * n, log ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = g0 + r * n, *yr = y0 + r * n;
+        float *d = d0 + r * n;
+        double acc = 0;
+        if (log) {
+            for (int64_t j = 0; j < n; j++) acc += g[j];
+            const float s = (float)acc;
+            for (int64_t j = 0; j < n; j++) d[j] = g[j] - expf(yr[j]) * s;
+        } else {
+            for (int64_t j = 0; j < n; j++) acc += (double)g[j] * yr[j];
+            const float s = (float)acc;
+            for (int64_t j = 0; j < n; j++) d[j] = yr[j] * (g[j] - s);
+        }
+    }
+    return AWL_OK;
+}
+
+/* ---- layernorm -------------------------------------------------------------- */
+
+/* x, out (rows, C); weight, bias (C) or NULL; mean, rstd (rows) float32.
+ * out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) with the
+ * biased variance. The float32 mean and rstd are the ones saved, and also the
+ * ones used here, so forward and backward agree exactly. */
+int cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
+                          const awl_view *x, const awl_view *weight, const awl_view *bias,
+                          double eps)
+{
+    if (!rows_f32(out) || !rows_f32(x)) return AWL_ERR_UNSUPPORTED;
+    const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
+    char *pm, *pr, *pw = NULL, *pb = NULL;
+    int64_t sm, sr, sw = 0, sb = 0;
+    if (!vector_of(mean, AWL_F32, rows, &pm, &sm) || !vector_of(rstd, AWL_F32, rows, &pr, &sr) ||
+        (weight && !vector_of(weight, AWL_F32, C, &pw, &sw)) ||
+        (bias && !vector_of(bias, AWL_F32, C, &pb, &sb)))
+        return AWL_ERR_UNSUPPORTED;
+    const float *x0 = (const float *)cpu_view_ptr(x), *w = (const float *)pw,
+                *b = (const float *)pb;
+    float *y0 = (float *)cpu_view_ptr(out), *m0 = (float *)pm, *r0 = (float *)pr;
+    int nt = cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x0 + r * C;
+        float *y = y0 + r * C;
+        double s = 0, ss = 0;
+        for (int64_t j = 0; j < C; j++) s += xr[j];
+        const double mu = s / (double)C;
+        for (int64_t j = 0; j < C; j++) ss += (xr[j] - mu) * (xr[j] - mu);
+        const float m = (float)mu, rs = (float)(1.0 / sqrt(ss / (double)C + eps));
+        m0[r * sm] = m;
+        r0[r * sr] = rs;
+        for (int64_t j = 0; j < C; j++) {
+            float v = (xr[j] - m) * rs;
+            if (w) v *= w[j * sw];
+            if (b) v += b[j * sb];
+            y[j] = v;
+        }
+    }
+    return AWL_OK;
+}
+
+/* Rows per chunk of layernorm's dweight/dbias partial sums: a function of the
+ * row count only, never of the thread count. */
+static int64_t ln_chunk_rows(int64_t rows)
+{
+    int64_t c = (rows + 255) / 256;
+    return c < 32 ? 32 : c;
+}
+
+/* dy, x, dx (rows, C); weight (C) or NULL; mean, rstd (rows) from forward;
+ * dweight, dbias (C) written, each may be NULL. With xhat = (x - mean) rstd
+ * and g = dy * weight:
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ *   dweight = sum over rows of dy xhat, dbias = sum over rows of dy. */
+int cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
+                           const awl_view *dy, const awl_view *x, const awl_view *weight,
+                           const awl_view *mean, const awl_view *rstd)
+{
+    if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x)) return AWL_ERR_UNSUPPORTED;
+    const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
+    char *pm, *pr, *pw = NULL, *pdw = NULL, *pdb = NULL;
+    int64_t sm, sr, sw = 0, sdw = 0, sdb = 0;
+    if (!vector_of(mean, AWL_F32, rows, &pm, &sm) || !vector_of(rstd, AWL_F32, rows, &pr, &sr) ||
+        (weight && !vector_of(weight, AWL_F32, C, &pw, &sw)) ||
+        (dweight && !vector_of(dweight, AWL_F32, C, &pdw, &sdw)) ||
+        (dbias && !vector_of(dbias, AWL_F32, C, &pdb, &sdb)))
+        return AWL_ERR_UNSUPPORTED;
+    const float *g0 = (const float *)cpu_view_ptr(dy), *x0 = (const float *)cpu_view_ptr(x);
+    const float *w = (const float *)pw, *m0 = (const float *)pm, *r0 = (const float *)pr;
+    float *d0 = (float *)cpu_view_ptr(dx);
+
+    const bool partials = dweight || dbias;
+    const int64_t chunk = ln_chunk_rows(rows), nchunks = (rows + chunk - 1) / chunk;
+    /* Per chunk: C partial sums of dy*xhat, then C of dy. */
+    double *part = NULL;
+    if (partials && nchunks > 0) {
+        part = calloc((size_t)(nchunks * 2 * C), sizeof *part);
+        if (!part)
+            return awl_error(AWL_ERR_OOM, "awl_cpu layernorm_backward: out of memory (%lld x %lld)",
+                             (long long)nchunks, (long long)C);
+    }
+    int nt = cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        double *pw_sum = part ? part + c * 2 * C : NULL, *pb_sum = pw_sum ? pw_sum + C : NULL;
+        const int64_t r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
+        for (int64_t r = c * chunk; r < r1; r++) {
+            const float *g = g0 + r * C, *xr = x0 + r * C;
+            float *d = d0 + r * C;
+            const float m = m0[r * sm], rs = r0[r * sr];
+            double sg = 0, sgx = 0;
+            for (int64_t j = 0; j < C; j++) {
+                float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
+                sg += gj;
+                sgx += (double)gj * xhat;
+                if (pw_sum) {
+                    pw_sum[j] += (double)g[j] * xhat;
+                    pb_sum[j] += g[j];
+                }
+            }
+            const float a = (float)(sg / (double)C), bb = (float)(sgx / (double)C);
+            for (int64_t j = 0; j < C; j++) {
+                float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
+                d[j] = rs * (gj - a - xhat * bb);
+            }
+        }
+    }
+    if (part) {
+        float *dw = (float *)pdw, *db = (float *)pdb;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t j = 0; j < C; j++) {
+            double sw_ = 0, sb_ = 0;
+            for (int64_t c = 0; c < nchunks; c++) {
+                sw_ += part[c * 2 * C + j];
+                sb_ += part[c * 2 * C + C + j];
+            }
+            if (dw) dw[j * sdw] = (float)sw_;
+            if (db) db[j * sdb] = (float)sb_;
+        }
+        free(part);
+    }
+    return AWL_OK;
+}
+
+/* ---- cross-entropy -------------------------------------------------------------- */
+
+/* logits (N, V); targets int32 (N); loss (N), lse (N) float32.
+ * lse = log sum exp logits[i]; loss = lse - logits[i, t_i], or 0 where
+ * t_i == ignore_index. A target outside [0, V) is an error. */
+int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
+                              const awl_view *targets, int ignore_index)
+{
+    if (!rows_f32(logits)) return AWL_ERR_UNSUPPORTED;
+    const int64_t V = last_dim(logits), N = V ? awl_view_numel(logits) / V : 0;
+    char *pl, *pz, *pt;
+    int64_t sl, sz, st;
+    if (!vector_of(loss, AWL_F32, N, &pl, &sl) || !vector_of(lse, AWL_F32, N, &pz, &sz) ||
+        !vector_of(targets, AWL_I32, N, &pt, &st))
+        return AWL_ERR_UNSUPPORTED;
+    const float *x0 = (const float *)cpu_view_ptr(logits);
+    const int32_t *t = (const int32_t *)pt;
+    float *l = (float *)pl, *z = (float *)pz;
+    int64_t bad = -1;
+    int nt = cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(max : bad)
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = x0 + i * V;
+        const float m = row_max(x, V);
+        double sum = 0;
+        for (int64_t j = 0; j < V; j++) sum += expf(x[j] - m);
+        const float lz = m + logf((float)sum);
+        const int32_t ti = t[i * st];
+        z[i * sz] = lz;
+        if (ti == ignore_index) {
+            l[i * sl] = 0.0f;
+        } else if (ti < 0 || ti >= V) {
+            l[i * sl] = NAN;
+            bad = i > bad ? i : bad;
+        } else {
+            l[i * sl] = lz - x[ti];
+        }
+    }
+    if (bad >= 0)
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_cpu cross_entropy: target %d of row %lld is outside [0, %lld)",
+                         t[bad * st], (long long)bad, (long long)V);
+    return AWL_OK;
+}
+
+/* dlogits, logits (N, V); dloss (N) (a zero stride broadcasts a mean's
+ * gradient); lse (N) from forward; targets int32 (N).
+ * dlogits[i] = dloss[i] (softmax(logits[i]) - onehot(t_i)), 0 for ignored rows. */
+int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
+                               const awl_view *logits, const awl_view *lse,
+                               const awl_view *targets, int ignore_index)
+{
+    if (!rows_f32(logits) || !rows_f32(dlogits)) return AWL_ERR_UNSUPPORTED;
+    const int64_t V = last_dim(logits), N = V ? awl_view_numel(logits) / V : 0;
+    char *pg, *pz, *pt;
+    int64_t sg, sz, st;
+    if (!vector_of(dloss, AWL_F32, N, &pg, &sg) || !vector_of(lse, AWL_F32, N, &pz, &sz) ||
+        !vector_of(targets, AWL_I32, N, &pt, &st))
+        return AWL_ERR_UNSUPPORTED;
+    const float *x0 = (const float *)cpu_view_ptr(logits), *g = (const float *)pg,
+                *z = (const float *)pz;
+    const int32_t *t = (const int32_t *)pt;
+    float *d0 = (float *)cpu_view_ptr(dlogits);
+    int nt = cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = x0 + i * V;
+        float *d = d0 + i * V;
+        const int32_t ti = t[i * st];
+        if (ti == ignore_index || ti < 0 || ti >= V) {
+            for (int64_t j = 0; j < V; j++) d[j] = 0.0f;
+            continue;
+        }
+        const float gi = g[i * sg], lz = z[i * sz];
+        for (int64_t j = 0; j < V; j++) d[j] = gi * expf(x[j] - lz);
+        d[ti] -= gi;
+    }
+    return AWL_OK;
+}
+
+/* ---- AdamW ------------------------------------------------------------------------ */
+
+/* n parameters, each with grads, m, v of its shape, all contiguous float32;
+ * in place: p -= lr wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
+ * arrangement). All parameters form one flat range split evenly between
+ * threads, so many small tensors cost one parallel region. */
+int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
+                   const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
+{
+    int64_t total = 0;
+    int64_t *start = malloc((size_t)(n + 1) * sizeof *start);
+    if (!start) return awl_error(AWL_ERR_OOM, "awl_cpu adamw_step: out of memory");
+    for (int i = 0; i < n; i++) {
+        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) ||
+            !rows_f32(&v[i])) {
+            free(start);
+            return AWL_ERR_UNSUPPORTED;
+        }
+        start[i] = total;
+        total += awl_view_numel(&params[i]);
+    }
+    start[n] = total;
+    const double t = (double)args->step;
+    const float b1 = args->beta1, b2 = args->beta2, eps = args->eps, lr = args->lr;
+    const float step_size = (float)(lr / (1.0 - pow(b1, t)));
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
+    int nt = cpu_threads_for(total, CPU_GRAIN_CHEAP);
+#pragma omp parallel num_threads(nt)
+    {
+        const int64_t per = (total + nt - 1) / nt;
+        const int64_t lo = (int64_t)omp_get_thread_num() * per;
+        const int64_t hi = lo + per < total ? lo + per : total;
+        for (int i = 0; i < n && lo < hi; i++) {
+            /* This thread's part of parameter i, in its own element indices. */
+            int64_t a = (start[i] > lo ? start[i] : lo) - start[i];
+            int64_t b = (start[i + 1] < hi ? start[i + 1] : hi) - start[i];
+            if (a >= b) continue;
+            float *p = (float *)cpu_view_ptr(&params[i]), *mm = (float *)cpu_view_ptr(&m[i]);
+            float *vv = (float *)cpu_view_ptr(&v[i]);
+            const float *g = (const float *)cpu_view_ptr(&grads[i]);
+            const float decay = 1.0f - lr * weight_decay[i];
+#pragma omp simd
+            for (int64_t e = a; e < b; e++) {
+                float pe = p[e] * decay, ge = g[e];
+                float me = b1 * mm[e] + (1.0f - b1) * ge;
+                float ve = b2 * vv[e] + (1.0f - b2) * ge * ge;
+                mm[e] = me;
+                vv[e] = ve;
+                p[e] = pe - step_size * me / (sqrtf(ve) * inv_bc2_sqrt + eps);
+            }
+        }
+    }
+    free(start);
+    return AWL_OK;
+}

@@ -1,0 +1,217 @@
+/*
+ * backends/cpu/cpu_matmul.c - (batched) matrix products through OpenBLAS.
+ *
+ * out (..., M, N) = a (..., M, K) @ b (..., K, N), or += when accumulating
+ * (beta = 1). Every operand is passed to cblas_?gemm in place whenever BLAS
+ * can describe its layout: a row-major matrix whose column stride is 1 and
+ * whose row stride is at least its row length is NoTrans with ld = row stride;
+ * one whose row stride is 1 (a transposed view, as backward passes produce)
+ * is Trans with ld = column stride. Only an operand with neither layout
+ * (both strides > 1, say a slice with step 2) is copied to a contiguous
+ * scratch. An output whose rows are strided the other way is handled by
+ * computing the transposed product, out^T = b^T a^T.
+ *
+ * Batches: when there are many small products (attention's per-head score
+ * and value products) the batch is split across OpenMP threads, each calling
+ * a single-threaded gemm (OpenBLAS's OpenMP build does not thread inside a
+ * parallel region); one large product is left to OpenBLAS's own threading.
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
+
+/* A batch of matrices: rows x cols with strides (rs, cs) in elements. */
+typedef struct mat {
+    const char *base;
+    int64_t rows, cols, rs, cs;
+    int64_t bstrides[AWL_MAX_DIMS];
+} mat;
+
+/* How BLAS sees one matrix: transposed or not, and its leading dimension.
+ * `copy` when neither layout fits. */
+typedef struct mat_layout {
+    bool trans, copy;
+    int64_t ld;
+} mat_layout;
+
+static mat_layout layout_of(const mat *m)
+{
+    mat_layout l = {false, false, 0};
+    /* A unit axis's stride is meaningless; treat it as whatever fits. */
+    int64_t cs = m->cols == 1 ? 1 : m->cs;
+    int64_t rs = m->rows == 1 ? (m->cols > 1 ? m->cols : 1) : m->rs;
+    if (cs == 1 && rs >= m->cols && rs >= 1) {
+        l.ld = rs;
+        return l;
+    }
+    rs = m->rows == 1 ? 1 : m->rs;
+    cs = m->cols == 1 ? (m->rows > 1 ? m->rows : 1) : m->cs;
+    if (rs == 1 && cs >= m->rows && cs >= 1) {
+        l.trans = true;
+        l.ld = cs;
+        return l;
+    }
+    l.copy = true;
+    l.ld = m->cols > 1 ? m->cols : 1;
+    return l;
+}
+
+typedef struct gemm_job {
+    awl_dtype dtype;
+    int64_t elsize;
+    int nbatch_dims;
+    int64_t bshape[AWL_MAX_DIMS];
+    int64_t nbatch;
+    mat a, b, c;
+    mat_layout la, lb, lc;
+    bool accumulate;
+    int64_t m, n, k;
+} gemm_job;
+
+static void mat_from_view(mat *m, const awl_view *v)
+{
+    int nd = v->ndim;
+    m->base = cpu_view_ptr(v);
+    m->rows = v->shape[nd - 2];
+    m->cols = v->shape[nd - 1];
+    m->rs = v->strides[nd - 2];
+    m->cs = v->strides[nd - 1];
+    for (int d = 0; d < nd - 2; d++) m->bstrides[d] = v->strides[d];
+}
+
+static const char *batch_ptr(const gemm_job *j, const mat *m, int64_t batch)
+{
+    int64_t off = 0;
+    for (int d = j->nbatch_dims - 1; d >= 0; d--) {
+        off += (batch % j->bshape[d]) * m->bstrides[d];
+        batch /= j->bshape[d];
+    }
+    return m->base + off * j->elsize;
+}
+
+/* Copies one strided matrix to contiguous row-major scratch. */
+static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
+{
+    for (int64_t r = 0; r < m->rows; r++)
+        for (int64_t c = 0; c < m->cols; c++)
+            memcpy(dst + (r * m->cols + c) * j->elsize, src + (r * m->rs + c * m->cs) * j->elsize,
+                   (size_t)j->elsize);
+}
+
+/* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's gemm. */
+static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                 const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                 int64_t ldc)
+{
+    enum CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
+    if (dtype == AWL_F32)
+        cblas_sgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
+                    (float)beta, c, (int)ldc);
+    else
+        cblas_dgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb,
+                    beta, c, (int)ldc);
+}
+
+/* One product of the batch. scratch holds room for the operands that need
+ * packing (a, then b, then c), or is NULL when none does. */
+static void run_one(const gemm_job *j, int64_t batch, char *scratch)
+{
+    const char *a = batch_ptr(j, &j->a, batch), *b = batch_ptr(j, &j->b, batch);
+    char *c = (char *)batch_ptr(j, &j->c, batch);
+    char *next = scratch;
+    if (j->la.copy) {
+        pack(j, next, a, &j->a);
+        a = next;
+        next += j->m * j->k * j->elsize;
+    }
+    if (j->lb.copy) {
+        pack(j, next, b, &j->b);
+        b = next;
+        next += j->k * j->n * j->elsize;
+    }
+    double beta = j->accumulate ? 1.0 : 0.0;
+    if (j->lc.copy) {
+        /* Compute into scratch, then add or copy into the strided output. */
+        gemm(j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b, j->lb.ld, 0.0,
+             next, j->n);
+        for (int64_t r = 0; r < j->m; r++)
+            for (int64_t q = 0; q < j->n; q++) {
+                char *dst = c + (r * j->c.rs + q * j->c.cs) * j->elsize;
+                double v = cpu_load(j->dtype, next, r * j->n + q);
+                if (j->accumulate) v += cpu_load(j->dtype, dst, 0);
+                cpu_store(j->dtype, dst, 0, v);
+            }
+    } else if (j->lc.trans) {
+        /* out^T (n x m) = b^T a^T: each operand's transposition flips. */
+        gemm(j->dtype, !j->lb.trans, !j->la.trans, j->n, j->m, j->k, b, j->lb.ld, a, j->la.ld,
+             beta, c, j->lc.ld);
+    } else {
+        gemm(j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b, j->lb.ld, beta,
+             c, j->lc.ld);
+    }
+}
+
+static int64_t scratch_bytes(const gemm_job *j)
+{
+    return ((j->la.copy ? j->m * j->k : 0) + (j->lb.copy ? j->k * j->n : 0) +
+            (j->lc.copy ? j->m * j->n : 0)) *
+           j->elsize;
+}
+
+/* Products below this many multiply-adds gain more from one thread per
+ * product than from OpenBLAS threading each. */
+#define SMALL_GEMM (1 << 22)
+
+int cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
+{
+    if (out->dtype != AWL_F32 && out->dtype != AWL_F64)
+        return awl_error(AWL_ERR_INVALID, "awl_cpu matmul: %s is not supported (float32, float64)",
+                         awl_dtype_name(out->dtype));
+    gemm_job j;
+    j.dtype = out->dtype;
+    j.elsize = (int64_t)awl_dtype_size(out->dtype);
+    j.accumulate = accumulate;
+    j.nbatch_dims = out->ndim - 2;
+    j.nbatch = 1;
+    for (int d = 0; d < j.nbatch_dims; d++) {
+        j.bshape[d] = out->shape[d];
+        j.nbatch *= out->shape[d];
+    }
+    mat_from_view(&j.a, a);
+    mat_from_view(&j.b, b);
+    mat_from_view(&j.c, out);
+    j.m = j.c.rows;
+    j.n = j.c.cols;
+    j.k = j.a.cols;
+    if (j.nbatch == 0 || j.m == 0 || j.n == 0) return AWL_OK;
+    if (j.k == 0) return accumulate ? AWL_OK : cpu_fill(out, 0.0);
+    j.la = layout_of(&j.a);
+    j.lb = layout_of(&j.b);
+    j.lc = layout_of(&j.c);
+
+    int64_t bytes = scratch_bytes(&j);
+    int64_t macs = j.m * j.n * j.k;
+    int nt = j.nbatch > 1 && macs < SMALL_GEMM ? cpu_threads_for(j.nbatch * macs, 1 << 16) : 1;
+    if (nt > j.nbatch) nt = (int)j.nbatch;
+    char *scratch = NULL;
+    if (bytes) {
+        scratch = malloc((size_t)(bytes * nt));
+        if (!scratch)
+            return awl_error(AWL_ERR_OOM, "awl_cpu matmul: out of memory for %lld bytes of scratch",
+                             (long long)(bytes * nt));
+    }
+    if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < j.nbatch; i++) {
+            char *mine = scratch ? scratch + bytes * omp_get_thread_num() : NULL;
+            run_one(&j, i, mine);
+        }
+    } else {
+        for (int64_t i = 0; i < j.nbatch; i++) run_one(&j, i, scratch);
+    }
+    free(scratch);
+    return AWL_OK;
+}
