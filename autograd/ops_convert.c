@@ -1,0 +1,46 @@
+/*
+ * autograd/ops_convert.c - changing a tensor's dtype or device.
+ *
+ * Both are copies whose backward is the opposite copy: the gradient of a
+ * cast comes back in the input's dtype (the engine casts nothing itself), and
+ * the gradient of a device transfer comes back on the input's device, so a
+ * model split across devices trains like any other. Casting to int32 ends
+ * the graph: integers carry no gradient.
+ */
+#include "autograd/ops_common.h"
+
+/* ---- cast: x (...) -> out (...) in dtype ---------------------------------------- */
+
+static int cast_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    grads[0] = awl_cast(grad, node->inputs[0].dtype);
+    return AWL_OK;
+}
+
+awl_tensor *awl_cast(awl_tensor *x, awl_dtype dtype)
+{
+    awl_tensor *out = awl_tensor_cast(x, dtype);
+    if (out != x && awl_dtype_is_float(dtype))
+        awl_node_record(out, "cast", cast_backward, 1, &x, 0);
+    return out;
+}
+
+/* ---- to: x (...) on one device -> out (...) on another ------------------------------ */
+
+#define DEVICE_NAME_MAX 32
+
+/* ctx: the input's device name. */
+static int to_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    grads[0] = awl_to(grad, awl_node_ctx(node));
+    return AWL_OK;
+}
+
+awl_tensor *awl_to(awl_tensor *x, const char *device)
+{
+    awl_tensor *out = awl_tensor_to_device(x, device);
+    if (out == x) return out;
+    awl_node *node = awl_node_record(out, "to", to_backward, 1, &x, DEVICE_NAME_MAX);
+    if (node) awl_tensor_device_name(x, awl_node_ctx(node), DEVICE_NAME_MAX);
+    return out;
+}
