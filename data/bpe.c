@@ -24,11 +24,11 @@
  * counted fewer than twice once its pass is over is never worth a merge.
  * Total work: O(n log n) for a text of n bytes, whatever the vocabulary.
  *
- * Encoding uses the same list, with a min-heap of (rank, position) holding
- * every adjacent pair that has a merge: popping gives the lowest rank and,
- * within it, the leftmost position, exactly the order above. A merge only
- * creates pairs with a later rank (they contain the token just made), so a
- * rank's occurrences are all in the heap before the first of them is popped.
+ * Encoding uses the same linked list and, in place of counts, a list per
+ * merge rank of the positions where that merge may apply. Ranks are visited
+ * in order, each list left to right. A merge only creates pairs with a later
+ * rank (they contain the token just made), so every occurrence of rank r is
+ * queued before rank r is visited: O(n + vocabulary), with no heap.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -199,43 +199,30 @@ fail:
 
 /* ---- encoding ------------------------------------------------------------------ */
 
-/* A min-heap of 64-bit keys (rank << 32 | position). */
-static void min_heap_sift_down(uint64_t *h, size_t n, size_t i)
-{
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            return;
-        if (c + 1 < n && h[c + 1] < h[c])
-            c++;
-        if (h[i] <= h[c])
-            return;
-        uint64_t t = h[i];
-        h[i] = h[c];
-        h[c] = t;
-        i = c;
-    }
-}
+/* Occurrences waiting for their merge: one singly linked list per rank, in
+ * ascending position order. Entry e is position pos[e], followed by
+ * link[e]; -1 ends a list. */
+typedef struct rank_queue {
+    int32_t *head, *tail; /* per rank */
+    int32_t *pos, *link;
+    int32_t n; /* entries used */
+} rank_queue;
 
-static void min_heap_push(uint64_t *h, size_t *n, uint64_t key)
-{
-    size_t i = (*n)++;
-    h[i] = key;
-    while (i > 0 && h[(i - 1) / 2] > h[i]) {
-        uint64_t t = h[i];
-        h[i] = h[(i - 1) / 2];
-        h[(i - 1) / 2] = t;
-        i = (i - 1) / 2;
-    }
-}
-
-/* Pushes the pair starting at position i when it has a merge. */
-static void push_mergeable(const awl_tokenizer *tok, const int32_t *ids, const int32_t *next,
-                           uint64_t *heap, size_t *n, int32_t i)
+/* Queues the pair starting at position i when it has a merge. */
+static void queue_mergeable(const awl_tokenizer *tok, rank_queue *q, const int32_t *ids,
+                            const int32_t *next, int32_t i)
 {
     int32_t r = awl_pair_map_get(&tok->merge_rank, ids[i], ids[next[i]]);
-    if (r >= 0)
-        min_heap_push(heap, n, ((uint64_t)r << 32) | (uint32_t)i);
+    if (r < 0)
+        return;
+    int32_t e = q->n++;
+    q->pos[e] = i;
+    q->link[e] = -1;
+    if (q->tail[r] < 0)
+        q->head[r] = e;
+    else
+        q->link[q->tail[r]] = e;
+    q->tail[r] = e;
 }
 
 int awl_bpe_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len, int32_t *out,
@@ -245,55 +232,64 @@ int awl_bpe_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len, in
     if (len == 0)
         return 0;
     /* ids[i] is the token starting at byte i, -1 once merged into its left
-     * neighbour. Each merge pops one heap entry and pushes at most two, so
-     * the heap never holds more than 2 * len entries. */
+     * neighbour. The queue takes len - 1 entries at first and at most two
+     * per merge after, so never more than 3 * len. */
+    size_t n_ranks = (size_t)tok->n_merges + 1;
     int32_t *ids = malloc(len * sizeof *ids);
     int32_t *prev = malloc(len * sizeof *prev);
     int32_t *next = malloc(len * sizeof *next);
-    uint64_t *heap = malloc(2 * len * sizeof *heap);
-    if (!ids || !prev || !next || !heap) {
-        free(ids);
-        free(prev);
-        free(next);
-        free(heap);
-        return awl_error(AWL_ERR_OOM, "awl_tokenizer_encode: out of memory for %zu bytes", len);
+    rank_queue q = {
+        .head = malloc(n_ranks * sizeof *q.head),
+        .tail = malloc(n_ranks * sizeof *q.tail),
+        .pos = malloc(3 * len * sizeof *q.pos),
+        .link = malloc(3 * len * sizeof *q.link),
+    };
+    int rc = 0;
+    if (!ids || !prev || !next || !q.head || !q.tail || !q.pos || !q.link) {
+        rc = awl_error(AWL_ERR_OOM, "awl_tokenizer_encode: out of memory for %zu bytes", len);
+        goto done;
     }
+    memset(q.head, 0xff, n_ranks * sizeof *q.head); /* all -1 */
+    memset(q.tail, 0xff, n_ranks * sizeof *q.tail);
     int32_t last = (int32_t)len - 1;
     for (int32_t i = 0; i <= last; i++) {
         ids[i] = text[i];
         prev[i] = i - 1;
         next[i] = i < last ? i + 1 : -1;
     }
-    size_t heap_n = 0;
     for (int32_t i = 0; i < last; i++)
-        push_mergeable(tok, ids, next, heap, &heap_n, i);
+        queue_mergeable(tok, &q, ids, next, i);
 
-    while (heap_n > 0) {
-        uint64_t top = heap[0];
-        heap[0] = heap[--heap_n];
-        min_heap_sift_down(heap, heap_n, 0);
-        int32_t r = (int32_t)(top >> 32), i = (int32_t)(uint32_t)top, j = next[i];
-        /* Stale: the tokens at i changed since the entry was pushed. */
-        if (j < 0 || ids[i] != tok->merges[2 * r] || ids[j] != tok->merges[2 * r + 1])
-            continue;
-        int32_t q = next[j];
-        ids[i] = 256 + r;
-        ids[j] = -1;
-        next[i] = q;
-        if (q >= 0)
-            prev[q] = i;
-        if (prev[i] >= 0)
-            push_mergeable(tok, ids, next, heap, &heap_n, prev[i]);
-        if (q >= 0)
-            push_mergeable(tok, ids, next, heap, &heap_n, i);
+    for (int32_t r = 0; r < tok->n_merges; r++) {
+        int32_t a = tok->merges[2 * r], b = tok->merges[2 * r + 1];
+        /* New entries go to later ranks, never to this list. */
+        for (int32_t e = q.head[r]; e >= 0; e = q.link[e]) {
+            int32_t i = q.pos[e], j = next[i];
+            if (ids[i] != a || j < 0 || ids[j] != b) /* stale: changed since queued */
+                continue;
+            int32_t k = next[j];
+            ids[i] = 256 + r;
+            ids[j] = -1;
+            next[i] = k;
+            if (k >= 0)
+                prev[k] = i;
+            if (prev[i] >= 0)
+                queue_mergeable(tok, &q, ids, next, prev[i]);
+            if (k >= 0)
+                queue_mergeable(tok, &q, ids, next, i);
+        }
     }
     for (int32_t i = 0; i >= 0; i = next[i])
         out[(*n)++] = ids[i];
+done:
     free(ids);
     free(prev);
     free(next);
-    free(heap);
-    return 0;
+    free(q.head);
+    free(q.tail);
+    free(q.pos);
+    free(q.link);
+    return rc;
 }
 
 /* ---- training --------------------------------------------------------------------- */

@@ -18,7 +18,8 @@
  *   - the same seed gives the same batches, on any device and thread count;
  *   - evaluating validation batches does not shift the training stream;
  *   - a checkpoint restores the stream by storing seed and the two positions.
- * The modulo's bias is below (tokens / 2^64): invisible.
+ * The modulo's bias is below (tokens / 2^64): invisible. Only the low 32
+ * bits of k reach the counter, so a stream repeats after 2^32 batches.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +44,7 @@ struct awl_text_dataset {
 };
 
 static const char *const OPEN = "awl_text_dataset_open";
+static const char *const FROM_TEXT = "awl_text_dataset_from_text";
 
 static const char *split_name(awl_split split) { return split == AWL_SPLIT_TRAIN ? "train" : "val"; }
 
@@ -105,35 +107,37 @@ static int read_file(const char *path, char **text, size_t *len)
     return 0;
 }
 
-/* Re-records the last error with `where` in front, so that an encoding
- * failure names the file it came from. */
-static int prefix_error(const char *where)
+/* Re-records the last error with `op` and `where` in front, so that an
+ * encoding failure names the file it came from. */
+static int prefix_error(const char *op, const char *where)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", awl_last_error());
-    return awl_error(awl_last_error_code(), "%s: %s: %s", OPEN, where, msg);
+    return awl_error(awl_last_error_code(), "%s: %s: %s", op, where, msg);
 }
 
-/* The dataset over text; `where` names its source in messages. */
+/* The dataset over text; `op` is the public function, `where` names the
+ * source in messages. */
 static awl_text_dataset *dataset_new(const char *text, size_t len, const awl_tokenizer *tok,
-                                     int block, double train_fraction, const char *where)
+                                     int block, double train_fraction, const char *op,
+                                     const char *where)
 {
     if (block < 1) {
-        awl_error(AWL_ERR_INVALID, "%s: block must be at least 1, got %d", OPEN, block);
+        awl_error(AWL_ERR_INVALID, "%s: block must be at least 1, got %d", op, block);
         return NULL;
     }
     if (!(train_fraction > 0 && train_fraction <= 1)) {
-        awl_error(AWL_ERR_INVALID, "%s: train_fraction must be in (0, 1], got %g", OPEN,
+        awl_error(AWL_ERR_INVALID, "%s: train_fraction must be in (0, 1], got %g", op,
                   train_fraction);
         return NULL;
     }
     if (len == 0) {
-        awl_error(AWL_ERR_INVALID, "%s: %s is empty", OPEN, where);
+        awl_error(AWL_ERR_INVALID, "%s: %s is empty", op, where);
         return NULL;
     }
     awl_text_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) {
-        awl_error(AWL_ERR_OOM, "%s: out of memory", OPEN);
+        awl_error(AWL_ERR_OOM, "%s: out of memory", op);
         return NULL;
     }
     ds->block = block;
@@ -145,7 +149,7 @@ static awl_text_dataset *dataset_new(const char *text, size_t len, const awl_tok
             goto fail;
     }
     if (awl_tokenizer_encode(ds->tok, text, len, &ds->tokens, &ds->n_tokens) != 0) {
-        prefix_error(where);
+        prefix_error(op, where);
         goto fail;
     }
     /* nanoGPT's split: int(n * 0.9) tokens train. */
@@ -155,7 +159,7 @@ static awl_text_dataset *dataset_new(const char *text, size_t len, const awl_tok
         awl_error(AWL_ERR_INVALID,
                   "%s: %s is too short: %zu tokens split into %zu (train) and %zu (val), but a "
                   "non-empty split needs block + 1 = %d",
-                  OPEN, where, ds->n_tokens, ds->n_train, n_val, block + 1);
+                  op, where, ds->n_tokens, ds->n_train, n_val, block + 1);
         goto fail;
     }
     return ds;
@@ -180,7 +184,7 @@ awl_text_dataset *awl_text_dataset_open(const char *path, const awl_tokenizer *t
     awl_text_dataset *ds = NULL;
     if (where) {
         snprintf(where, where_len, "'%s'", path);
-        ds = dataset_new(text, len, tok, block, train_fraction, where);
+        ds = dataset_new(text, len, tok, block, train_fraction, OPEN, where);
     } else {
         awl_error(AWL_ERR_OOM, "%s: out of memory", OPEN);
     }
@@ -194,10 +198,10 @@ awl_text_dataset *awl_text_dataset_from_text(const char *text, size_t len,
                                              double train_fraction)
 {
     if (!text && len > 0) {
-        awl_error(AWL_ERR_INVALID, "%s: text is NULL", OPEN);
+        awl_error(AWL_ERR_INVALID, "%s: text is NULL", FROM_TEXT);
         return NULL;
     }
-    return dataset_new(text, len, tok, block, train_fraction, "the text");
+    return dataset_new(text, len, tok, block, train_fraction, FROM_TEXT, "the text");
 }
 
 void awl_text_dataset_free(awl_text_dataset *ds)
@@ -286,7 +290,8 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_split split, int batch, con
                          split_name(split));
 
     size_t count = (size_t)batch * block;
-    int32_t *host = malloc(2 * count * sizeof *host);
+    int32_t *host = count <= SIZE_MAX / (2 * sizeof *host) ? malloc(2 * count * sizeof *host)
+                                                            : NULL;
     if (!host)
         return awl_error(AWL_ERR_OOM, "awl_text_dataset_batch: out of memory for (%d,%zu)", batch,
                          block);
