@@ -76,8 +76,10 @@ const char *awl_tokenizer_kind(const awl_tokenizer *tok);
 
 /* Encodes text[0..len) into *ids (malloc'd, *n of them; the caller frees
  * with free) and returns 0. A char tokenizer fails with AWL_ERR_INVALID on a
- * byte outside its vocabulary, naming the byte and its offset. On failure
- * *ids is NULL and *n is 0. */
+ * byte outside its vocabulary, naming the byte and its offset; BPE takes at
+ * most 2 GiB per call and about 36 bytes of working memory per input byte.
+ * On failure *ids is NULL and *n is 0. A tokenizer is never changed after it
+ * is made, so threads may share one. */
 int awl_tokenizer_encode(const awl_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                          size_t *n);
 
