@@ -1,0 +1,21 @@
+/*
+ * awl.h - everything a program using awl needs, in one include.
+ *
+ *   common/   errors, dtypes, the Philox generator
+ *   backends/ the device interface (backend.h) and its CPU and CUDA tables
+ *   tensor/   the strided tensor, scopes, creation, raw compute
+ *   autograd/ differentiable ops, the backward engine, checkpointing
+ *   nn/       modules, the GPT, optimizers, schedules, checkpoints
+ *   data/     tokenizers and text datasets
+ *
+ * docs/architecture.md walks through the layers.
+ */
+#ifndef AWL_H
+#define AWL_H
+
+#include "common/error.h"
+#include "tensor/tensor.h"
+#include "autograd/autograd.h"
+#include "nn/param.h"
+
+#endif

@@ -1,0 +1,317 @@
+/*
+ * tests/test_autograd.c - the backward engine: accumulation, retain_graph,
+ * no-grad, detach, hooks, awl_grad, create_graph, and memory behaviour
+ * (bytes in use stay flat across steps; saved tensors die during backward).
+ *
+ * Per-op gradients are checked in the tests/test_ops_*.c suites.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "awl.h"
+
+static void setup(void) { awl_clear_error(); }
+
+/* Element i (row-major) of t, as a double. */
+static double at(awl_tensor *t, int64_t i)
+{
+    awl_scope_begin();
+    awl_tensor *flat = awl_tensor_reshape(t, AWL_SHAPE(-1));
+    double v = awl_item(awl_tensor_slice(flat, 0, i, i + 1, 1));
+    awl_scope_end();
+    return v;
+}
+
+static awl_tensor *leaf(const double *values, int64_t n)
+{
+    return awl_requires_grad_(awl_from_data(values, 1, &n, AWL_F64, "cpu"), true);
+}
+
+START_TEST(test_simple_and_accumulation)
+{
+    awl_tensor *x = leaf((double[]){1, 2, 3}, 3);
+    for (int pass = 1; pass <= 2; pass++) {
+        awl_scope_begin();
+        /* y = sum(x * x + 3 x): dy/dx = 2x + 3, accumulated over two passes */
+        awl_tensor *y = awl_sum_all(awl_add(awl_mul(x, x), awl_mul_scalar(x, 3)));
+        ck_assert_int_eq(awl_backward(y), 0);
+        awl_scope_end();
+        for (int i = 0; i < 3; i++) ck_assert_double_eq_tol(at(x->grad, i), pass * (2 * (i + 1) + 3), 1e-12);
+    }
+    awl_release(x);
+}
+END_TEST
+
+START_TEST(test_shared_input_and_broadcast)
+{
+    awl_tensor *b = leaf((double[]){1, 2}, 2);
+    awl_scope_begin();
+    /* b broadcast over 3 rows and used twice: d/db sum(m + b) * b... */
+    awl_tensor *m = awl_ones(AWL_SHAPE(3, 2), AWL_F64, "cpu");
+    awl_tensor *y = awl_sum_all(awl_mul(awl_add(m, b), b)); /* sum_rows (1 + b) b = 3 (b + b^2) */
+    ck_assert_int_eq(awl_backward(y), 0);
+    ck_assert_int_eq(b->grad->ndim, 1);
+    ck_assert_double_eq_tol(at(b->grad, 0), 3 * (1 + 2 * 1), 1e-12);
+    ck_assert_double_eq_tol(at(b->grad, 1), 3 * (1 + 2 * 2), 1e-12);
+    awl_scope_end();
+    awl_release(b);
+}
+END_TEST
+
+START_TEST(test_retain_graph)
+{
+    awl_tensor *x = leaf((double[]){2}, 1);
+    awl_scope_begin();
+    awl_tensor *y = awl_sum_all(awl_mul(x, x));
+    awl_backward_options keep = {.retain_graph = true};
+    ck_assert_int_eq(awl_backward_ex(y, &keep), 0);
+    ck_assert_int_eq(awl_backward(y), 0); /* the graph was kept */
+    ck_assert_double_eq(at(x->grad, 0), 8);
+    ck_assert_int_lt(awl_backward(y), 0); /* now its saved tensors are gone */
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "retain_graph"));
+    awl_scope_end();
+    awl_release(x);
+}
+END_TEST
+
+START_TEST(test_no_grad_and_detach)
+{
+    awl_tensor *x = leaf((double[]){1, 2}, 2);
+    awl_scope_begin();
+    awl_no_grad_begin();
+    awl_tensor *a = awl_mul(x, x);
+    awl_no_grad_begin();
+    awl_no_grad_end();
+    ck_assert(!awl_is_grad_enabled()); /* nested regions restore the outer state */
+    awl_no_grad_end();
+    ck_assert(awl_is_grad_enabled());
+    ck_assert(!a->requires_grad);
+    ck_assert_ptr_null(a->grad_fn);
+    awl_tensor *d = awl_detach(awl_mul(x, x));
+    ck_assert(!d->requires_grad);
+    awl_tensor *y = awl_sum_all(awl_mul(x, d)); /* d is a constant: dy/dx = d = x^2 */
+    ck_assert_int_eq(awl_backward(y), 0);
+    ck_assert_double_eq(at(x->grad, 1), 4);
+    ck_assert_int_lt(awl_backward(awl_sum_all(a)), 0);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "does not require grad"));
+    ck_assert_ptr_null(awl_requires_grad_(y, true)); /* only leaves */
+    ck_assert_ptr_null(awl_requires_grad_(awl_zeros(AWL_SHAPE(1), AWL_I32, "cpu"), true));
+    awl_scope_end();
+    awl_release(x);
+}
+END_TEST
+
+static int hook_calls;
+static double hook_seen;
+
+static void count_hook(awl_tensor *leaf_tensor, void *user)
+{
+    hook_calls++;
+    hook_seen = at(leaf_tensor->grad, 0);
+    *(int *)user += 1;
+}
+
+START_TEST(test_hooks_fire_once_when_complete)
+{
+    awl_tensor *x = leaf((double[]){3}, 1);
+    int mine = 0;
+    hook_calls = 0;
+    ck_assert_int_eq(awl_register_grad_hook(x, count_hook, &mine), 0);
+    awl_scope_begin();
+    /* x reaches the loss along three paths; the hook sees the full sum */
+    awl_tensor *y = awl_sum_all(awl_add(awl_mul(x, x), awl_mul_scalar(x, 5)));
+    ck_assert_int_eq(awl_backward(y), 0);
+    awl_scope_end();
+    ck_assert_int_eq(hook_calls, 1);
+    ck_assert_int_eq(mine, 1);
+    ck_assert_double_eq(hook_seen, 2 * 3 + 5);
+    awl_release(x);
+}
+END_TEST
+
+START_TEST(test_grad_function_and_higher_order)
+{
+    awl_tensor *x = leaf((double[]){2, -1}, 2);
+    awl_scope_begin();
+    /* y = sum(x^3): dy/dx = 3 x^2, d2y/dx2 = 6 x */
+    awl_tensor *y = awl_sum_all(awl_mul(awl_mul(x, x), x));
+    awl_tensor *g[1];
+    awl_backward_options create = {.create_graph = true};
+    ck_assert_int_eq(awl_grad(y, 1, &x, g, &create), 0);
+    ck_assert_ptr_null(x->grad); /* awl_grad leaves .grad alone */
+    ck_assert_double_eq_tol(at(g[0], 0), 12, 1e-12);
+    ck_assert(g[0]->requires_grad);
+    ck_assert_int_eq(awl_backward(awl_sum_all(g[0])), 0);
+    ck_assert_double_eq_tol(at(x->grad, 0), 12, 1e-12);
+    ck_assert_double_eq_tol(at(x->grad, 1), -6, 1e-12);
+    awl_scope_end();
+    awl_release(x);
+}
+END_TEST
+
+START_TEST(test_non_scalar_root)
+{
+    awl_tensor *x = leaf((double[]){1, 2}, 2);
+    awl_scope_begin();
+    awl_tensor *y = awl_mul(x, x);
+    ck_assert_int_lt(awl_backward(y), 0);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "only for a scalar"));
+    awl_backward_options o = {.grad = awl_from_data((double[]){1, 10}, AWL_SHAPE(2), AWL_F64, "cpu")};
+    ck_assert_int_eq(awl_backward_ex(y, &o), 0);
+    ck_assert_double_eq(at(x->grad, 1), 40);
+    awl_scope_end();
+    awl_release(x);
+}
+END_TEST
+
+START_TEST(test_null_propagates_first_error)
+{
+    awl_scope_begin();
+    awl_tensor *a = awl_zeros(AWL_SHAPE(2, 3), AWL_F32, "cpu");
+    awl_tensor *b = awl_zeros(AWL_SHAPE(4, 3), AWL_F32, "cpu");
+    awl_tensor *y = awl_sum_all(awl_exp(awl_mul(awl_add(a, b), a)));
+    ck_assert_ptr_null(y);
+    ck_assert_str_eq(awl_last_error(), "awl_add: shapes (2,3) and (4,3) cannot be broadcast");
+    ck_assert_int_lt(awl_backward(y), 0);
+    ck_assert_str_eq(awl_last_error(), "awl_add: shapes (2,3) and (4,3) cannot be broadcast");
+    awl_scope_end();
+}
+END_TEST
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+typedef struct mlp {
+    awl_tensor *w1, *w2;
+} mlp;
+
+/* A two-layer MLP's loss: mean((tanh(x W1) W2)^2). */
+static awl_tensor *mlp_loss(const mlp *m, awl_tensor *x)
+{
+    return awl_mean_all(awl_pow(awl_matmul(awl_tanh(awl_matmul(x, m->w1)), m->w2), 2));
+}
+
+static int64_t in_use(void)
+{
+    awl_memory_stats s;
+    awl_memory_get_stats("cpu", &s);
+    return s.in_use;
+}
+
+START_TEST(test_memory_flat_across_steps)
+{
+    awl_manual_seed(1);
+    mlp m = {awl_requires_grad_(awl_randn(AWL_SHAPE(64, 128), AWL_F32, "cpu"), true),
+             awl_requires_grad_(awl_randn(AWL_SHAPE(128, 16), AWL_F32, "cpu"), true)};
+    int64_t after_first = 0;
+    for (int step = 0; step < 100; step++) {
+        awl_scope_begin();
+        awl_tensor *x = awl_randn(AWL_SHAPE(32, 64), AWL_F32, "cpu");
+        awl_tensor *loss = awl_keep(mlp_loss(&m, x));
+        awl_scope_end();
+        ck_assert_int_eq(awl_backward(loss), 0);
+        awl_release(loss);
+        /* an SGD step in place, then clear */
+        awl_tensor *ps[2] = {m.w1, m.w2};
+        for (int i = 0; i < 2; i++) {
+            awl_scope_begin();
+            awl_tensor_binary_out(AWL_BINARY_SUB, ps[i], ps[i],
+                                  awl_tensor_unary(AWL_UNARY_MUL_SCALAR, ps[i]->grad, 1e-3));
+            awl_scope_end();
+            awl_tensor_fill_(ps[i]->grad, 0);
+        }
+        if (step == 0) after_first = in_use();
+        else ck_assert_int_eq(in_use(), after_first);
+    }
+    awl_release(m.w1);
+    awl_release(m.w2);
+}
+END_TEST
+
+START_TEST(test_backward_frees_activations)
+{
+    /* a deep chain: peak during backward must stay below the peak after
+     * forward plus the gradients, i.e. saved activations die as backward
+     * passes them */
+    awl_manual_seed(2);
+    enum { DEPTH = 16, WIDTH = 256 };
+    awl_tensor *w[DEPTH];
+    for (int i = 0; i < DEPTH; i++) {
+        awl_scope_begin();
+        awl_tensor *init = awl_mul_scalar(awl_randn(AWL_SHAPE(WIDTH, WIDTH), AWL_F32, "cpu"), 0.05);
+        w[i] = awl_requires_grad_(awl_keep(init), true);
+        awl_scope_end();
+    }
+    int64_t base = in_use();
+    awl_scope_begin();
+    awl_tensor *h = awl_randn(AWL_SHAPE(64, WIDTH), AWL_F32, "cpu");
+    for (int i = 0; i < DEPTH; i++) h = awl_tanh(awl_matmul(h, w[i]));
+    awl_tensor *loss = awl_keep(awl_mean_all(h));
+    awl_scope_end();
+    int64_t after_forward = in_use();
+    int64_t grads = (int64_t)DEPTH * WIDTH * WIDTH * 4;
+    awl_memory_reset_peak("cpu");
+    ck_assert_int_eq(awl_backward(loss), 0);
+    awl_memory_stats s;
+    awl_memory_get_stats("cpu", &s);
+    ck_assert_int_lt(s.peak, after_forward + grads);
+    ck_assert_int_gt(after_forward, base); /* activations were alive */
+    awl_release(loss);
+    for (int i = 0; i < DEPTH; i++) {
+        awl_clear_grad(w[i]);
+        awl_release(w[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_determinism)
+{
+    double first[8];
+    for (int run = 0; run < 2; run++) {
+        awl_manual_seed(1234);
+        mlp m = {awl_requires_grad_(awl_randn(AWL_SHAPE(64, 128), AWL_F32, "cpu"), true),
+                 awl_requires_grad_(awl_randn(AWL_SHAPE(128, 16), AWL_F32, "cpu"), true)};
+        awl_scope_begin();
+        awl_tensor *loss = mlp_loss(&m, awl_randn(AWL_SHAPE(32, 64), AWL_F32, "cpu"));
+        awl_backward(loss);
+        double got[8];
+        awl_to_host(awl_cast(awl_slice(awl_reshape(m.w1->grad, AWL_SHAPE(-1)), 0, 0, 8, 1), AWL_F64), got, sizeof got);
+        if (run == 0) memcpy(first, got, sizeof got);
+        else ck_assert_mem_eq(first, got, sizeof got);
+        awl_scope_end();
+        awl_release(m.w1);
+        awl_release(m.w2);
+    }
+}
+END_TEST
+
+static Suite *autograd_suite(void)
+{
+    Suite *s = suite_create("autograd");
+    TCase *tc = tcase_create("engine");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_simple_and_accumulation);
+    tcase_add_test(tc, test_shared_input_and_broadcast);
+    tcase_add_test(tc, test_retain_graph);
+    tcase_add_test(tc, test_no_grad_and_detach);
+    tcase_add_test(tc, test_hooks_fire_once_when_complete);
+    tcase_add_test(tc, test_grad_function_and_higher_order);
+    tcase_add_test(tc, test_non_scalar_root);
+    tcase_add_test(tc, test_null_propagates_first_error);
+    tcase_add_test(tc, test_memory_flat_across_steps);
+    tcase_add_test(tc, test_backward_frees_activations);
+    tcase_add_test(tc, test_determinism);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(autograd_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
