@@ -401,8 +401,10 @@ awl_tensor *awl_tensor_wrap(awl_storage *storage, int ndim, const int64_t *shape
     awl_tensor *t = awl_xcalloc(1, sizeof *t);
     t->refcount = 1;
     t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+    if (ndim > 0) { /* a 0-d tensor may come with NULL shape and strides */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+        memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+    }
     t->offset = offset;
     t->dtype = dtype;
     t->storage = storage;
