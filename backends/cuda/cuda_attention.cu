@@ -1,0 +1,507 @@
+/*
+ * backends/cuda/cuda_attention.cu - scaled dot-product attention, forward and
+ * backward, flash-attention style (Dao et al., 2022; Dao, 2023).
+ *
+ * q, k, v, out (B, H, T, D), strided along B, H, T with D contiguous (the
+ * slices of a fused qkv projection are read in place); lse (B, H, T) float32
+ * is the log-sum-exp of each row of scaled scores, saved for backward.
+ * No T x T matrix ever reaches global memory: a block owns 64 rows of one
+ * (b, h) and walks the other side in tiles of 64, keeping its tiles in shared
+ * memory (rows padded by 4 floats so 16-byte reads are conflict-free).
+ *
+ * Thread layout (256 threads, all three kernels): thread (tr, tc) = (tid / 16,
+ * tid % 16) owns the 4 x 4 scores of rows tr + 16 i and columns tc + 16 j,
+ * and the output columns 4 tc + 64 e + u (u < 4) of its 4 rows. A row's 16
+ * owners are 16 adjacent lanes, so row maxima and sums are 4 shuffles.
+ *
+ *   forward (grid: query tiles x B*H): S = (scale q) k^T for one key tile,
+ *     online softmax (running max m, sum l, rescaled output), O += P v
+ *     through a 64 x 64 P tile in shared memory; out = O / l, lse = m + ln l.
+ *     Causal blocks stop at the diagonal tile; the heaviest start first.
+ *   backward, with Di = rowsum(dO * O) precomputed (one warp per row):
+ *     dK/dV kernel (grid: key tiles x B*H) walks the query tiles, recomputes
+ *     P = exp(S - lse) and dS = P (dP - Di) with dP = dO v^T, and accumulates
+ *     dV += P^T dO and dK += dS^T (scale q) in registers;
+ *     dQ kernel (grid: query tiles x B*H) walks the key tiles and accumulates
+ *     dQ += dS k, then scales by `scale`.
+ *   Splitting dQ from dK/dV recomputes S and dP once more (7 tile products
+ *   instead of 5), the price of determinism: the usual single kernel adds dQ
+ *   across key tiles with float atomics, whose order varies from run to run.
+ *
+ * This is the plain CUDA-core rung of the kernel ladder (docs/cuda.md): FFMA
+ * on float tiles; bf16 inputs are widened to float in shared memory. Tensor
+ * cores (mma.sync / wgmma) are the next rung. D up to 128 (tiles padded to 64
+ * or 128 columns); float32 and bfloat16; anything else AWL_ERR_UNSUPPORTED.
+ */
+#include "backends/cuda/cuda_common.cuh"
+
+namespace {
+
+const int TILE = 64;
+const int ATT_THREADS = 256;
+const int PAD = 4;
+
+/* A (B, H, T, D) tensor: base pointer and strides along B, H, T. */
+template <typename T> struct heads {
+    T *p;
+    int64_t sb, sh, st;
+};
+
+struct lse_ref {
+    float *p;
+    int64_t sb, sh, st;
+};
+
+struct att_dims {
+    int B, H, T, D;
+    float scale;
+    bool causal;
+};
+
+template <typename T>
+__device__ __forceinline__ const T *row_ptr(const heads<T> &x, int b, int h, int t)
+{
+    return x.p + b * x.sb + h * x.sh + (int64_t)t * x.st;
+}
+
+/* Loads rows [t0, t0 + 64) of one head into tile[64][DP + PAD] as floats,
+ * times mul; rows past T and columns past D are zero. */
+template <int DP, typename T>
+__device__ __forceinline__ void load_tile(float *tile, const heads<T> &x, int b, int h, int t0,
+                                          const att_dims &a, float mul)
+{
+    for (int idx = threadIdx.x; idx < TILE * DP; idx += ATT_THREADS) {
+        int r = idx / DP, d = idx % DP, t = t0 + r;
+        float v = 0.0f;
+        if (t < a.T && d < a.D) v = awlc_cast<float>(row_ptr(x, b, h, t)[d]) * mul;
+        tile[r * (DP + PAD) + d] = v;
+    }
+}
+
+/* s[i][j] = dot(A row (tr + 16 i), B row (tc + 16 j)) over DP columns. */
+template <int DP>
+__device__ __forceinline__ void tile_scores(const float *A, const float *Bm, int tr, int tc,
+                                            float s[4][4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+    for (int d = 0; d < DP; d += 4) {
+        float4 a[4], bv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) a[i] = *(const float4 *)&A[(tr + 16 * i) * (DP + PAD) + d];
+#pragma unroll
+        for (int j = 0; j < 4; j++) bv[j] = *(const float4 *)&Bm[(tc + 16 * j) * (DP + PAD) + d];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                s[i][j] += a[i].x * bv[j].x + a[i].y * bv[j].y + a[i].z * bv[j].z + a[i].w * bv[j].w;
+    }
+}
+
+/* acc[i][e*4+u] += sum_c W[row tr+16i][c] * M[c][4 tc + 64 e + u] over the
+ * 64 columns of W (a 64 x (64 + PAD) tile). */
+template <int DP>
+__device__ __forceinline__ void tile_accumulate(const float *W, const float *M, int tr, int tc,
+                                                float acc[4][DP / 16])
+{
+    for (int c = 0; c < TILE; c += 4) {
+        float4 w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = *(const float4 *)&W[(tr + 16 * i) * (TILE + PAD) + c];
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+#pragma unroll
+            for (int e = 0; e < DP / 64; e++) {
+                float4 m = *(const float4 *)&M[(c + cc) * (DP + PAD) + 4 * tc + 64 * e];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float wi = cc == 0 ? w[i].x : cc == 1 ? w[i].y : cc == 2 ? w[i].z : w[i].w;
+                    acc[i][4 * e + 0] += wi * m.x;
+                    acc[i][4 * e + 1] += wi * m.y;
+                    acc[i][4 * e + 2] += wi * m.z;
+                    acc[i][4 * e + 3] += wi * m.w;
+                }
+            }
+        }
+    }
+}
+
+/* Writes acc (rows t0 + tr + 16 i, scaled by mul[i]) to x, skipping rows
+ * past T and columns past D. */
+template <int DP, typename T>
+__device__ __forceinline__ void store_rows(const heads<T> &x, int b, int h, int t0,
+                                           const att_dims &a, int tr, int tc,
+                                           const float acc[4][DP / 16], const float mul[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int t = t0 + tr + 16 * i;
+        if (t >= a.T) continue;
+        T *row = x.p + b * x.sb + h * x.sh + (int64_t)t * x.st;
+#pragma unroll
+        for (int e = 0; e < DP / 64; e++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int d = 4 * tc + 64 * e + u;
+                if (d < a.D) row[d] = awlc_cast<T>(acc[i][4 * e + u] * mul[i]);
+            }
+    }
+}
+
+__device__ __forceinline__ float row_max16(float v)
+{
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float row_sum16(float v)
+{
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ bool visible(int q, int k, const att_dims &a)
+{
+    return k < a.T && q < a.T && (!a.causal || k <= q);
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(ATT_THREADS)
+attn_fwd_kernel(heads<T> out, lse_ref lse, heads<T> q, heads<T> k, heads<T> v, att_dims a)
+{
+    extern __shared__ float sm[];
+    float *Qs = sm, *Ks = Qs + TILE * (DP + PAD), *Vs = Ks + TILE * (DP + PAD);
+    float *Ps = Vs + TILE * (DP + PAD);
+    int ntiles = (a.T + TILE - 1) / TILE;
+    int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
+    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * TILE;
+    int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+
+    load_tile<DP>(Qs, q, b, h, q0, a, a.scale);
+    float o[4][DP / 16], m[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DP / 16; e++) o[i][e] = 0.0f;
+    }
+    int last = a.causal ? qt : ntiles - 1;
+    for (int kt = 0; kt <= last; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); /* the previous tile's Ks, Vs, Ps are no longer read */
+        load_tile<DP>(Ks, k, b, h, k0, a, 1.0f);
+        load_tile<DP>(Vs, v, b, h, k0, a, 1.0f);
+        __syncthreads();
+        float s[4][4];
+        tile_scores<DP>(Qs, Ks, tr, tc, s);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int qi = q0 + tr + 16 * i;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (!visible(qi, k0 + tc + 16 * j, a)) s[i][j] = -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            float mn = fmaxf(m[i], row_max16(mx));
+            float alpha = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+            float rs = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float p = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - mn);
+                rs += p;
+                Ps[(tr + 16 * i) * (TILE + PAD) + tc + 16 * j] = p;
+            }
+            l[i] = l[i] * alpha + row_sum16(rs);
+            m[i] = mn;
+#pragma unroll
+            for (int e = 0; e < DP / 16; e++) o[i][e] *= alpha;
+        }
+        __syncthreads();
+        tile_accumulate<DP>(Ps, Vs, tr, tc, o);
+    }
+    float inv[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        int t = q0 + tr + 16 * i;
+        if (tc == 0 && t < a.T)
+            lse.p[b * lse.sb + h * lse.sh + (int64_t)t * lse.st] = m[i] + logf(l[i]);
+    }
+    store_rows<DP>(out, b, h, q0, a, tr, tc, o, inv);
+}
+
+/* Di = sum_d dO[i, d] O[i, d], one warp per row; Dv is (B*H*T) contiguous. */
+template <typename T>
+__global__ void attn_rowdot_kernel(float *Dv, heads<T> dout, heads<T> out, att_dims a)
+{
+    int lane = threadIdx.x % AWLC_WARP;
+    int64_t rows = (int64_t)a.B * a.H * a.T;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / AWLC_WARP; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / AWLC_WARP) {
+        int t = (int)(r % a.T), bh = (int)(r / a.T), b = bh / a.H, h = bh % a.H;
+        const T *g = row_ptr(dout, b, h, t), *o = row_ptr(out, b, h, t);
+        float s = 0.0f;
+        for (int d = lane; d < a.D; d += AWLC_WARP) s += awlc_cast<float>(g[d]) * awlc_cast<float>(o[d]);
+        s = awlc_warp_sum(s);
+        if (lane == 0) Dv[r] = s;
+    }
+}
+
+/* Loads lse and Di of rows [t0, t0 + 64) into shared memory (0 past T). */
+__device__ __forceinline__ void load_row_stats(float *ls, float *ds, const lse_ref &lse,
+                                               const float *Dv, int b, int h, int t0,
+                                               const att_dims &a)
+{
+    for (int r = threadIdx.x; r < TILE; r += ATT_THREADS) {
+        int t = t0 + r;
+        bool ok = t < a.T;
+        ls[r] = ok ? lse.p[b * lse.sb + h * lse.sh + (int64_t)t * lse.st] : 0.0f;
+        ds[r] = ok ? Dv[((int64_t)b * a.H + h) * a.T + t] : 0.0f;
+    }
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(ATT_THREADS)
+attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k, heads<T> v,
+                 lse_ref lse, const float *Dv, att_dims a)
+{
+    extern __shared__ float sm[];
+    const int TS = TILE * (DP + PAD);
+    float *Ks = sm, *Vs = Ks + TS, *Qs = Vs + TS, *dOs = Qs + TS;
+    float *Pt = dOs + TS, *dSt = Pt + TILE * (TILE + PAD);
+    float *ls = dSt + TILE * (TILE + PAD), *ds = ls + TILE;
+    int ntiles = (a.T + TILE - 1) / TILE;
+    int kt = blockIdx.x, b = blockIdx.y / a.H, h = blockIdx.y % a.H, k0 = kt * TILE;
+    int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+
+    load_tile<DP>(Ks, k, b, h, k0, a, 1.0f);
+    load_tile<DP>(Vs, v, b, h, k0, a, 1.0f);
+    float gk[4][DP / 16], gv[4][DP / 16];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < DP / 16; e++) gk[i][e] = gv[i][e] = 0.0f;
+    for (int qt = a.causal ? kt : 0; qt < ntiles; qt++) {
+        int q0 = qt * TILE;
+        __syncthreads();
+        load_tile<DP>(Qs, q, b, h, q0, a, a.scale);
+        load_tile<DP>(dOs, dout, b, h, q0, a, 1.0f);
+        load_row_stats(ls, ds, lse, Dv, b, h, q0, a);
+        __syncthreads();
+        float s[4][4], dp[4][4];
+        tile_scores<DP>(Ks, Qs, tr, tc, s);  /* S^T: keys x queries */
+        tile_scores<DP>(Vs, dOs, tr, tc, dp); /* dP^T */
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int key = tr + 16 * i, qr = tc + 16 * j;
+                float p = visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
+                Pt[key * (TILE + PAD) + qr] = p;
+                dSt[key * (TILE + PAD) + qr] = p * (dp[i][j] - ds[qr]);
+            }
+        __syncthreads();
+        tile_accumulate<DP>(Pt, dOs, tr, tc, gv);
+        tile_accumulate<DP>(dSt, Qs, tr, tc, gk);
+    }
+    const float one[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    store_rows<DP>(dk, b, h, k0, a, tr, tc, gk, one);
+    store_rows<DP>(dv, b, h, k0, a, tr, tc, gv, one);
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(ATT_THREADS)
+attn_dq_kernel(heads<T> dq, heads<T> dout, heads<T> q, heads<T> k, heads<T> v, lse_ref lse,
+               const float *Dv, att_dims a)
+{
+    extern __shared__ float sm[];
+    const int TS = TILE * (DP + PAD);
+    float *Qs = sm, *dOs = Qs + TS, *Ks = dOs + TS, *Vs = Ks + TS;
+    float *dS = Vs + TS, *ls = dS + TILE * (TILE + PAD), *ds = ls + TILE;
+    int ntiles = (a.T + TILE - 1) / TILE;
+    int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
+    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * TILE;
+    int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+
+    load_tile<DP>(Qs, q, b, h, q0, a, a.scale);
+    load_tile<DP>(dOs, dout, b, h, q0, a, 1.0f);
+    load_row_stats(ls, ds, lse, Dv, b, h, q0, a);
+    float g[4][DP / 16];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < DP / 16; e++) g[i][e] = 0.0f;
+    int last = a.causal ? qt : ntiles - 1;
+    for (int kt = 0; kt <= last; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads();
+        load_tile<DP>(Ks, k, b, h, k0, a, 1.0f);
+        load_tile<DP>(Vs, v, b, h, k0, a, 1.0f);
+        __syncthreads();
+        float s[4][4], dp[4][4];
+        tile_scores<DP>(Qs, Ks, tr, tc, s);
+        tile_scores<DP>(dOs, Vs, tr, tc, dp);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int qr = tr + 16 * i, key = tc + 16 * j;
+                float p = visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
+                dS[qr * (TILE + PAD) + key] = p * (dp[i][j] - ds[qr]);
+            }
+        __syncthreads();
+        tile_accumulate<DP>(dS, Ks, tr, tc, g);
+    }
+    const float sc[4] = {a.scale, a.scale, a.scale, a.scale};
+    store_rows<DP>(dq, b, h, q0, a, tr, tc, g, sc);
+}
+
+/* ---- host side ---------------------------------------------------------------------- */
+
+template <typename T> bool heads_of(const awl_view *v, const int64_t *shape, awl_dtype dt, heads<T> *h)
+{
+    if (v->ndim != 4 || v->dtype != dt) return false;
+    for (int d = 0; d < 4; d++)
+        if (v->shape[d] != shape[d]) return false;
+    if (shape[3] != 1 && v->strides[3] != 1) return false;
+    h->p = awlc_ptr<T>(v);
+    h->sb = v->strides[0];
+    h->sh = v->strides[1];
+    h->st = v->strides[2];
+    return true;
+}
+
+bool lse_of(const awl_view *v, const int64_t *shape, lse_ref *l)
+{
+    if (v->ndim != 3 || v->dtype != AWL_F32) return false;
+    for (int d = 0; d < 3; d++)
+        if (v->shape[d] != shape[d]) return false;
+    l->p = awlc_ptr<float>(v);
+    l->sb = v->strides[0];
+    l->sh = v->strides[1];
+    l->st = v->strides[2];
+    return true;
+}
+
+size_t fwd_smem(int DP) { return (size_t)(3 * TILE * (DP + PAD) + TILE * (TILE + PAD)) * 4; }
+size_t dkdv_smem(int DP)
+{
+    return (size_t)(4 * TILE * (DP + PAD) + 2 * TILE * (TILE + PAD) + 2 * TILE) * 4;
+}
+size_t dq_smem(int DP) { return (size_t)(4 * TILE * (DP + PAD) + TILE * (TILE + PAD) + 2 * TILE) * 4; }
+
+template <typename K> int allow_smem(K kernel, size_t bytes)
+{
+    AWLC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+             "attention shared memory");
+    return AWL_OK;
+}
+
+bool dims_ok(const int64_t *shape, att_dims *a, double scale, bool causal)
+{
+    if (shape[3] < 1 || shape[3] > 128 || shape[2] > INT32_MAX / 2 ||
+        shape[0] * shape[1] > 65535 || shape[0] * shape[1] * shape[2] > ((int64_t)1 << 40))
+        return false;
+    *a = {(int)shape[0], (int)shape[1], (int)shape[2], (int)shape[3], (float)scale, causal};
+    return true;
+}
+
+template <int DP, typename T>
+int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const heads<T> &k,
+               const heads<T> &v, const att_dims &a)
+{
+    size_t smem = fwd_smem(DP);
+    AWLC_TRY_STATUS(allow_smem(attn_fwd_kernel<DP, T>, smem));
+    dim3 grid((a.T + TILE - 1) / TILE, a.B * a.H);
+    attn_fwd_kernel<DP, T><<<grid, ATT_THREADS, smem>>>(o, l, q, k, v, a);
+    return awlc_check_launch("attention_forward");
+}
+
+template <int DP, typename T>
+int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const heads<T> &dout,
+               const heads<T> &q, const heads<T> &k, const heads<T> &v, const heads<T> &out,
+               const lse_ref &l, const att_dims &a)
+{
+    int64_t rows = (int64_t)a.B * a.H * a.T;
+    size_t dbytes = (size_t)rows * sizeof(float);
+    float *Dv = (float *)awlc_scratch_alloc(dbytes);
+    if (!Dv) return AWL_ERR_OOM;
+    int st = AWL_OK;
+    attn_rowdot_kernel<T><<<awlc_grid_for(rows * AWLC_WARP, 256), 256>>>(Dv, dout, out, a);
+    st = awlc_check_launch("attention_backward rowdot");
+    dim3 grid((a.T + TILE - 1) / TILE, a.B * a.H);
+    if (st == AWL_OK) st = allow_smem(attn_dkdv_kernel<DP, T>, dkdv_smem(DP));
+    if (st == AWL_OK) {
+        attn_dkdv_kernel<DP, T><<<grid, ATT_THREADS, dkdv_smem(DP)>>>(dk, dv, dout, q, k, v, l, Dv, a);
+        st = awlc_check_launch("attention_backward dk dv");
+    }
+    if (st == AWL_OK) st = allow_smem(attn_dq_kernel<DP, T>, dq_smem(DP));
+    if (st == AWL_OK) {
+        attn_dq_kernel<DP, T><<<grid, ATT_THREADS, dq_smem(DP)>>>(dq, dout, q, k, v, l, Dv, a);
+        st = awlc_check_launch("attention_backward dq");
+    }
+    awlc_scratch_free(Dv, dbytes);
+    return st;
+}
+
+} // namespace
+
+int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
+                           const awl_view *k, const awl_view *v, double scale, bool causal)
+{
+    const int64_t *shape = q->shape;
+    att_dims a;
+    lse_ref l;
+    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal) || !lse_of(lse, shape, &l))
+        return AWL_ERR_UNSUPPORTED;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        heads<T> ho, hq, hk, hv;
+        if (!heads_of(out, shape, q->dtype, &ho) || !heads_of(q, shape, q->dtype, &hq) ||
+            !heads_of(k, shape, q->dtype, &hk) || !heads_of(v, shape, q->dtype, &hv))
+            return AWL_ERR_UNSUPPORTED;
+        AWLC_TRY_STATUS(awlc_enter(out->data));
+        if (a.B * a.H * a.T == 0) return AWL_OK;
+        return a.D <= 64 ? fwd_launch<64>(ho, l, hq, hk, hv, a)
+                         : fwd_launch<128>(ho, l, hq, hk, hv, a);
+    };
+    if (q->dtype == AWL_F32) return run(float());
+    if (q->dtype == AWL_BF16) return run(awl_bf16());
+    return AWL_ERR_UNSUPPORTED;
+}
+
+int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
+                            const awl_view *dout, const awl_view *q, const awl_view *k,
+                            const awl_view *v, const awl_view *out, const awl_view *lse,
+                            double scale, bool causal)
+{
+    const int64_t *shape = q->shape;
+    att_dims a;
+    lse_ref l;
+    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal) || !lse_of(lse, shape, &l))
+        return AWL_ERR_UNSUPPORTED;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        heads<T> hdq, hdk, hdv, hdo, hq, hk, hv, ho;
+        awl_dtype dt = q->dtype;
+        if (!heads_of(dq, shape, dt, &hdq) || !heads_of(dk, shape, dt, &hdk) ||
+            !heads_of(dv, shape, dt, &hdv) || !heads_of(dout, shape, dt, &hdo) ||
+            !heads_of(q, shape, dt, &hq) || !heads_of(k, shape, dt, &hk) ||
+            !heads_of(v, shape, dt, &hv) || !heads_of(out, shape, dt, &ho))
+            return AWL_ERR_UNSUPPORTED;
+        AWLC_TRY_STATUS(awlc_enter(dq->data));
+        if (a.B * a.H * a.T == 0) return AWL_OK;
+        return a.D <= 64 ? bwd_launch<64>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a)
+                         : bwd_launch<128>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a);
+    };
+    if (q->dtype == AWL_F32) return run(float());
+    if (q->dtype == AWL_BF16) return run(awl_bf16());
+    return AWL_ERR_UNSUPPORTED;
+}

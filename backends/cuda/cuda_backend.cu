@@ -1,0 +1,167 @@
+/*
+ * backends/cuda/cuda_backend.cu - the "cuda" backend table, devices, errors
+ * and host copies.
+ *
+ * The table is filled once and returned by awl_cuda_backend(); every kernel
+ * lives in the file of its concept (see cuda_common.cuh). This file answers
+ * the questions about devices: how many there are (0, silently, when there is
+ * no GPU or no driver, as on CI), which one is current, and how big the chip
+ * is for sizing grids.
+ *
+ * Errors: a CUDA call that fails records AWL_ERR_DEVICE with CUDA's own error
+ * string and clears CUDA's last error, so one failed launch does not poison
+ * the message of the next unrelated call. (Faults inside a kernel, such as an
+ * illegal address, leave the context unusable: every later call reports them.)
+ */
+#include <stdio.h>
+
+#include "backends/cuda/cuda_common.cuh"
+
+int awlc_fail(cudaError_t err, const char *what)
+{
+    (void)cudaGetLastError();
+    return awl_error(AWL_ERR_DEVICE, "awl_cuda %s: %s (%s)", what, cudaGetErrorString(err),
+                     cudaGetErrorName(err));
+}
+
+int awlc_check_launch(const char *what)
+{
+    cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? AWL_OK : awlc_fail(err, what);
+}
+
+/* ---- devices ------------------------------------------------------------------- */
+
+static int device_count_cached = -1;
+static int sm_count_cached[AWLC_MAX_DEVICES];
+
+int awlc_device_count(void)
+{
+    if (device_count_cached < 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        (void)cudaGetLastError();
+        device_count_cached = n < AWLC_MAX_DEVICES ? n : AWLC_MAX_DEVICES;
+    }
+    return device_count_cached;
+}
+
+int awlc_set_device(int device)
+{
+    if (device < 0 || device >= awlc_device_count())
+        return awl_error(AWL_ERR_DEVICE, "awl_cuda: no device cuda:%d (%d present)", device,
+                         awlc_device_count());
+    int current = -1;
+    AWLC_TRY(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != device) AWLC_TRY(cudaSetDevice(device), "cudaSetDevice");
+    return AWL_OK;
+}
+
+int awlc_use_device(const void *ptr)
+{
+    if (awlc_device_count() <= 1) return 0;
+    cudaPointerAttributes attr;
+    AWLC_TRY(cudaPointerGetAttributes(&attr, ptr), "cudaPointerGetAttributes");
+    if (attr.type != cudaMemoryTypeDevice)
+        return awl_error(AWL_ERR_DEVICE, "awl_cuda: pointer %p is not device memory", ptr);
+    AWLC_TRY_STATUS(awlc_set_device(attr.device));
+    return attr.device;
+}
+
+int awlc_sm_count(void)
+{
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= AWLC_MAX_DEVICES) {
+        (void)cudaGetLastError();
+        return 132;
+    }
+    if (sm_count_cached[device] == 0) {
+        int n = 0;
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess
+            || n <= 0) {
+            (void)cudaGetLastError();
+            n = 132;
+        }
+        sm_count_cached[device] = n;
+    }
+    return sm_count_cached[device];
+}
+
+unsigned awlc_grid_for(int64_t n, int threads)
+{
+    int64_t blocks = (n + threads - 1) / threads;
+    int64_t cap = (int64_t)awlc_sm_count() * (2048 / threads) * 4;
+    if (blocks > cap) blocks = cap;
+    return blocks < 1 ? 1u : (unsigned)blocks;
+}
+
+/* ---- host copies and synchronisation ------------------------------------------------ */
+
+static int cuda_copy_from_host(int device, void *dst, const void *src, size_t nbytes)
+{
+    if (nbytes == 0) return AWL_OK;
+    AWLC_TRY_STATUS(awlc_set_device(device));
+    AWLC_TRY(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), "copy_from_host");
+    return AWL_OK;
+}
+
+static int cuda_copy_to_host(int device, void *dst, const void *src, size_t nbytes)
+{
+    if (nbytes == 0) return AWL_OK;
+    AWLC_TRY_STATUS(awlc_set_device(device));
+    AWLC_TRY(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost), "copy_to_host");
+    return AWL_OK;
+}
+
+static int cuda_synchronize(int device)
+{
+    AWLC_TRY_STATUS(awlc_set_device(device));
+    AWLC_TRY(cudaDeviceSynchronize(), "synchronize");
+    return AWL_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+static awl_backend make_table(void)
+{
+    awl_backend t = {};
+    t.name = "cuda";
+    t.device_count = awlc_device_count;
+    t.alloc = awlc_alloc;
+    t.free = awlc_free;
+    t.copy_from_host = cuda_copy_from_host;
+    t.copy_to_host = cuda_copy_to_host;
+    t.synchronize = cuda_synchronize;
+    t.fill = awlc_fill;
+    t.copy = awlc_copy;
+    t.unary = awlc_unary;
+    t.binary = awlc_binary;
+    t.where = awlc_where;
+    t.reduce = awlc_reduce;
+    t.matmul = awlc_matmul;
+    t.index_select = awlc_index_select;
+    t.index_add = awlc_index_add;
+    t.gather = awlc_gather;
+    t.scatter_add = awlc_scatter_add;
+    t.random = awlc_random;
+    t.memory_reserved = awlc_memory_reserved;
+    t.empty_cache = awlc_empty_cache;
+    t.set_num_threads = NULL;
+    t.set_matmul_fast_fp32 = awlc_set_matmul_fast_fp32;
+    t.softmax_forward = awlc_softmax_forward;
+    t.softmax_backward = awlc_softmax_backward;
+    t.layernorm_forward = awlc_layernorm_forward;
+    t.layernorm_backward = awlc_layernorm_backward;
+    t.cross_entropy_forward = awlc_cross_entropy_forward;
+    t.cross_entropy_backward = awlc_cross_entropy_backward;
+    t.attention_forward = awlc_attention_forward;
+    t.attention_backward = awlc_attention_backward;
+    t.adamw_step = awlc_adamw_step;
+    return t;
+}
+
+extern "C" const awl_backend *awl_cuda_backend(void)
+{
+    static const awl_backend table = make_table();
+    return &table;
+}

@@ -1,0 +1,363 @@
+/*
+ * backends/cuda/cuda_elementwise.cu - fill, copy/cast, unary, binary, where
+ * and random fill.
+ *
+ * Two paths for every op:
+ *   - contiguous: after coalescing (cuda_common.cuh) every operand is one
+ *     unit-stride run; each thread then moves 16-byte packs (4 floats, 8
+ *     bf16, 2 doubles) when all pointers are 16-byte aligned, so a warp reads
+ *     512 contiguous bytes per instruction;
+ *   - strided: one thread per element of the output; the coalesced layout
+ *     (at most 8 dims, taken by value) turns the linear index into an offset
+ *     per operand, with 32-bit divisions whenever the count fits. A zero
+ *     stride is a broadcast and a permuted stride order a transpose; neither
+ *     is ever copied.
+ * The op code is a run-time switch inside the kernel: it is uniform across
+ * the grid, costs a few instructions per element of a memory-bound loop, and
+ * keeps the number of template instances (and the build time) small.
+ *
+ * Random fill follows common/philox.h exactly: element i of the output, in
+ * row-major order, is a pure function of (seed, offset, i). The affine map
+ * a + (b - a) u uses explicitly rounded double operations (__dmul_rn,
+ * __dadd_rn) so the compiler cannot fuse them into an FMA: the CPU computes
+ * the same expression with two roundings, and uniform draws must agree bit
+ * for bit.
+ */
+#include "backends/cuda/cuda_common.cuh"
+#include "common/philox.h"
+
+namespace {
+
+const int THREADS = 256;
+
+/* ---- contiguous engines ------------------------------------------------------------ */
+
+/* Elements per 16-byte pack. */
+template <typename T> struct pack_width { static const int value = 16 / sizeof(T); };
+
+/* out[i] = op(in[i]) over contiguous arrays; V elements per load when V > 1
+ * (the host checked the alignment). */
+template <int V, typename TO, typename TI, typename Op>
+__global__ void map1_kernel(TO *out, const TI *in, int64_t n, Op op)
+{
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t nv = n / V;
+    for (int64_t i = first; i < nv; i += step) {
+        awlc_pack<TI, V> a = reinterpret_cast<const awlc_pack<TI, V> *>(in)[i];
+        awlc_pack<TO, V> o;
+#pragma unroll
+        for (int j = 0; j < V; j++) o.v[j] = op(a.v[j]);
+        reinterpret_cast<awlc_pack<TO, V> *>(out)[i] = o;
+    }
+    for (int64_t i = nv * V + first; i < n; i += step) out[i] = op(in[i]);
+}
+
+/* out[i] = op(a[i], b[i]) over contiguous arrays of one type. */
+template <int V, typename T, typename Op>
+__global__ void map2_kernel(T *out, const T *a, const T *b, int64_t n, Op op)
+{
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t nv = n / V;
+    for (int64_t i = first; i < nv; i += step) {
+        awlc_pack<T, V> x = reinterpret_cast<const awlc_pack<T, V> *>(a)[i];
+        awlc_pack<T, V> y = reinterpret_cast<const awlc_pack<T, V> *>(b)[i];
+        awlc_pack<T, V> o;
+#pragma unroll
+        for (int j = 0; j < V; j++) o.v[j] = op(x.v[j], y.v[j]);
+        reinterpret_cast<awlc_pack<T, V> *>(out)[i] = o;
+    }
+    for (int64_t i = nv * V + first; i < n; i += step) out[i] = op(a[i], b[i]);
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <typename TO, typename TI, typename Op>
+int launch_map1(TO *out, const TI *in, int64_t n, const Op &op, const char *what)
+{
+    const int V = pack_width<TO>::value < pack_width<TI>::value ? pack_width<TO>::value
+                                                                : pack_width<TI>::value;
+    unsigned grid = awlc_grid_for((n + V - 1) / V, THREADS);
+    if (aligned16(out) && aligned16(in))
+        map1_kernel<V><<<grid, THREADS>>>(out, in, n, op);
+    else
+        map1_kernel<1><<<grid, THREADS>>>(out, in, n, op);
+    return awlc_check_launch(what);
+}
+
+template <typename T, typename Op>
+int launch_map2(T *out, const T *a, const T *b, int64_t n, const Op &op, const char *what)
+{
+    const int V = pack_width<T>::value;
+    unsigned grid = awlc_grid_for((n + V - 1) / V, THREADS);
+    if (aligned16(out) && aligned16(a) && aligned16(b))
+        map2_kernel<V><<<grid, THREADS>>>(out, a, b, n, op);
+    else
+        map2_kernel<1><<<grid, THREADS>>>(out, a, b, n, op);
+    return awlc_check_launch(what);
+}
+
+/* ---- the arithmetic ------------------------------------------------------------------ */
+
+/* alpha is the scalar in the compute type; comparisons use the double ad so
+ * that alpha is never rounded (as on the CPU). */
+template <typename C> __device__ __forceinline__ C unary_apply(int op, C x, C alpha, double ad)
+{
+    const C k = (C)0.7978845608028654;  /* sqrt(2 / pi) */
+    const C c = (C)0.044715;
+    switch (op) {
+    case AWL_UNARY_NEG: return -x;
+    case AWL_UNARY_EXP: return awlc_exp(x);
+    case AWL_UNARY_LOG: return awlc_log(x);
+    case AWL_UNARY_SQRT: return awlc_sqrt(x);
+    case AWL_UNARY_RSQRT: return (C)1 / awlc_sqrt(x);
+    case AWL_UNARY_TANH: return awlc_tanh(x);
+    case AWL_UNARY_SIGMOID: return (C)1 / ((C)1 + awlc_exp(-x));
+    case AWL_UNARY_RELU: return x > (C)0 ? x : (C)0;
+    case AWL_UNARY_GELU: return (C)0.5 * x * ((C)1 + awlc_tanh(k * (x + c * x * x * x)));
+    case AWL_UNARY_GELU_GRAD: {
+        C t = awlc_tanh(k * (x + c * x * x * x));
+        return (C)0.5 * ((C)1 + t) + (C)0.5 * x * ((C)1 - t * t) * k * ((C)1 + (C)3 * c * x * x);
+    }
+    case AWL_UNARY_ABS: return x < (C)0 ? -x : x;
+    case AWL_UNARY_SIGN: return x > (C)0 ? (C)1 : x < (C)0 ? (C)-1 : (C)0;
+    case AWL_UNARY_STEP: return x > (C)0 ? (C)1 : (C)0;
+    case AWL_UNARY_ADD_SCALAR: return x + alpha;
+    case AWL_UNARY_MUL_SCALAR: return x * alpha;
+    case AWL_UNARY_RSUB_SCALAR: return alpha - x;
+    case AWL_UNARY_RDIV_SCALAR: return alpha / x;
+    case AWL_UNARY_POW_SCALAR: return awlc_pow(x, alpha);
+    case AWL_UNARY_GT_SCALAR: return (double)x > ad ? (C)1 : (C)0;
+    case AWL_UNARY_LT_SCALAR: return (double)x < ad ? (C)1 : (C)0;
+    case AWL_UNARY_EQ_SCALAR: return (double)x == ad ? (C)1 : (C)0;
+    default: return x;
+    }
+}
+
+template <typename C> __device__ __forceinline__ C binary_apply(int op, C a, C b)
+{
+    switch (op) {
+    case AWL_BINARY_ADD: return a + b;
+    case AWL_BINARY_SUB: return a - b;
+    case AWL_BINARY_MUL: return a * b;
+    case AWL_BINARY_DIV: return a / b;
+    case AWL_BINARY_MAXIMUM: return (a > b || a != a) ? a : b; /* NaN propagates */
+    case AWL_BINARY_MINIMUM: return (a < b || a != a) ? a : b;
+    case AWL_BINARY_POW: return awlc_pow(a, b);
+    case AWL_BINARY_EQ: return a == b ? (C)1 : (C)0;
+    case AWL_BINARY_NE: return a != b ? (C)1 : (C)0;
+    case AWL_BINARY_GT: return a > b ? (C)1 : (C)0;
+    case AWL_BINARY_GE: return a >= b ? (C)1 : (C)0;
+    case AWL_BINARY_LT: return a < b ? (C)1 : (C)0;
+    case AWL_BINARY_LE: return a <= b ? (C)1 : (C)0;
+    default: return a;
+    }
+}
+
+/* ---- per-element functors (by value into kernels) ------------------------------------ */
+
+template <typename TO, typename TI> struct cast_op {
+    __device__ TO operator()(TI x) const { return awlc_cast<TO>(x); }
+};
+
+template <typename T> struct unary_op {
+    typedef typename Compute<T>::type C;
+    int op;
+    C alpha;
+    double alpha_d;
+    __device__ T operator()(T x) const
+    {
+        return awlc_cast<T>(unary_apply<C>(op, awlc_cast<C>(x), alpha, alpha_d));
+    }
+};
+
+template <typename T> struct binary_op {
+    typedef typename Compute<T>::type C;
+    int op;
+    __device__ T operator()(T a, T b) const
+    {
+        return awlc_cast<T>(binary_apply<C>(op, awlc_cast<C>(a), awlc_cast<C>(b)));
+    }
+};
+
+template <typename T> struct fill_fn {
+    T *out;
+    T value;
+    __device__ void operator()(int64_t, const int64_t *off) const { out[off[0]] = value; }
+};
+
+template <typename TO, typename TI> struct copy_fn {
+    TO *out;
+    const TI *in;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        out[off[0]] = awlc_cast<TO>(in[off[1]]);
+    }
+};
+
+template <typename T> struct unary_fn {
+    T *out;
+    const T *in;
+    unary_op<T> f;
+    __device__ void operator()(int64_t, const int64_t *off) const { out[off[0]] = f(in[off[1]]); }
+};
+
+template <typename T> struct binary_fn {
+    T *out;
+    const T *a, *b;
+    binary_op<T> f;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        out[off[0]] = f(a[off[1]], b[off[2]]);
+    }
+};
+
+template <typename T> struct where_fn {
+    T *out;
+    const void *cond;
+    awl_dtype cond_dtype;
+    const T *a, *b;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        out[off[0]] = awlc_load_any(cond, cond_dtype, off[1]) != 0.0 ? a[off[2]] : b[off[3]];
+    }
+};
+
+template <typename T> struct random_fn {
+    T *out;
+    int kind;
+    uint64_t seed, offset;
+    double a, b;
+    __device__ void operator()(int64_t i, const int64_t *off) const
+    {
+        double r;
+        if (kind == AWL_RANDOM_UNIFORM)
+            r = __dadd_rn(a, __dmul_rn(b - a, awl_philox_uniform_at(seed, offset, (uint64_t)i)));
+        else
+            r = __dadd_rn(a, __dmul_rn(b, awl_philox_normal_at(seed, offset, (uint64_t)i)));
+        out[off[0]] = awlc_cast<T>(r);
+    }
+};
+
+} // namespace
+
+/* ---- entries ------------------------------------------------------------------------- */
+
+int awlc_fill(const awl_view *out, double value)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[1] = {out};
+    awlc_layout<1> L;
+    int64_t n = awlc_coalesce<1>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        fill_fn<T> f = {awlc_ptr<T>(out), awlc_cast<T>(value)};
+        return awlc_launch_strided<1>(L, n, f, "fill");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_copy(const awl_view *out, const awl_view *in)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[2] = {out, in};
+    awlc_layout<2> L;
+    int64_t n = awlc_coalesce<2>(&L, views);
+    if (n == 0) return AWL_OK;
+    bool contiguous = awlc_layout_contiguous<2>(&L);
+    if (contiguous && out->dtype == in->dtype) {
+        size_t es = awl_dtype_size(out->dtype);
+        AWLC_TRY(cudaMemcpyAsync((char *)out->data + out->offset * es,
+                                 (const char *)in->data + in->offset * es, (size_t)n * es,
+                                 cudaMemcpyDeviceToDevice, 0),
+                 "copy");
+        return AWL_OK;
+    }
+    auto run_out = [&](auto otag) -> int {
+        typedef decltype(otag) TO;
+        auto run_in = [&](auto itag) -> int {
+            typedef decltype(itag) TI;
+            if (contiguous)
+                return launch_map1(awlc_ptr<TO>(out), awlc_ptr<TI>(in), n, cast_op<TO, TI>(),
+                                   "copy");
+            copy_fn<TO, TI> f = {awlc_ptr<TO>(out), awlc_ptr<TI>(in)};
+            return awlc_launch_strided<2>(L, n, f, "copy");
+        };
+        return AWLC_DISPATCH(in->dtype, run_in);
+    };
+    return AWLC_DISPATCH(out->dtype, run_out);
+}
+
+int awlc_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[2] = {out, in};
+    awlc_layout<2> L;
+    int64_t n = awlc_coalesce<2>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        typedef typename Compute<T>::type C;
+        /* int32 ops take an integer scalar, truncated like a stored int32. */
+        C al = awl_dtype_is_float(out->dtype) ? (C)alpha : (C)awlc_cast<int32_t>(alpha);
+        unary_op<T> f = {(int)op, al, alpha};
+        if (awlc_layout_contiguous<2>(&L))
+            return launch_map1(awlc_ptr<T>(out), awlc_ptr<T>(in), n, f, "unary");
+        unary_fn<T> g = {awlc_ptr<T>(out), awlc_ptr<T>(in), f};
+        return awlc_launch_strided<2>(L, n, g, "unary");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[3] = {out, a, b};
+    awlc_layout<3> L;
+    int64_t n = awlc_coalesce<3>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        binary_op<T> f = {(int)op};
+        if (awlc_layout_contiguous<3>(&L))
+            return launch_map2(awlc_ptr<T>(out), awlc_ptr<T>(a), awlc_ptr<T>(b), n, f, "binary");
+        binary_fn<T> g = {awlc_ptr<T>(out), awlc_ptr<T>(a), awlc_ptr<T>(b), f};
+        return awlc_launch_strided<3>(L, n, g, "binary");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[4] = {out, cond, a, b};
+    awlc_layout<4> L;
+    int64_t n = awlc_coalesce<4>(&L, views);
+    if (n == 0) return AWL_OK;
+    size_t ces = awl_dtype_size(cond->dtype);
+    const void *cptr = (const char *)cond->data + cond->offset * (int64_t)ces;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        where_fn<T> f = {awlc_ptr<T>(out), cptr, cond->dtype, awlc_ptr<T>(a), awlc_ptr<T>(b)};
+        return awlc_launch_strided<4>(L, n, f, "where");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
+                double a, double b)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[1] = {out};
+    awlc_layout<1> L;
+    int64_t n = awlc_coalesce<1>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        random_fn<T> f = {awlc_ptr<T>(out), (int)kind, seed, offset, a, b};
+        return awlc_launch_strided<1>(L, n, f, "random");
+    };
+    return AWLC_DISPATCH_FLOAT(out->dtype, run);
+}

@@ -1,0 +1,270 @@
+/*
+ * backends/cuda/cuda_index.cu - index_select, index_add, gather, scatter_add.
+ *
+ * The reads (index_select, gather) are one thread per output element on the
+ * shared strided engine: the index operand and the source get extra "views"
+ * over the output's shape (zero strides where they do not move), so the
+ * layout coalescing of cuda_common.cuh applies unchanged and a contiguous
+ * embedding lookup becomes a plain two-dimensional walk.
+ *
+ * The adjoints must be deterministic (repeated indices summed in a fixed
+ * order), so no floating-point atomics:
+ *
+ *   - scatter_add: a line of idx/src along `axis` only ever writes into the
+ *     matching line of out, so one thread per line walks its line in order.
+ *     The usual use (cross-entropy's one-hot, a line of length 1) is fully
+ *     parallel.
+ *   - index_add (embedding backward, many source rows onto few destination
+ *     rows): the (index, position) pairs are sorted with CUB's stable radix
+ *     sort, so each destination row's sources form one run in position
+ *     order; one block per run then adds its sources column by column, in
+ *     that order, starting from the destination's old value. Each output
+ *     element is thus dst + s_1 + s_2 + ..., the same sequence a serial loop
+ *     would add. The sort costs two short launches and R * 16 bytes of scratch.
+ */
+#include <algorithm>
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "backends/cuda/cuda_common.cuh"
+
+namespace {
+
+/* A view over `shape` (ndim dims) with the given strides. */
+awl_view shaped(const awl_view *like, int ndim, const int64_t *shape, const int64_t *strides)
+{
+    awl_view v = *like;
+    v.ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        v.shape[d] = shape[d];
+        v.strides[d] = strides[d];
+    }
+    return v;
+}
+
+template <typename T> struct select_fn {
+    T *out;
+    const int32_t *idx;
+    const T *src;
+    int64_t src_row_stride;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        out[off[0]] = src[(int64_t)idx[off[1]] * src_row_stride + off[2]];
+    }
+};
+
+/* Each destination run: block p starts a run when sorted key p differs from
+ * key p - 1, and adds sources vals[p..] (positions in idx order) into row
+ * key[p] of dst. Rows and columns are mapped through small layouts. */
+template <typename T> struct run_args {
+    T *dst;
+    const T *src;
+    const int32_t *keys, *vals;
+    int64_t R, inner;
+    int64_t dst_row_stride;
+    awlc_layout<2> cols;  /* inner columns: dst and src strides */
+    awlc_layout<1> rows;  /* src rows (idx's shape): src strides */
+};
+
+template <typename T> __global__ void index_add_kernel(run_args<T> a)
+{
+    typedef typename Compute<T>::type A;
+    for (int64_t p = blockIdx.x; p < a.R; p += gridDim.x) {
+        int32_t v = a.keys[p];
+        if (p > 0 && a.keys[p - 1] == v) continue;
+        for (int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; j < a.inner;
+             j += (int64_t)gridDim.y * blockDim.x) {
+            int64_t cj[2];
+            awlc_offsets<2, int64_t>(a.cols, j, cj);
+            T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
+            A acc = awlc_cast<A>(*d);
+            for (int64_t q = p; q < a.R && a.keys[q] == v; q++) {
+                int64_t rr[1];
+                awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
+                acc += awlc_cast<A>(a.src[rr[0] + cj[1]]);
+            }
+            *d = awlc_cast<T>(acc);
+        }
+    }
+}
+
+__global__ void iota_kernel(int32_t *out, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = (int32_t)i;
+}
+
+template <typename T> struct gather_fn {
+    T *out;
+    const int32_t *idx;
+    const T *in;
+    int64_t axis_stride;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        out[off[0]] = in[off[2] + (int64_t)idx[off[1]] * axis_stride];
+    }
+};
+
+/* One thread per line: off[] are the line's starts in out, idx and src. */
+template <typename T> struct scatter_fn {
+    T *out;
+    const int32_t *idx;
+    const T *src;
+    int64_t J, out_axis, idx_axis, src_axis;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        typedef typename Compute<T>::type A;
+        for (int64_t j = 0; j < J; j++) {
+            T *o = out + off[0] + (int64_t)idx[off[1] + j * idx_axis] * out_axis;
+            *o = awlc_cast<T>(awlc_cast<A>(*o) + awlc_cast<A>(src[off[2] + j * src_axis]));
+        }
+    }
+};
+
+int bits_for(int64_t v)
+{
+    int b = 1;
+    while (b < 31 && ((int64_t)1 << b) < v) b++;
+    return b;
+}
+
+} // namespace
+
+int awlc_index_select(const awl_view *out, const awl_view *src, const awl_view *idx)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    int ni = idx->ndim, nd = out->ndim;
+    int64_t is[AWL_MAX_DIMS] = {0}, ss[AWL_MAX_DIMS] = {0};
+    for (int d = 0; d < ni; d++) is[d] = idx->strides[d];
+    for (int d = ni; d < nd; d++) ss[d] = src->strides[d - ni + 1];
+    awl_view iv = shaped(idx, nd, out->shape, is), sv = shaped(src, nd, out->shape, ss);
+    const awl_view *views[3] = {out, &iv, &sv};
+    awlc_layout<3> L;
+    int64_t n = awlc_coalesce<3>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        select_fn<T> f = {awlc_ptr<T>(out), awlc_ptr<int32_t>(idx), awlc_ptr<T>(src),
+                          src->strides[0]};
+        return awlc_launch_strided<3>(L, n, f, "index_select");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
+{
+    AWLC_TRY_STATUS(awlc_enter(dst->data));
+    int64_t R = awl_view_numel(idx), inner = 1;
+    for (int d = 1; d < dst->ndim; d++) inner *= dst->shape[d];
+    if (R == 0 || inner == 0) return AWL_OK;
+    if (R > INT32_MAX)
+        return awl_error(AWL_ERR_INVALID, "awl_cuda index_add: more than 2^31 indices");
+
+    /* Scratch: keys in, keys out, values in, values out, then CUB's. */
+    size_t cub_bytes = 0;
+    int bits = bits_for(dst->shape[0]);
+    AWLC_TRY(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL,
+                                             (int32_t *)NULL, (const int32_t *)NULL,
+                                             (int32_t *)NULL, (int)R, 0, bits),
+             "index_add sort");
+    size_t arr = ((size_t)R * 4 + 255) & ~(size_t)255;
+    size_t bytes = 4 * arr + cub_bytes;
+    char *scratch = (char *)awlc_scratch_alloc(bytes);
+    if (!scratch) return AWL_ERR_OOM;
+    int32_t *k_in = (int32_t *)scratch, *k_out = (int32_t *)(scratch + arr);
+    int32_t *v_in = (int32_t *)(scratch + 2 * arr), *v_out = (int32_t *)(scratch + 3 * arr);
+    void *cub_tmp = scratch + 4 * arr;
+
+    awl_view kv = *idx;
+    kv.data = k_in;
+    kv.offset = 0;
+    int64_t stride = 1;
+    for (int d = kv.ndim - 1; d >= 0; d--) {
+        kv.strides[d] = stride;
+        stride *= kv.shape[d];
+    }
+    int st = awlc_copy(&kv, idx);
+    if (st == AWL_OK) {
+        iota_kernel<<<awlc_grid_for(R, 256), 256>>>(v_in, R);
+        st = awlc_check_launch("index_add iota");
+    }
+    if (st == AWL_OK) {
+        cudaError_t err = cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, k_in, k_out, v_in,
+                                                          v_out, (int)R, 0, bits);
+        st = err == cudaSuccess ? awlc_check_launch("index_add sort")
+                                : awlc_fail(err, "index_add sort");
+    }
+    if (st == AWL_OK) {
+        /* Column layouts over dst's trailing dims: dst and src strides. */
+        int nt = dst->ndim - 1, ni = idx->ndim;
+        awl_view dcol = shaped(dst, nt, dst->shape + 1, dst->strides + 1);
+        awl_view scol = shaped(src, nt, dst->shape + 1, src->strides + ni);
+        const awl_view *cviews[2] = {&dcol, &scol};
+        awl_view srow = shaped(src, ni, idx->shape, src->strides);
+        const awl_view *rviews[1] = {&srow};
+        auto run = [&](auto tag) -> int {
+            typedef decltype(tag) T;
+            run_args<T> a;
+            a.dst = awlc_ptr<T>(dst);
+            a.src = awlc_ptr<T>(src);
+            a.keys = k_out;
+            a.vals = v_out;
+            a.R = R;
+            a.inner = inner;
+            a.dst_row_stride = dst->strides[0];
+            awlc_coalesce<2>(&a.cols, cviews);
+            awlc_coalesce<1>(&a.rows, rviews);
+            const int threads = 128;
+            int64_t col_blocks = (inner + threads - 1) / threads;
+            dim3 grid((unsigned)std::min<int64_t>(R, 1 << 30),
+                      (unsigned)std::min<int64_t>(col_blocks, 65535));
+            index_add_kernel<T><<<grid, threads>>>(a);
+            return awlc_check_launch("index_add");
+        };
+        st = AWLC_DISPATCH(dst->dtype, run);
+    }
+    awlc_scratch_free(scratch, bytes);
+    return st;
+}
+
+int awlc_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    int64_t ins[AWL_MAX_DIMS];
+    for (int d = 0; d < in->ndim; d++) ins[d] = d == axis ? 0 : in->strides[d];
+    awl_view iv = shaped(in, out->ndim, out->shape, ins);
+    const awl_view *views[3] = {out, idx, &iv};
+    awlc_layout<3> L;
+    int64_t n = awlc_coalesce<3>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        gather_fn<T> f = {awlc_ptr<T>(out), awlc_ptr<int32_t>(idx), awlc_ptr<T>(in),
+                          in->strides[axis]};
+        return awlc_launch_strided<3>(L, n, f, "gather");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    int64_t lines_shape[AWL_MAX_DIMS];
+    for (int d = 0; d < idx->ndim; d++) lines_shape[d] = d == axis ? 1 : idx->shape[d];
+    awl_view ov = shaped(out, idx->ndim, lines_shape, out->strides);
+    awl_view iv = shaped(idx, idx->ndim, lines_shape, idx->strides);
+    awl_view sv = shaped(src, idx->ndim, lines_shape, src->strides);
+    const awl_view *views[3] = {&ov, &iv, &sv};
+    awlc_layout<3> L;
+    int64_t n = awlc_coalesce<3>(&L, views);
+    int64_t J = idx->shape[axis];
+    if (n == 0 || J == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        scatter_fn<T> f = {awlc_ptr<T>(out), awlc_ptr<int32_t>(idx), awlc_ptr<T>(src), J,
+                           out->strides[axis], idx->strides[axis], src->strides[axis]};
+        return awlc_launch_strided<3>(L, n, f, "scatter_add");
+    };
+    return AWLC_DISPATCH(out->dtype, run);
+}

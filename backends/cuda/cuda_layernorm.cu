@@ -1,0 +1,237 @@
+/*
+ * backends/cuda/cuda_layernorm.cu - LayerNorm forward and backward.
+ *
+ * One warp per row (rows of C, a GPT's C being 128 to 1024): the warp reads
+ * the row with 16-byte loads where aligned and reduces with shuffles, so no
+ * shared memory or block barrier sits on the forward path. The mean and the
+ * biased variance are two passes over the row (the second hits L1), which is
+ * as exact as Welford and simpler. The float32 mean and rstd that are saved
+ * are also the ones used to normalise, as in the CPU backend, so forward and
+ * backward agree exactly.
+ *
+ * Backward, with xhat = (x - mean) rstd and g = dy * weight:
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ *   dweight = sum over rows of dy xhat,  dbias = sum over rows of dy.
+ * dweight and dbias must be deterministic, so no atomics: every warp adds its
+ * rows into its own slice of shared memory (columns lane, lane + 32, ...), a
+ * block then sums its warps in warp order into one partial row of a scratch
+ * buffer (LN_BLOCKS x 2C floats), and a second launch sums those partials
+ * over blocks in block order. The number of blocks is a constant, not a
+ * function of the chip, so the result does not depend on the GPU either.
+ *
+ * Dtypes: float32 and bfloat16 (x, out, weight, bias, dy, dx of one dtype;
+ * arithmetic in float). mean and rstd are float32 by contract, too coarse for
+ * float64 gradient checks, so float64 is AWL_ERR_UNSUPPORTED and composed.
+ */
+#include <algorithm>
+
+#include "backends/cuda/cuda_common.cuh"
+
+namespace {
+
+const int LN_WARPS = 8;       /* rows in flight per block of the forward */
+const int LN_BLOCKS = 512;    /* blocks of the backward: partial rows */
+const size_t LN_SMEM = 48 * 1024;
+
+struct ln_vecs {
+    const void *w, *b;
+    int64_t sw, sb;
+    float *mean, *rstd;
+    int64_t sm, sr;
+};
+
+template <typename T>
+__global__ void ln_fwd_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
+                              float eps, ln_vecs v)
+{
+    int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
+    const T *w = (const T *)v.w, *b = (const T *)v.b;
+    for (int64_t r = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; r < rows;
+         r += (int64_t)gridDim.x * nw) {
+        const T *xr = x + r * sx;
+        float s = 0;
+        awlc_row_visit_by(xr, C, lane, AWLC_WARP, [&](int64_t, T a) { s += awlc_cast<float>(a); });
+        float mu = awlc_warp_sum(s) / (float)C;
+        float ss = 0;
+        awlc_row_visit_by(xr, C, lane, AWLC_WARP, [&](int64_t, T a) {
+            float d = awlc_cast<float>(a) - mu;
+            ss += d * d;
+        });
+        ss = awlc_warp_sum(ss);
+        float m = mu, rs = 1.0f / sqrtf(ss / (float)C + eps);
+        if (lane == 0) {
+            v.mean[r * v.sm] = m;
+            v.rstd[r * v.sr] = rs;
+        }
+        T *y = out + r * so;
+        for (int64_t j = lane; j < C; j += AWLC_WARP) {
+            float a = (awlc_cast<float>(xr[j]) - m) * rs;
+            if (w) a *= awlc_cast<float>(w[j * v.sw]);
+            if (b) a += awlc_cast<float>(b[j * v.sb]);
+            y[j] = awlc_cast<T>(a);
+        }
+    }
+}
+
+template <typename T>
+__global__ void ln_bwd_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x,
+                              int64_t sx, int64_t rows, int64_t C, ln_vecs v, float *partial)
+{
+    extern __shared__ float acc[]; /* [warp][2][C]: dweight then dbias */
+    int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
+    int nw = blockDim.x / AWLC_WARP;
+    const T *w = (const T *)v.w;
+    float *mine = partial ? acc + (size_t)warp * 2 * C : NULL;
+    if (mine)
+        for (int64_t j = lane; j < 2 * C; j += AWLC_WARP) mine[j] = 0.0f;
+    __syncwarp(); /* lanes zeroed columns that other lanes own below */
+    for (int64_t r = (int64_t)blockIdx.x * nw + warp; r < rows; r += (int64_t)gridDim.x * nw) {
+        const T *g = dy + r * sdy, *xr = x + r * sx;
+        float m = v.mean[r * v.sm], rs = v.rstd[r * v.sr];
+        float sg = 0, sgx = 0;
+        for (int64_t j = lane; j < C; j += AWLC_WARP) {
+            float d = awlc_cast<float>(g[j]), xh = (awlc_cast<float>(xr[j]) - m) * rs;
+            float gj = w ? d * awlc_cast<float>(w[j * v.sw]) : d;
+            sg += gj;
+            sgx += gj * xh;
+            if (mine) {
+                mine[j] += d * xh;
+                mine[C + j] += d;
+            }
+        }
+        float a = awlc_warp_sum(sg) / (float)C, bb = awlc_warp_sum(sgx) / (float)C;
+        T *d_out = dx + r * sdx;
+        for (int64_t j = lane; j < C; j += AWLC_WARP) {
+            float d = awlc_cast<float>(g[j]), xh = (awlc_cast<float>(xr[j]) - m) * rs;
+            float gj = w ? d * awlc_cast<float>(w[j * v.sw]) : d;
+            d_out[j] = awlc_cast<T>(rs * (gj - a - xh * bb));
+        }
+    }
+    if (!partial) return;
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+        float s = 0;
+        for (int k = 0; k < nw; k++) s += acc[(size_t)k * 2 * C + j];
+        partial[(size_t)blockIdx.x * 2 * C + j] = s;
+    }
+}
+
+/* dweight[j], dbias[j] = sums of the blocks' partials, in block order. */
+template <typename T>
+__global__ void ln_sum_partials(const float *partial, int nblocks, int64_t C, T *dw, int64_t sdw,
+                                T *db, int64_t sdb)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        float sw = 0, sb = 0;
+        for (int k = 0; k < nblocks; k++) {
+            sw += partial[(size_t)k * 2 * C + j];
+            sb += partial[(size_t)k * 2 * C + C + j];
+        }
+        if (dw) dw[j * sdw] = awlc_cast<T>(sw);
+        if (db) db[j * sdb] = awlc_cast<T>(sb);
+    }
+}
+
+/* Views shared by forward and backward; AWL_ERR_UNSUPPORTED when a layout
+ * or dtype is not handled. */
+int ln_setup(const awl_view *x, const awl_view *mean, const awl_view *rstd,
+             const awl_view *weight, const awl_view *bias, int64_t *rows, int64_t *C,
+             int64_t *sx, ln_vecs *v)
+{
+    if ((x->dtype != AWL_F32 && x->dtype != AWL_BF16) || !awlc_rows_of(x, rows, C, sx) ||
+        mean->dtype != AWL_F32 || rstd->dtype != AWL_F32 ||
+        !awlc_vector_of(mean, *rows, &v->sm) || !awlc_vector_of(rstd, *rows, &v->sr))
+        return AWL_ERR_UNSUPPORTED;
+    v->mean = awlc_ptr<float>(mean);
+    v->rstd = awlc_ptr<float>(rstd);
+    v->w = v->b = NULL;
+    v->sw = v->sb = 0;
+    size_t es = awl_dtype_size(x->dtype);
+    if (weight) {
+        if (weight->dtype != x->dtype || !awlc_vector_of(weight, *C, &v->sw))
+            return AWL_ERR_UNSUPPORTED;
+        v->w = (const char *)weight->data + weight->offset * es;
+    }
+    if (bias) {
+        if (bias->dtype != x->dtype || !awlc_vector_of(bias, *C, &v->sb))
+            return AWL_ERR_UNSUPPORTED;
+        v->b = (const char *)bias->data + bias->offset * es;
+    }
+    return AWL_OK;
+}
+
+bool same_rows(const awl_view *v, awl_dtype dt, int64_t rows, int64_t C, int64_t *stride)
+{
+    int64_t r, c;
+    return v->dtype == dt && awlc_rows_of(v, &r, &c, stride) && r == rows && c == C;
+}
+
+} // namespace
+
+int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
+                           const awl_view *x, const awl_view *weight, const awl_view *bias,
+                           double eps)
+{
+    int64_t rows, C, sx, so;
+    ln_vecs v;
+    if (ln_setup(x, mean, rstd, weight, bias, &rows, &C, &sx, &v) != AWL_OK ||
+        !same_rows(out, x->dtype, rows, C, &so))
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    if (rows == 0 || C == 0) return AWL_OK;
+    unsigned grid = (unsigned)std::min<int64_t>((rows + LN_WARPS - 1) / LN_WARPS, 1 << 30);
+    if (x->dtype == AWL_F32)
+        ln_fwd_kernel<float><<<grid, LN_WARPS * AWLC_WARP>>>(awlc_ptr<float>(out), so,
+                                                             awlc_ptr<float>(x), sx, rows, C,
+                                                             (float)eps, v);
+    else
+        ln_fwd_kernel<awl_bf16><<<grid, LN_WARPS * AWLC_WARP>>>(
+            awlc_ptr<awl_bf16>(out), so, awlc_ptr<awl_bf16>(x), sx, rows, C, (float)eps, v);
+    return awlc_check_launch("layernorm_forward");
+}
+
+int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
+                            const awl_view *dy, const awl_view *x, const awl_view *weight,
+                            const awl_view *mean, const awl_view *rstd)
+{
+    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0;
+    ln_vecs v;
+    if (ln_setup(x, mean, rstd, weight, NULL, &rows, &C, &sx, &v) != AWL_OK ||
+        !same_rows(dx, x->dtype, rows, C, &sdx) || !same_rows(dy, x->dtype, rows, C, &sdy) ||
+        (dweight && (dweight->dtype != x->dtype || !awlc_vector_of(dweight, C, &sdw))) ||
+        (dbias && (dbias->dtype != x->dtype || !awlc_vector_of(dbias, C, &sdb))))
+        return AWL_ERR_UNSUPPORTED;
+    bool partials = dweight || dbias;
+    int warps = partials ? (int)std::min<int64_t>(8, (int64_t)(LN_SMEM / (8 * (size_t)C))) : 8;
+    if (warps < 1) return AWL_ERR_UNSUPPORTED; /* C > 6144: composed instead */
+    AWLC_TRY_STATUS(awlc_enter(dx->data));
+    if (rows == 0 || C == 0) {
+        int st = AWL_OK;
+        if (dweight) st = awlc_fill(dweight, 0.0);
+        if (st == AWL_OK && dbias) st = awlc_fill(dbias, 0.0);
+        return st;
+    }
+    int nblocks = (int)std::min<int64_t>((rows + warps - 1) / warps, LN_BLOCKS);
+    size_t smem = partials ? (size_t)warps * 2 * C * sizeof(float) : 0;
+    size_t pbytes = (size_t)nblocks * 2 * C * sizeof(float);
+    float *partial = NULL;
+    if (partials) {
+        partial = (float *)awlc_scratch_alloc(pbytes);
+        if (!partial) return AWL_ERR_OOM;
+    }
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        ln_bwd_kernel<T><<<nblocks, warps * AWLC_WARP, smem>>>(
+            awlc_ptr<T>(dx), sdx, awlc_ptr<T>(dy), sdy, awlc_ptr<T>(x), sx, rows, C, v, partial);
+        AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
+        if (!partials) return AWL_OK;
+        unsigned g = (unsigned)((C + 255) / 256);
+        ln_sum_partials<T><<<g, 256>>>(partial, nblocks, C, dweight ? awlc_ptr<T>(dweight) : NULL,
+                                       sdw, dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
+        return awlc_check_launch("layernorm_backward partials");
+    };
+    int st = x->dtype == AWL_F32 ? run(float()) : run(awl_bf16());
+    if (partial) awlc_scratch_free(partial, pbytes);
+    return st;
+}

@@ -1,0 +1,248 @@
+/*
+ * backends/cuda/cuda_matmul.cu - (batched) matrix products through cuBLAS.
+ *
+ * cuBLAS is column-major; awl's views are strided. A (rows, cols) matrix
+ * with strides (s_row, s_col) is a column-major matrix when s_row == 1 (its
+ * leading dimension is s_col), and the transpose of one when s_col == 1
+ * (leading dimension s_row). So a transposed view is passed as CUBLAS_OP_T
+ * in place, never copied. The output must be a plain column-major matrix for
+ * cuBLAS; a row-major output C is written as C^T = B^T A^T, the usual
+ * operand swap, and a column-major one as C = A B.
+ *
+ * Batch dimensions are coalesced across out, a and b; the innermost one
+ * becomes the stride of cublasGemmStridedBatchedEx (stride 0 broadcasts an
+ * operand over the batch), and any outer ones that do not merge are looped on
+ * the host. Only a view that cuBLAS cannot describe at all (a zero or odd
+ * stride inside a matrix) is first copied into a contiguous scratch buffer.
+ *
+ * float32 uses CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 (tensor
+ * cores with TF32 inputs) once set_matmul_fast_fp32(true) asked for it;
+ * bfloat16 multiplies on tensor cores and accumulates in float32; float64
+ * uses CUBLAS_COMPUTE_64F. `accumulate` is beta = 1. One cuBLAS handle per
+ * device, created on first use, works on the default stream like the rest of
+ * the backend.
+ */
+#include <cublas_v2.h>
+#include <limits.h>
+
+#include <mutex>
+
+#include "backends/cuda/cuda_common.cuh"
+
+namespace {
+
+std::mutex handle_mu;
+cublasHandle_t handles[AWLC_MAX_DEVICES];
+bool fast_fp32 = false;
+
+int blas_fail(cublasStatus_t st, const char *what)
+{
+    return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul: %s: %s", what, cublasGetStatusString(st));
+}
+
+int get_handle(cublasHandle_t *out)
+{
+    int device = 0;
+    AWLC_TRY(cudaGetDevice(&device), "cudaGetDevice");
+    std::lock_guard<std::mutex> lock(handle_mu);
+    if (!handles[device]) {
+        cublasStatus_t st = cublasCreate(&handles[device]);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            handles[device] = NULL;
+            return blas_fail(st, "cublasCreate");
+        }
+    }
+    *out = handles[device];
+    return AWL_OK;
+}
+
+/* How cuBLAS reads a logical (rows, cols) matrix stored with strides
+ * (s_row, s_col). */
+struct operand {
+    bool ok;
+    cublasOperation_t op;
+    int64_t ld;
+};
+
+operand describe(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col)
+{
+    int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+    operand o = {false, CUBLAS_OP_N, 0};
+    int64_t ld = cols == 1 ? r1 : s_col;
+    if ((rows == 1 || s_row == 1) && ld >= r1 && ld <= INT_MAX) {
+        o.ok = true;
+        o.ld = ld;
+        return o;
+    }
+    ld = rows == 1 ? c1 : s_row;
+    if ((cols == 1 || s_col == 1) && ld >= c1 && ld <= INT_MAX) {
+        o.ok = true;
+        o.op = CUBLAS_OP_T;
+        o.ld = ld;
+    }
+    return o;
+}
+
+/* A scratch buffer laid out like v with its matrices contiguous (row-major)
+ * and, when keep_broadcast, its zero-stride batch dimensions still zero;
+ * filled from v when copy_in. */
+struct scratch_view {
+    awl_view v;
+    size_t bytes;
+};
+
+int make_dense(const awl_view *src, scratch_view *s, bool keep_broadcast, bool copy_in)
+{
+    s->v = *src;
+    s->v.offset = 0;
+    int64_t stride = 1;
+    for (int d = src->ndim - 1; d >= 0; d--) {
+        bool broadcast = keep_broadcast && d < src->ndim - 2 && src->strides[d] == 0;
+        s->v.strides[d] = broadcast ? 0 : stride;
+        if (!broadcast) stride *= src->shape[d];
+    }
+    s->bytes = (size_t)stride * awl_dtype_size(src->dtype);
+    s->v.data = awlc_scratch_alloc(s->bytes);
+    if (!s->v.data) return AWL_ERR_OOM;
+    int st = copy_in ? awlc_copy(&s->v, src) : AWL_OK;
+    if (st != AWL_OK) {
+        awlc_scratch_free(s->v.data, s->bytes);
+        s->v.data = NULL;
+    }
+    return st;
+}
+
+struct gemm_plan {
+    cudaDataType_t type;
+    cublasComputeType_t compute;
+    size_t esize;
+};
+
+int plan_for(awl_dtype dt, gemm_plan *p)
+{
+    switch (dt) {
+    case AWL_F32:
+        *p = {CUDA_R_32F, fast_fp32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, 4};
+        return AWL_OK;
+    case AWL_F64: *p = {CUDA_R_64F, CUBLAS_COMPUTE_64F, 8}; return AWL_OK;
+    case AWL_BF16: *p = {CUDA_R_16BF, CUBLAS_COMPUTE_32F, 2}; return AWL_OK;
+    default:
+        return awl_error(AWL_ERR_INVALID, "awl_cuda matmul: dtype %s is not a float dtype",
+                         awl_dtype_name(dt));
+    }
+}
+
+/* out, a, b all representable: runs the products, looping outer batch dims. */
+int run_gemm(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
+{
+    int nd = out->ndim;
+    int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
+    gemm_plan plan = {CUDA_R_32F, CUBLAS_COMPUTE_32F, 4};
+    AWLC_TRY_STATUS(plan_for(out->dtype, &plan));
+    cublasHandle_t h;
+    AWLC_TRY_STATUS(get_handle(&h));
+
+    /* Row-major out (the usual case): C^T = B^T A^T; else C = A B. */
+    operand oc = describe(N, M, out->strides[nd - 1], out->strides[nd - 2]);
+    bool swapped = oc.ok && oc.op == CUBLAS_OP_N;
+    operand o1, o2;
+    int64_t m, n;
+    const awl_view *x1, *x2;
+    if (swapped) {
+        m = N, n = M, x1 = b, x2 = a;
+        o1 = describe(N, K, b->strides[nd - 1], b->strides[nd - 2]);
+        o2 = describe(K, M, a->strides[nd - 1], a->strides[nd - 2]);
+    } else {
+        oc = describe(M, N, out->strides[nd - 2], out->strides[nd - 1]);
+        m = M, n = N, x1 = a, x2 = b;
+        o1 = describe(M, K, a->strides[nd - 2], a->strides[nd - 1]);
+        o2 = describe(K, N, b->strides[nd - 2], b->strides[nd - 1]);
+    }
+    if (!oc.ok || oc.op != CUBLAS_OP_N || !o1.ok || !o2.ok)
+        return awl_error(AWL_ERR_INVALID, "awl_cuda matmul: internal: layout not representable");
+    if (m > INT_MAX || n > INT_MAX || K > INT_MAX)
+        return awl_error(AWL_ERR_INVALID, "awl_cuda matmul: dimension over 2^31");
+
+    /* Batch dims: coalesce out/x1/x2 together; innermost goes to cuBLAS. */
+    awl_view bo = *out, b1 = *x1, b2 = *x2;
+    bo.ndim = b1.ndim = b2.ndim = nd - 2;
+    const awl_view *views[3] = {&bo, &b1, &b2};
+    awlc_layout<3> L;
+    int64_t batches = awlc_coalesce<3>(&L, views);
+    int inner = L.ndim - 1;
+    int64_t count = L.ndim ? L.shape[inner] : 1;
+    int64_t so = L.ndim ? L.stride[0][inner] : 0, s1 = L.ndim ? L.stride[1][inner] : 0,
+            s2 = L.ndim ? L.stride[2][inner] : 0;
+    int64_t outer = batches / (count ? count : 1);
+
+    float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
+    double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
+    const void *alpha = plan.type == CUDA_R_64F ? (const void *)&alpha_d : (const void *)&alpha_f;
+    const void *beta = plan.type == CUDA_R_64F ? (const void *)&beta_d : (const void *)&beta_f;
+    for (int64_t ob = 0; ob < outer; ob++) {
+        int64_t offs[3] = {0, 0, 0}, q = ob;
+        for (int d = inner - 1; d >= 0; d--) {
+            int64_t c = q % L.shape[d];
+            q /= L.shape[d];
+            for (int k = 0; k < 3; k++) offs[k] += c * L.stride[k][d];
+        }
+        char *pc = (char *)out->data + (out->offset + offs[0]) * plan.esize;
+        const char *p1 = (const char *)x1->data + (x1->offset + offs[1]) * plan.esize;
+        const char *p2 = (const char *)x2->data + (x2->offset + offs[2]) * plan.esize;
+        cublasStatus_t st = cublasGemmStridedBatchedEx(
+            h, o1.op, o2.op, (int)m, (int)n, (int)K, alpha, p1, plan.type, (int)o1.ld, s1, p2,
+            plan.type, (int)o2.ld, s2, beta, pc, plan.type, (int)oc.ld, so, (int)count,
+            plan.compute, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasGemmStridedBatchedEx");
+    }
+    return AWL_OK;
+}
+
+bool representable(const awl_view *v, int64_t rows, int64_t cols)
+{
+    int nd = v->ndim;
+    return describe(rows, cols, v->strides[nd - 2], v->strides[nd - 1]).ok;
+}
+
+} // namespace
+
+void awlc_set_matmul_fast_fp32(bool on) { fast_fp32 = on; }
+
+int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    int nd = out->ndim;
+    int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
+    if (awl_view_numel(out) == 0) return AWL_OK;
+    if (K == 0) return accumulate ? AWL_OK : awlc_fill(out, 0.0);
+
+    scratch_view ta = {}, tb = {}, tc = {};
+    const awl_view *pa = a, *pb = b, *pc = out;
+    int st = AWL_OK;
+    if (!representable(a, M, K)) {
+        st = make_dense(a, &ta, true, true);
+        pa = &ta.v;
+    }
+    if (st == AWL_OK && !representable(b, K, N)) {
+        st = make_dense(b, &tb, true, true);
+        pb = &tb.v;
+    }
+    /* The output must be a plain matrix: row-major or column-major with
+     * non-overlapping batches. */
+    operand oc = describe(M, N, out->strides[nd - 2], out->strides[nd - 1]);
+    bool out_ok = oc.ok && oc.op == CUBLAS_OP_N;
+    oc = describe(N, M, out->strides[nd - 1], out->strides[nd - 2]);
+    out_ok = out_ok || (oc.ok && oc.op == CUBLAS_OP_N);
+    for (int d = 0; d < nd - 2; d++)
+        if (out->shape[d] > 1 && out->strides[d] == 0) out_ok = false;
+    if (st == AWL_OK && !out_ok) {
+        st = make_dense(out, &tc, false, accumulate);
+        pc = &tc.v;
+    }
+    if (st == AWL_OK) st = run_gemm(pc, pa, pb, accumulate);
+    if (st == AWL_OK && pc != out) st = awlc_copy(out, pc);
+    if (ta.v.data) awlc_scratch_free(ta.v.data, ta.bytes);
+    if (tb.v.data) awlc_scratch_free(tb.v.data, tb.bytes);
+    if (tc.v.data) awlc_scratch_free(tc.v.data, tc.bytes);
+    return st;
+}

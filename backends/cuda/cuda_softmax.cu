@@ -1,0 +1,265 @@
+/*
+ * backends/cuda/cuda_softmax.cu - softmax / log_softmax and cross-entropy,
+ * forward and backward: the row-wise logsumexp family.
+ *
+ * One block per row (rows of a (rows, n) view with unit stride along n and
+ * one row stride). Each thread keeps an online softmax state (running max m
+ * and sum s of exp(x - m), rescaled when m grows: Milakov and Gimelshein,
+ * "Online normalizer calculation for softmax", 2018), so a row's max and
+ * normaliser take a single pass; the block then merges the threads' (m, s)
+ * pairs through warp shuffles and shared memory. Loads are 16 bytes wide
+ * when a row is 16-byte aligned.
+ *
+ *   softmax forward:        1 read pass for (m, s), 1 read + 1 write pass;
+ *   softmax backward:       1 pass for the row dot product, 1 read + write;
+ *   cross-entropy forward:  1 read pass (no output the size of the logits);
+ *   cross-entropy backward: 1 read + 1 write pass, the probabilities
+ *                           recomputed from the saved lse, never stored.
+ * The second read of a row usually hits L2. Every row is reduced in an order
+ * fixed by its length and the block size, so results are deterministic.
+ *
+ * Dtypes: float32 and bfloat16 accumulate in float, float64 in double. A
+ * target outside [0, V) (other than ignore_index) cannot be reported without
+ * waiting for the device, so the forward writes NaN as that row's loss and
+ * the backward a zero row.
+ */
+#include "backends/cuda/cuda_common.cuh"
+
+namespace {
+
+template <typename A> struct online {
+    A m, s; /* max so far, sum of exp(x - m) */
+};
+
+template <typename A> __device__ __forceinline__ online<A> online_add(online<A> o, A x)
+{
+    if (x > o.m) {
+        o.s = o.s * awlc_exp(o.m - x) + (A)1;
+        o.m = x;
+    } else if (x != (A)-INFINITY) { /* masked entries add nothing */
+        o.s += awlc_exp(x - o.m);
+    }
+    return o;
+}
+
+template <typename A> __device__ __forceinline__ online<A> online_merge(online<A> a, online<A> b)
+{
+    A m = a.m > b.m ? a.m : b.m;
+    if (m == (A)-INFINITY) return a;
+    online<A> r = {m, a.s * awlc_exp(a.m - m) + b.s * awlc_exp(b.m - m)};
+    return r;
+}
+
+/* Merges every thread's state; all threads get the block's (m, s). */
+template <typename A> __device__ online<A> block_online(online<A> o)
+{
+    __shared__ A sm[AWLC_WARP], ss[AWLC_WARP];
+    int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
+#pragma unroll
+    for (int off = AWLC_WARP / 2; off > 0; off >>= 1) {
+        online<A> p = {__shfl_xor_sync(0xffffffffu, o.m, off), __shfl_xor_sync(0xffffffffu, o.s, off)};
+        o = online_merge(o, p);
+    }
+    __syncthreads();
+    if (lane == 0) {
+        sm[warp] = o.m;
+        ss[warp] = o.s;
+    }
+    __syncthreads();
+    int nw = blockDim.x / AWLC_WARP;
+    online<A> r = {(A)-INFINITY, (A)0};
+    for (int w = 0; w < nw; w++) {
+        online<A> p = {sm[w], ss[w]};
+        r = online_merge(r, p);
+    }
+    return r;
+}
+
+/* The (m, s) state of one row. */
+template <typename T, typename A> __device__ online<A> row_online(const T *row, int64_t n)
+{
+    online<A> o = {(A)-INFINITY, (A)0};
+    awlc_row_visit(row, n, [&](int64_t, T x) { o = online_add(o, awlc_cast<A>(x)); });
+    return block_online(o);
+}
+
+template <typename T>
+__global__ void softmax_fwd_kernel(T *out, const T *in, int64_t rows, int64_t n, int64_t so,
+                                   int64_t si, bool log)
+{
+    typedef typename Compute<T>::type A;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *x = in + r * si;
+        online<A> o = row_online<T, A>(x, n);
+        A inv = (A)1 / o.s, lse = o.m + awlc_log(o.s);
+        awlc_row_map(out + r * so, x, n, [&](int64_t, T v) {
+            A a = awlc_cast<A>(v);
+            return awlc_cast<T>(log ? a - lse : awlc_exp(a - o.m) * inv);
+        });
+    }
+}
+
+/* softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). */
+template <typename T>
+__global__ void softmax_bwd_kernel(T *dx, const T *dy, const T *y, int64_t rows, int64_t n,
+                                   int64_t sdx, int64_t sdy, int64_t sy, bool log)
+{
+    typedef typename Compute<T>::type A;
+    __shared__ A scratch[AWLC_WARP];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *g = dy + r * sdy, *yr = y + r * sy;
+        A dot = 0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            dot += log ? awlc_cast<A>(g[j]) : awlc_cast<A>(g[j]) * awlc_cast<A>(yr[j]);
+        dot = awlc_block_sum(dot, scratch);
+        awlc_row_map(dx + r * sdx, g, n, [&](int64_t j, T gv) {
+            A a = awlc_cast<A>(gv), yv = awlc_cast<A>(yr[j]);
+            return awlc_cast<T>(log ? a - awlc_exp(yv) * dot : yv * (a - dot));
+        });
+    }
+}
+
+struct ce_args {
+    int64_t N, V, s_logits;
+    const int32_t *targets;
+    int64_t s_targets;
+    float *lse;
+    int64_t s_lse;
+    int ignore_index;
+};
+
+template <typename T>
+__global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args a)
+{
+    typedef typename Compute<T>::type A;
+    for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
+        const T *x = logits + r * a.s_logits;
+        online<A> o = row_online<T, A>(x, a.V);
+        if (threadIdx.x == 0) {
+            A lse = o.m + awlc_log(o.s);
+            int32_t t = a.targets[r * a.s_targets];
+            A l = t == a.ignore_index        ? (A)0
+                  : (t < 0 || t >= a.V)      ? (A)NAN
+                                             : lse - awlc_cast<A>(x[t]);
+            a.lse[r * a.s_lse] = (float)lse;
+            loss[r * s_loss] = awlc_cast<T>(l);
+        }
+    }
+}
+
+template <typename T>
+__global__ void ce_bwd_kernel(T *dlogits, int64_t s_dlogits, const T *dloss, int64_t s_dloss,
+                              const T *logits, ce_args a)
+{
+    typedef typename Compute<T>::type A;
+    for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
+        int32_t t = a.targets[r * a.s_targets];
+        bool skip = t == a.ignore_index || t < 0 || t >= a.V;
+        A g = skip ? (A)0 : awlc_cast<A>(dloss[r * s_dloss]);
+        A lse = (A)a.lse[r * a.s_lse];
+        awlc_row_map(dlogits + r * s_dlogits, logits + r * a.s_logits, a.V, [&](int64_t j, T x) {
+            if (skip) return awlc_cast<T>((A)0);
+            A p = awlc_exp(awlc_cast<A>(x) - lse);
+            return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
+        });
+    }
+}
+
+unsigned row_threads(int64_t n)
+{
+    unsigned t = 64;
+    while (t < 512 && (int64_t)t * 8 < n) t *= 2;
+    return t;
+}
+
+unsigned row_blocks(int64_t rows) { return (unsigned)(rows < (1 << 30) ? rows : (1 << 30)); }
+
+} // namespace
+
+int awlc_softmax_forward(const awl_view *out, const awl_view *in, bool log)
+{
+    int64_t rows, n, so, si, r2, n2;
+    if (!awlc_rows_of(out, &rows, &n, &so) || !awlc_rows_of(in, &r2, &n2, &si) || rows != r2)
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    if (rows == 0 || n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        softmax_fwd_kernel<T><<<row_blocks(rows), row_threads(n)>>>(
+            awlc_ptr<T>(out), awlc_ptr<T>(in), rows, n, so, si, log);
+        return awlc_check_launch("softmax_forward");
+    };
+    return AWLC_DISPATCH_FLOAT(out->dtype, run);
+}
+
+int awlc_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log)
+{
+    int64_t rows, n, sdx, sdy, sy, r2, n2, r3, n3;
+    if (!awlc_rows_of(dx, &rows, &n, &sdx) || !awlc_rows_of(dy, &r2, &n2, &sdy) ||
+        !awlc_rows_of(y, &r3, &n3, &sy) || rows != r2 || rows != r3)
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(dx->data));
+    if (rows == 0 || n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        softmax_bwd_kernel<T><<<row_blocks(rows), row_threads(n)>>>(
+            awlc_ptr<T>(dx), awlc_ptr<T>(dy), awlc_ptr<T>(y), rows, n, sdx, sdy, sy, log);
+        return awlc_check_launch("softmax_backward");
+    };
+    return AWLC_DISPATCH_FLOAT(dx->dtype, run);
+}
+
+/* The (N, V) logits and the per-row vectors, or AWL_ERR_UNSUPPORTED. */
+static int ce_setup(const awl_view *logits, const awl_view *lse, const awl_view *targets,
+                    int ignore_index, ce_args *a)
+{
+    if (!awlc_rows_of(logits, &a->N, &a->V, &a->s_logits) || lse->dtype != AWL_F32 ||
+        targets->dtype != AWL_I32 || !awlc_vector_of(lse, a->N, &a->s_lse) ||
+        !awlc_vector_of(targets, a->N, &a->s_targets))
+        return AWL_ERR_UNSUPPORTED;
+    a->targets = awlc_ptr<int32_t>(targets);
+    a->lse = awlc_ptr<float>(lse);
+    a->ignore_index = ignore_index;
+    return AWL_OK;
+}
+
+int awlc_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
+                               const awl_view *targets, int ignore_index)
+{
+    ce_args a;
+    int64_t s_loss;
+    if (ce_setup(logits, lse, targets, ignore_index, &a) != AWL_OK ||
+        !awlc_vector_of(loss, a.N, &s_loss) || loss->dtype != logits->dtype)
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(loss->data));
+    if (a.N == 0 || a.V == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        ce_fwd_kernel<T><<<row_blocks(a.N), row_threads(a.V)>>>(awlc_ptr<T>(loss), s_loss,
+                                                                awlc_ptr<T>(logits), a);
+        return awlc_check_launch("cross_entropy_forward");
+    };
+    return AWLC_DISPATCH_FLOAT(logits->dtype, run);
+}
+
+int awlc_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
+                                const awl_view *logits, const awl_view *lse,
+                                const awl_view *targets, int ignore_index)
+{
+    ce_args a;
+    int64_t s_dloss, r2, v2, s_dlogits;
+    if (ce_setup(logits, lse, targets, ignore_index, &a) != AWL_OK ||
+        !awlc_vector_of(dloss, a.N, &s_dloss) ||
+        !awlc_rows_of(dlogits, &r2, &v2, &s_dlogits) || r2 != a.N || v2 != a.V ||
+        dloss->dtype != logits->dtype || dlogits->dtype != logits->dtype)
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(dlogits->data));
+    if (a.N == 0 || a.V == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        ce_bwd_kernel<T><<<row_blocks(a.N), row_threads(a.V)>>>(
+            awlc_ptr<T>(dlogits), s_dlogits, awlc_ptr<T>(dloss), s_dloss, awlc_ptr<T>(logits), a);
+        return awlc_check_launch("cross_entropy_backward");
+    };
+    return AWLC_DISPATCH_FLOAT(logits->dtype, run);
+}
