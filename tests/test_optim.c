@@ -1,0 +1,504 @@
+/*
+ * tests/test_optim.c - optimizers, learning-rate schedules, gradient
+ * clipping and accumulation.
+ *
+ * Each optimizer runs 3 steps on tiny parameters whose gradients come from
+ * a real backward pass (loss = sum(a * p * p), so grad = 2 a p changes with
+ * p), and is compared with the same steps computed here in double precision
+ * straight from PyTorch's formulas. float64 parameters must agree to
+ * rounding (1e-13): that pins down the order of operations (bias
+ * corrections, eps outside the square root, when weight decay applies);
+ * float32 ones to float precision, through both the fused AdamW kernel and
+ * the composed form.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "nn/optim.h"
+#include "nn/param.h"
+
+#define N_STEPS 3
+
+static void setup(void) { awl_clear_error(); }
+
+/* ---- the tiny problem -------------------------------------------------------------- */
+
+/* Two parameters: "w" (2, 3), decayed by AdamW, and "b" (3), not. */
+static const double W0[6] = {0.5, -1.25, 2.0, -0.75, 0.1, 1.5};
+static const double B0[3] = {0.3, -0.6, 0.9};
+static const double AW[6] = {0.7, 1.3, -0.4, 0.9, 2.1, 0.25};
+static const double AB[3] = {1.1, -0.8, 0.45};
+
+typedef struct problem {
+    awl_param_list params;
+    awl_tensor *w, *b;   /* borrowed from params */
+    awl_tensor *aw, *ab; /* owned */
+} problem;
+
+static awl_tensor *make(const double *v, int ndim, const int64_t *shape, awl_dtype dtype)
+{
+    awl_scope_begin();
+    awl_tensor *t = awl_keep(awl_tensor_cast(awl_from_data(v, ndim, shape, AWL_F64, "cpu"), dtype));
+    awl_scope_end();
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
+static void problem_init(problem *pr, awl_dtype dtype)
+{
+    memset(pr, 0, sizeof *pr);
+    awl_tensor *w = awl_requires_grad_(make(W0, AWL_SHAPE(2, 3), dtype), true);
+    awl_tensor *b = awl_requires_grad_(make(B0, AWL_SHAPE(3), dtype), true);
+    ck_assert_int_eq(awl_param_list_add(&pr->params, "w", w), 0);
+    ck_assert_int_eq(awl_param_list_add(&pr->params, "b", b), 0);
+    awl_release(w);
+    awl_release(b);
+    pr->w = w;
+    pr->b = b;
+    pr->aw = make(AW, AWL_SHAPE(2, 3), dtype);
+    pr->ab = make(AB, AWL_SHAPE(3), dtype);
+}
+
+static void problem_free(problem *pr)
+{
+    awl_param_list_clear(&pr->params);
+    awl_release(pr->aw);
+    awl_release(pr->ab);
+}
+
+/* loss = sum(aw * w^2) + sum(ab * b^2), so grad w = 2 aw w, grad b = 2 ab b. */
+static void backward(problem *pr)
+{
+    awl_scope_begin();
+    awl_tensor *lw = awl_sum_all(awl_mul(pr->aw, awl_mul(pr->w, pr->w)));
+    awl_tensor *lb = awl_sum_all(awl_mul(pr->ab, awl_mul(pr->b, pr->b)));
+    ck_assert_int_eq(awl_backward(awl_add(lw, lb)), 0);
+    awl_scope_end();
+}
+
+static void values(awl_tensor *t, double *out, int n)
+{
+    ck_assert_int_eq(awl_numel(t), n);
+    awl_scope_begin();
+    ck_assert_int_eq(awl_to_host(awl_tensor_cast(t, AWL_F64), out, (size_t)n * sizeof *out), 0);
+    awl_scope_end();
+}
+
+static void expect_close(awl_tensor *t, const double *want, int n, double rtol)
+{
+    double got[16];
+    values(t, got, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= rtol * (1e-3 + fabs(want[i])),
+                      "element %d: got %.17g, want %.17g", i, got[i], want[i]);
+}
+
+/* ---- references in double, as PyTorch writes them --------------------------------------- */
+
+typedef struct hyper {
+    double lr, momentum, beta1, beta2, eps, wd;
+    bool nesterov, decoupled;
+} hyper;
+
+static void sgd_ref(double *p, const double *a, double *buf, int n, const hyper *h, int step)
+{
+    for (int i = 0; i < n; i++) {
+        double d = 2 * a[i] * p[i] + h->wd * p[i];
+        if (h->momentum != 0) {
+            buf[i] = step == 1 ? d : h->momentum * buf[i] + d;
+            d = h->nesterov ? d + h->momentum * buf[i] : buf[i];
+        }
+        p[i] -= h->lr * d;
+    }
+}
+
+static void adam_ref(double *p, const double *a, double *m, double *v, int n, const hyper *h,
+                     double wd, int step)
+{
+    for (int i = 0; i < n; i++) {
+        double g = 2 * a[i] * p[i];
+        if (h->decoupled) p[i] *= 1 - h->lr * wd;
+        else g += wd * p[i];
+        m[i] = h->beta1 * m[i] + (1 - h->beta1) * g;
+        v[i] = h->beta2 * v[i] + (1 - h->beta2) * g * g;
+        double bc1 = 1 - pow(h->beta1, step), bc2 = 1 - pow(h->beta2, step);
+        p[i] -= h->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + h->eps);
+    }
+}
+
+/* Runs N_STEPS of opt on pr and of the reference, comparing after each. */
+static void run_against_reference(problem *pr, awl_optimizer *opt, const hyper *h,
+                                   double w_decay, double b_decay, double rtol, bool sgd)
+{
+    double w[6], b[3], mw[6] = {0}, mb[3] = {0}, vw[6] = {0}, vb[3] = {0};
+    memcpy(w, W0, sizeof w);
+    memcpy(b, B0, sizeof b);
+    for (int step = 1; step <= N_STEPS; step++) {
+        backward(pr);
+        ck_assert_int_eq(awl_optimizer_step(opt), 0);
+        ck_assert_int_eq(awl_optimizer_zero_grad(opt), 0);
+        if (sgd) {
+            sgd_ref(w, AW, mw, 6, h, step);
+            sgd_ref(b, AB, mb, 3, h, step);
+        } else {
+            adam_ref(w, AW, mw, vw, 6, h, w_decay, step);
+            adam_ref(b, AB, mb, vb, 3, h, b_decay, step);
+        }
+        expect_close(pr->w, w, 6, rtol);
+        expect_close(pr->b, b, 3, rtol);
+    }
+    ck_assert_int_eq(awl_optimizer_step_count(opt), N_STEPS);
+    ck_assert_int_eq(awl_optimizer_param_step(opt, 0), N_STEPS);
+    /* the state tensors hold the reference's buffers */
+    if (sgd && h->momentum != 0) {
+        expect_close(awl_optimizer_state(opt, 0, NULL), mw, 6, rtol);
+    } else if (!sgd) {
+        expect_close(awl_optimizer_state(opt, 0, NULL), mw, 6, rtol);
+        expect_close(awl_optimizer_state(opt, 1, NULL), vw, 6, rtol);
+        expect_close(awl_optimizer_state(opt, 3, NULL), vb, 3, rtol);
+    }
+}
+
+static const awl_dtype dtypes[2] = {AWL_F64, AWL_F32};
+static const double tolerances[2] = {1e-13, 2e-6};
+
+/* ---- SGD ---------------------------------------------------------------------------- */
+
+START_TEST(test_sgd)
+{
+    const hyper cases[] = {
+        {.lr = 0.1},
+        {.lr = 0.05, .wd = 0.01},
+        {.lr = 0.05, .momentum = 0.9, .wd = 0.01},
+        {.lr = 0.05, .momentum = 0.8, .nesterov = true},
+    };
+    for (int d = 0; d < 2; d++) {
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            problem pr;
+            problem_init(&pr, dtypes[d]);
+            const hyper *h = &cases[c];
+            awl_optimizer *opt = awl_sgd_new(&pr.params, h->lr, h->momentum, h->wd);
+            ck_assert_ptr_nonnull(opt);
+            ck_assert_int_eq(awl_sgd_set_nesterov(opt, h->nesterov), 0);
+            ck_assert_int_eq(awl_optimizer_num_states(opt), h->momentum != 0 ? 2 : 0);
+            run_against_reference(&pr, opt, h, 0, 0, tolerances[d], true);
+            awl_optimizer_free(opt);
+            problem_free(&pr);
+        }
+    }
+}
+END_TEST
+
+/* ---- Adam and AdamW ------------------------------------------------------------------ */
+
+START_TEST(test_adam)
+{
+    hyper h = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .wd = 0.05};
+    for (int d = 0; d < 2; d++) {
+        problem pr;
+        problem_init(&pr, dtypes[d]);
+        awl_optimizer *opt = awl_adam_new(&pr.params, h.lr, h.beta1, h.beta2, h.eps, h.wd);
+        ck_assert_ptr_nonnull(opt);
+        ck_assert_str_eq(awl_optimizer_kind_name(opt), "adam");
+        run_against_reference(&pr, opt, &h, h.wd, h.wd, tolerances[d], false);
+        awl_optimizer_free(opt);
+        problem_free(&pr);
+    }
+}
+END_TEST
+
+/* Counts calls of the fused kernel through a copy of the CPU table
+ * registered as "cpu" (tensors made while it is registered use it). */
+static awl_backend counting_cpu;
+static int fused_calls, fused_params;
+
+static int counting_adamw(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
+                          const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
+{
+    fused_calls++;
+    fused_params += n;
+    return awl_cpu_backend()->adamw_step(n, params, grads, m, v, weight_decay, args);
+}
+
+static void adamw_case(awl_dtype dtype, bool fused, bool decay_all, double rtol)
+{
+    hyper h = {.lr = 0.02, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .decoupled = true};
+    counting_cpu = *awl_cpu_backend();
+    counting_cpu.adamw_step = counting_adamw;
+    ck_assert_int_eq(awl_backend_register(&counting_cpu), 0);
+    fused_calls = fused_params = 0;
+    bool was = awl_set_fused_kernels(fused);
+    problem pr;
+    problem_init(&pr, dtype);
+    awl_optimizer *opt = awl_adamw_new(&pr.params, h.lr, h.beta1, h.beta2, h.eps, h.wd);
+    ck_assert_ptr_nonnull(opt);
+    ck_assert_int_eq(awl_adamw_set_decay_all(opt, decay_all), 0);
+    run_against_reference(&pr, opt, &h, h.wd, decay_all ? h.wd : 0.0, rtol, false);
+    /* one kernel call per step covers both parameters when it can run */
+    bool expect_fused = fused && dtype == AWL_F32;
+    ck_assert_int_eq(fused_calls, expect_fused ? N_STEPS : 0);
+    ck_assert_int_eq(fused_params, expect_fused ? 2 * N_STEPS : 0);
+    awl_optimizer_free(opt);
+    problem_free(&pr);
+    awl_set_fused_kernels(was);
+    ck_assert_int_eq(awl_backend_register(awl_cpu_backend()), 0);
+}
+
+START_TEST(test_adamw)
+{
+    adamw_case(AWL_F64, true, false, 1e-13); /* float64: always composed */
+    adamw_case(AWL_F32, false, false, 2e-6); /* composed */
+    adamw_case(AWL_F32, true, false, 2e-6);  /* fused kernel */
+    adamw_case(AWL_F64, true, true, 1e-13);  /* decay on 1-D parameters too */
+    adamw_case(AWL_F32, true, true, 2e-6);
+}
+END_TEST
+
+START_TEST(test_adamw_no_decay_on_1d)
+{
+    /* with a zero gradient Adam's update is 0, so only decay moves a weight */
+    problem pr;
+    problem_init(&pr, AWL_F32);
+    awl_optimizer *opt = awl_adamw_new(&pr.params, 0.5, 0.9, 0.95, 1e-8, 0.2);
+    for (int k = 0; k < 2; k++) {
+        awl_scope_begin();
+        ck_assert_int_eq(awl_backward(awl_mul_scalar(awl_sum_all(awl_add(awl_sum_all(pr.w),
+                                                                         awl_sum_all(pr.b))),
+                                                     0.0)),
+                         0);
+        awl_scope_end();
+        ck_assert_int_eq(awl_optimizer_step(opt), 0);
+        ck_assert_int_eq(awl_optimizer_zero_grad(opt), 0);
+    }
+    double w[6], b[3];
+    for (int i = 0; i < 6; i++) w[i] = W0[i] * 0.9 * 0.9; /* 1 - lr * wd, twice */
+    expect_close(pr.w, w, 6, 1e-6);
+    memcpy(b, B0, sizeof b);
+    expect_close(pr.b, b, 3, 1e-7);
+    awl_optimizer_free(opt);
+    problem_free(&pr);
+}
+END_TEST
+
+/* ---- bookkeeping ------------------------------------------------------------------------ */
+
+START_TEST(test_zero_grad_and_accumulation)
+{
+    problem pr;
+    problem_init(&pr, AWL_F64);
+    awl_optimizer *opt = awl_sgd_new(&pr.params, 0.1, 0, 0);
+    backward(&pr);
+    awl_tensor *gw = pr.w->grad;
+    ck_assert_ptr_nonnull(gw);
+    double once[6], twice[6];
+    values(gw, once, 6);
+    backward(&pr); /* accumulates */
+    values(pr.w->grad, twice, 6);
+    for (int i = 0; i < 6; i++) ck_assert_double_eq_tol(twice[i], 2 * once[i], 1e-15);
+    ck_assert_int_eq(awl_scale_grads(&pr.params, 0.5), 0); /* mean of 2 micro-batches */
+    expect_close(pr.w->grad, once, 6, 1e-15);
+
+    ck_assert_int_eq(awl_optimizer_zero_grad(opt), 0);
+    ck_assert_ptr_eq(pr.w->grad, gw); /* the same buffer, kept */
+    double zeros[6] = {0};
+    expect_close(pr.w->grad, zeros, 6, 0);
+    backward(&pr);
+    ck_assert_ptr_eq(pr.w->grad, gw); /* accumulated into in place */
+    expect_close(pr.w->grad, once, 6, 1e-15);
+
+    ck_assert_int_eq(awl_optimizer_zero_grad_ex(opt, true), 0);
+    ck_assert_ptr_null(pr.w->grad);
+    ck_assert_ptr_null(pr.b->grad);
+    awl_optimizer_free(opt);
+    problem_free(&pr);
+}
+END_TEST
+
+START_TEST(test_skip_params_without_grad)
+{
+    problem pr;
+    problem_init(&pr, AWL_F64);
+    awl_optimizer *opt = awl_adamw_new(&pr.params, 0.1, 0.9, 0.95, 1e-8, 0.1);
+    awl_scope_begin();
+    ck_assert_int_eq(awl_backward(awl_sum_all(awl_mul(pr.w, pr.w))), 0); /* b gets no grad */
+    awl_scope_end();
+    ck_assert_int_eq(awl_optimizer_step(opt), 0);
+    ck_assert_int_eq(awl_optimizer_param_step(opt, 0), 1);
+    ck_assert_int_eq(awl_optimizer_param_step(opt, 1), 0);
+    expect_close(pr.b, B0, 3, 0);
+    ck_assert_str_eq(awl_optimizer_param_name(opt, 1), "b");
+    awl_optimizer_free(opt);
+    problem_free(&pr);
+}
+END_TEST
+
+START_TEST(test_state_names_and_duplicates)
+{
+    problem pr;
+    problem_init(&pr, AWL_F32);
+    /* a tied weight listed under a second name is one parameter */
+    ck_assert_int_eq(awl_param_list_add(&pr.params, "w_tied", pr.w), 0);
+    awl_optimizer *opt = awl_adam_new(&pr.params, 1e-3, 0.9, 0.999, 1e-8, 0);
+    ck_assert_int_eq(awl_optimizer_num_params(opt), 2);
+    ck_assert_int_eq(awl_optimizer_num_states(opt), 4);
+    const char *want[4] = {"w.exp_avg", "w.exp_avg_sq", "b.exp_avg", "b.exp_avg_sq"};
+    for (int i = 0; i < 4; i++) {
+        const char *name;
+        awl_tensor *s = awl_optimizer_state(opt, i, &name);
+        ck_assert_str_eq(name, want[i]);
+        ck_assert(awl_same_shape(s, i < 2 ? pr.w : pr.b));
+    }
+    ck_assert_ptr_null(awl_optimizer_state(opt, 4, NULL));
+    awl_optimizer_free(opt);
+
+    opt = awl_sgd_new(&pr.params, 0.1, 0.9, 0);
+    const char *name;
+    awl_optimizer_state(opt, 1, &name);
+    ck_assert_str_eq(name, "b.momentum_buffer");
+    awl_optimizer_free(opt);
+    problem_free(&pr);
+}
+END_TEST
+
+START_TEST(test_lr_and_errors)
+{
+    problem pr;
+    problem_init(&pr, AWL_F32);
+    awl_optimizer *opt = awl_adamw_new(&pr.params, 1e-3, 0.9, 0.95, 1e-8, 0.1);
+    ck_assert_double_eq(awl_optimizer_get_lr(opt), 1e-3);
+    ck_assert_int_eq(awl_optimizer_set_lr(opt, 3e-4), 0);
+    ck_assert_double_eq(awl_optimizer_get_lr(opt), 3e-4);
+    ck_assert_int_eq(awl_optimizer_set_lr(opt, -1), AWL_ERR_INVALID);
+    ck_assert_int_eq(awl_sgd_set_nesterov(opt, true), AWL_ERR_INVALID);
+    awl_optimizer_free(opt);
+
+    ck_assert_ptr_null(awl_adamw_new(&pr.params, 1e-3, 1.0, 0.95, 1e-8, 0.1));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "beta1"));
+    ck_assert_ptr_null(awl_sgd_new(&pr.params, -0.1, 0, 0));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "learning rate"));
+    opt = awl_sgd_new(&pr.params, 0.1, 0, 0);
+    ck_assert_int_eq(awl_sgd_set_nesterov(opt, true), AWL_ERR_INVALID);
+    ck_assert_int_eq(awl_adamw_set_decay_all(opt, true), AWL_ERR_INVALID);
+    awl_optimizer_free(opt);
+
+    awl_param_list empty = {0};
+    ck_assert_ptr_null(awl_sgd_new(&empty, 0.1, 0, 0));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "empty"));
+    awl_tensor *idx = awl_zeros(AWL_SHAPE(2), AWL_I32, "cpu");
+    awl_param_list ints = {0};
+    awl_param_list_add(&ints, "idx", idx);
+    awl_release(idx);
+    ck_assert_ptr_null(awl_adam_new(&ints, 0.1, 0.9, 0.9, 1e-8, 0));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "idx is int32"));
+    awl_param_list_clear(&ints);
+
+    /* NULL propagates without a new message */
+    awl_clear_error();
+    ck_assert_ptr_null(awl_sgd_new(NULL, 0.1, 0, 0));
+    ck_assert_int_lt(awl_optimizer_step(NULL), 0);
+    ck_assert_int_lt(awl_optimizer_zero_grad(NULL), 0);
+    ck_assert_str_eq(awl_last_error(), "");
+    awl_optimizer_free(NULL);
+    problem_free(&pr);
+}
+END_TEST
+
+/* ---- learning-rate schedules --------------------------------------------------------------- */
+
+START_TEST(test_lr_schedule)
+{
+    awl_lr_schedule c = awl_lr_constant(1e-3);
+    ck_assert_double_eq(awl_lr_at(&c, 0), 1e-3);
+    ck_assert_double_eq(awl_lr_at(&c, 123456), 1e-3);
+
+    awl_lr_schedule s = awl_lr_warmup_cosine(1e-3, 100, 1100, 1e-4);
+    ck_assert_double_eq_tol(awl_lr_at(&s, 0), 1e-3 * 1 / 101, 1e-18);   /* warmup start */
+    ck_assert_double_eq_tol(awl_lr_at(&s, 50), 1e-3 * 51 / 101, 1e-18);
+    ck_assert_double_eq_tol(awl_lr_at(&s, 99), 1e-3 * 100 / 101, 1e-18); /* warmup end */
+    ck_assert_double_eq_tol(awl_lr_at(&s, 100), 1e-3, 1e-18);            /* peak */
+    ck_assert_double_eq_tol(awl_lr_at(&s, 600), 1e-4 + 0.5 * 9e-4, 1e-15); /* mid-decay */
+    double quarter = 1e-4 + 0.5 * (1 + cos(M_PI * 0.25)) * 9e-4;
+    ck_assert_double_eq_tol(awl_lr_at(&s, 350), quarter, 1e-15);
+    ck_assert_double_eq_tol(awl_lr_at(&s, 1100), 1e-4, 1e-15); /* end of decay */
+    ck_assert_double_eq(awl_lr_at(&s, 1101), 1e-4);            /* after decay */
+    ck_assert_double_eq(awl_lr_at(&s, 5000), 1e-4);
+    for (int64_t it = 101; it <= 1100; it++) /* monotone decay */
+        ck_assert(awl_lr_at(&s, it) <= awl_lr_at(&s, it - 1));
+
+    awl_lr_schedule degenerate = awl_lr_warmup_cosine(1e-3, 10, 10, 1e-5);
+    ck_assert_double_eq(awl_lr_at(&degenerate, 10), 1e-5);
+    ck_assert_double_eq_tol(awl_lr_at(&degenerate, 9), 1e-3 * 10 / 11, 1e-18);
+    ck_assert(isnan(awl_lr_at(NULL, 0)));
+}
+END_TEST
+
+/* ---- clipping ---------------------------------------------------------------------------------- */
+
+START_TEST(test_clip_grad_norm)
+{
+    for (int d = 0; d < 2; d++) {
+        problem pr;
+        problem_init(&pr, dtypes[d]);
+        backward(&pr);
+        double gw[6], gb[3], sq = 0;
+        values(pr.w->grad, gw, 6);
+        values(pr.b->grad, gb, 3);
+        for (int i = 0; i < 6; i++) sq += gw[i] * gw[i];
+        for (int i = 0; i < 3; i++) sq += gb[i] * gb[i];
+        double norm = sqrt(sq);
+
+        /* below the limit: the norm, grads untouched */
+        ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, 2 * norm), norm, 1e-12 * norm);
+        expect_close(pr.w->grad, gw, 6, 0);
+
+        /* above it: scaled by max_norm / (norm + 1e-6) */
+        double max_norm = 0.5, coef = max_norm / (norm + 1e-6);
+        ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, max_norm), norm, 1e-12 * norm);
+        for (int i = 0; i < 6; i++) gw[i] *= coef;
+        for (int i = 0; i < 3; i++) gb[i] *= coef;
+        expect_close(pr.w->grad, gw, 6, tolerances[d]);
+        expect_close(pr.b->grad, gb, 3, tolerances[d]);
+        ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, 1e9), max_norm, 1e-5);
+
+        /* a tied weight listed twice counts once */
+        ck_assert_int_eq(awl_param_list_add(&pr.params, "w_again", pr.w), 0);
+        ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, 1e9), max_norm, 1e-5);
+        problem_free(&pr);
+    }
+    ck_assert(awl_clip_grad_norm(NULL, 1.0) < 0);
+    awl_param_list none = {0};
+    ck_assert_double_eq(awl_clip_grad_norm(&none, 1.0), 0.0);
+    ck_assert(awl_clip_grad_norm(&none, -1.0) < 0);
+}
+END_TEST
+
+static Suite *optim_suite(void)
+{
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("optim");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_sgd);
+    tcase_add_test(tc, test_adam);
+    tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_adamw_no_decay_on_1d);
+    tcase_add_test(tc, test_zero_grad_and_accumulation);
+    tcase_add_test(tc, test_skip_params_without_grad);
+    tcase_add_test(tc, test_state_names_and_duplicates);
+    tcase_add_test(tc, test_lr_and_errors);
+    tcase_add_test(tc, test_lr_schedule);
+    tcase_add_test(tc, test_clip_grad_norm);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(optim_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
