@@ -10,7 +10,6 @@
  * prints the message. The last is tested in child processes: one forked,
  * one re-executed with the environment variable set.
  */
-#include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,21 +380,8 @@ END_TEST
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--bad-op") == 0) return bad_op_then_exit();
-    Suite *s = suite_create("errors");
-    TCase *tc = tcase_create("errors");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_binary_shape_mismatch);
-    tcase_add_test(tc, test_dtype_mismatch);
-    tcase_add_test(tc, test_matmul_inner_dimensions);
-    tcase_add_test(tc, test_invalid_views);
-    tcase_add_test(tc, test_index_out_of_range);
-    tcase_add_test(tc, test_backward_errors);
-    tcase_add_test(tc, test_null_propagates_silently);
-    tcase_add_test(tc, test_abort_on_error);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("errors", test_binary_shape_mismatch, test_dtype_mismatch,
+                            test_matmul_inner_dimensions, test_invalid_views,
+                            test_index_out_of_range, test_backward_errors,
+                            test_null_propagates_silently, test_abort_on_error);
 }

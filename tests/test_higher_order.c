@@ -10,7 +10,6 @@
  * embedding_backward, gather_backward). Third order: gradgradcheck of a
  * function that itself returns a create_graph gradient.
  */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -208,16 +207,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("higher_order");
-    TCase *tc = tcase_create("higher_order");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_second_order);
-    tcase_add_test(tc, test_third_order);
-    tcase_add_test(tc, test_tanh_second_derivative_values);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("higher_order", test_second_order, test_third_order,
+                            test_tanh_second_derivative_values);
 }

@@ -6,7 +6,6 @@
  * transfer sends the gradient back to the input's device (checked across
  * devices when a second backend is present).
  */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,16 +113,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ops_convert");
-    TCase *tc = tcase_create("ops_convert");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_cast_values);
-    tcase_add_test(tc, test_cast_gradient_dtype);
-    tcase_add_test(tc, test_to_device);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("ops_convert", test_cast_values, test_cast_gradient_dtype,
+                            test_to_device);
 }

@@ -8,7 +8,6 @@
  * Binary ops are checked with operands of different shapes, so the engine's
  * reduction of broadcast gradients is exercised too.
  */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -222,16 +221,6 @@ static int64_t source_index(const int64_t *oidx, int ond, int nd, const int64_t 
     return at;
 }
 
-/* Advances a row-major multi-index; false after the last element. */
-static bool next_index(int64_t *idx, int nd, const int64_t *shape)
-{
-    for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d]) return true;
-        idx[d] = 0;
-    }
-    return false;
-}
-
 static double tolerance(awl_dtype dtype)
 {
     return dtype == AWL_F64 ? 1e-12 : 2e-6;
@@ -303,7 +292,7 @@ START_TEST(test_binary_forward)
                         if (types[t] == AWL_F32) want[k] = (float)want[k];
                         if (types[t] == AWL_I32 && bc->ref == r_div) want[k] = trunc(want[k]);
                         k++;
-                    } while (next_index(idx, 3, sa));
+                    } while (awl_gc_next_index(idx, 3, sa));
                     char what[96];
                     snprintf(what, sizeof what, "%s %s %s swap=%d", bc->name,
                              awl_dtype_name(types[t]), awl_gc_layout_name(layout), swap);
@@ -536,23 +525,8 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ops_elementwise");
-    TCase *tc = tcase_create("ops_elementwise");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_unary_forward);
-    tcase_add_test(tc, test_binary_forward);
-    tcase_add_test(tc, test_unary_gradcheck);
-    tcase_add_test(tc, test_binary_gradcheck);
-    tcase_add_test(tc, test_same_input_twice);
-    tcase_add_test(tc, test_saves_only_what_is_needed);
-    tcase_add_test(tc, test_where);
-    tcase_add_test(tc, test_masked_fill);
-    tcase_add_test(tc, test_comparisons_carry_no_gradient);
-    tcase_add_test(tc, test_gelu_slope);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("ops_elementwise", test_unary_forward, test_binary_forward,
+                            test_unary_gradcheck, test_binary_gradcheck, test_same_input_twice,
+                            test_saves_only_what_is_needed, test_where, test_masked_fill,
+                            test_comparisons_carry_no_gradient, test_gelu_slope);
 }

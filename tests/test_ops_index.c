@@ -5,7 +5,6 @@
  * must add up), on contiguous and non-contiguous weights, in float32 and
  * float64; gradients by finite differences.
  */
-#include <check.h>
 #include <stdlib.h>
 
 #include "helpers/gradcheck.h"
@@ -142,17 +141,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ops_index");
-    TCase *tc = tcase_create("ops_index");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_embedding_forward);
-    tcase_add_test(tc, test_embedding_gradcheck);
-    tcase_add_test(tc, test_gather_forward);
-    tcase_add_test(tc, test_gather_gradcheck);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("ops_index", test_embedding_forward, test_embedding_gradcheck,
+                            test_gather_forward, test_gather_gradcheck);
 }

@@ -8,7 +8,6 @@
  * gradients back to a broadcast operand and the folded (B*T, K) path of a
  * batched activation times a weight matrix.
  */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,16 +169,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ops_matmul");
-    TCase *tc = tcase_create("ops_matmul");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_matmul_forward);
-    tcase_add_test(tc, test_matmul_gradcheck);
-    tcase_add_test(tc, test_matmul_one_side);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("ops_matmul", test_matmul_forward, test_matmul_gradcheck,
+                            test_matmul_one_side);
 }

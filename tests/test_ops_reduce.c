@@ -6,7 +6,6 @@
  * differences; max's tie rule; and the fused softmax kernels against the
  * composed path (forward and backward must agree).
  */
-#include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,15 +23,6 @@ static int64_t kept_index(const int64_t *idx, int nd, const int64_t *shape, unsi
     return at;
 }
 
-static bool next_index(int64_t *idx, int nd, const int64_t *shape)
-{
-    for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d]) return true;
-        idx[d] = 0;
-    }
-    return false;
-}
-
 /* out (keepdim layout, n_out elements) = op over the axes in mask. */
 static void ref_reduce(const double *x, int nd, const int64_t *shape, unsigned mask, int op,
                        double *out, int64_t n_out)
@@ -47,7 +37,7 @@ static void ref_reduce(const double *x, int nd, const int64_t *shape, unsigned m
         double *o = &out[kept_index(idx, nd, shape, mask)];
         *o = op == R_MAX ? fmax(*o, x[k]) : *o + x[k];
         k++;
-    } while (next_index(idx, nd, shape));
+    } while (awl_gc_next_index(idx, nd, shape));
     if (op == R_MEAN)
         for (int64_t i = 0; i < n_out; i++)
             out[i] /= (double)count;
@@ -181,7 +171,7 @@ static void ref_softmax(const double *x, const int64_t *shape, int d, int kind, 
     do {
         int64_t r = kept_index(idx, 3, shape, mask);
         s[r] += exp(x[k++] - m[r]);
-    } while (next_index(idx, 3, shape));
+    } while (awl_gc_next_index(idx, 3, shape));
     if (kind == S_LOGSUMEXP) {
         for (int i = 0; i < 24 / shape[d]; i++)
             out[i] = m[i] + log(s[i]);
@@ -192,7 +182,7 @@ static void ref_softmax(const double *x, const int64_t *shape, int d, int kind, 
         int64_t r = kept_index(idx, 3, shape, mask);
         double z = x[k] - m[r];
         out[k++] = kind == S_SOFTMAX ? exp(z) / s[r] : z - log(s[r]);
-    } while (next_index(idx, 3, shape));
+    } while (awl_gc_next_index(idx, 3, shape));
 }
 
 typedef struct softmax_call {
@@ -310,19 +300,7 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ops_reduce");
-    TCase *tc = tcase_create("ops_reduce");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_reduce_forward);
-    tcase_add_test(tc, test_reduce_gradcheck);
-    tcase_add_test(tc, test_max_ties_share_the_gradient);
-    tcase_add_test(tc, test_softmax_forward);
-    tcase_add_test(tc, test_softmax_gradcheck);
-    tcase_add_test(tc, test_fused_matches_composed);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("ops_reduce", test_reduce_forward, test_reduce_gradcheck,
+                            test_max_ties_share_the_gradient, test_softmax_forward,
+                            test_softmax_gradcheck, test_fused_matches_composed);
 }

@@ -7,7 +7,6 @@
  * stack) and split likewise, split through a function that reassembles its
  * pieces in another order so every piece's gradient path is exercised.
  */
-#include <check.h>
 #include <stdlib.h>
 
 #include "helpers/gradcheck.h"
@@ -305,18 +304,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ops_shape");
-    TCase *tc = tcase_create("ops_shape");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_view_values);
-    tcase_add_test(tc, test_view_gradcheck);
-    tcase_add_test(tc, test_concat_stack_values);
-    tcase_add_test(tc, test_split_views);
-    tcase_add_test(tc, test_join_gradcheck);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return AWL_GC_RUN_SUITE("ops_shape", test_view_values, test_view_gradcheck,
+                            test_concat_stack_values, test_split_views, test_join_gradcheck);
 }

@@ -27,6 +27,23 @@
 
 static const awl_gc_options default_options = {.eps = 1e-6, .atol = 1e-5, .rtol = 1e-6};
 
+/* ---- running a suite ------------------------------------------------------------------------ */
+
+int awl_gc_run_suite(const char *name, int n, const TTest *const *tests)
+{
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 300);
+    for (int i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 /* ---- test bracketing --------------------------------------------------------------------- */
 
 static int64_t bytes_in_use(void)
@@ -194,6 +211,15 @@ bool awl_gc_allclose(const double *got, const double *want, int64_t n, double at
     return reports == 0;
 }
 
+bool awl_gc_next_index(int64_t *idx, int ndim, const int64_t *shape)
+{
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d]) return true;
+        idx[d] = 0;
+    }
+    return false;
+}
+
 bool awl_gc_has_shape(const awl_tensor *t, int ndim, const int64_t *shape)
 {
     if (!t || t->ndim != ndim) return false;
@@ -228,10 +254,7 @@ static position *positions_of(const awl_tensor *t)
         for (int d = 0; d < t->ndim; d++)
             at += idx[d] * t->strides[d];
         p[i] = (position){at, i};
-        for (int d = t->ndim - 1; d >= 0; d--) {
-            if (++idx[d] < t->shape[d]) break;
-            idx[d] = 0;
-        }
+        awl_gc_next_index(idx, t->ndim, t->shape);
     }
     qsort(p, (size_t)n, sizeof *p, by_storage);
     return p;

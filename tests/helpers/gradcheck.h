@@ -28,6 +28,7 @@
 #ifndef AWL_TESTS_GRADCHECK_H
 #define AWL_TESTS_GRADCHECK_H
 
+#include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -56,6 +57,16 @@ bool awl_gradcheck_ex(awl_gc_fn fn, void *user, int n_inputs, awl_tensor *const 
                       const char *name, const awl_gc_options *options);
 bool awl_gradgradcheck_ex(awl_gc_fn fn, void *user, int n_inputs, awl_tensor *const *inputs,
                           const char *name, const awl_gc_options *options);
+
+/* ---- running a suite ------------------------------------------------------------------ */
+
+/* Runs tests[0..n) as one Check suite (one test case of the same name, with
+ * a timeout far above what they need) and returns main's exit status.
+ * CK_FORK, CK_VERBOSITY and friends are honoured. */
+int awl_gc_run_suite(const char *name, int n, const TTest *const *tests);
+#define AWL_GC_RUN_SUITE(name, ...)                                                                \
+    awl_gc_run_suite(name, (int)(sizeof((const TTest *[]){__VA_ARGS__}) / sizeof(const TTest *)),  \
+                     (const TTest *[]){__VA_ARGS__})
 
 /* ---- test bracketing ------------------------------------------------------------------ */
 
@@ -105,6 +116,9 @@ double *awl_gc_values(awl_tensor *t);
  * prints the first few differences, labelled with what, otherwise. */
 bool awl_gc_allclose(const double *got, const double *want, int64_t n, double atol, double rtol,
                      const char *what);
+/* Advances a row-major multi-index over shape; false after the last
+ * element (the index is then all zeros again). */
+bool awl_gc_next_index(int64_t *idx, int ndim, const int64_t *shape);
 /* Whether t has exactly this shape. */
 bool awl_gc_has_shape(const awl_tensor *t, int ndim, const int64_t *shape);
 
