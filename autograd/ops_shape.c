@@ -13,6 +13,9 @@
  *     slice_backward, whose backward is the slice again, so that double
  *     backward through a slice works.
  * concat's backward is one slice per input; stack is unsqueeze + concat.
+ * split is one slice per piece, so its backward makes one input-sized
+ * zero tensor per piece and the engine adds them: k times the traffic of a
+ * single multi-output node, accepted for k as small as a q/k/v split.
  *
  * Shape and axis errors come from the raw views, which name the public op
  * ("awl_permute: (0,0,1) is not a permutation of the axes of (2,3,4)").
