@@ -397,8 +397,13 @@ static int plan_matmul(const char *op, const awl_tensor *a, const awl_tensor *b,
                          awl_shape_str(a, sa, sizeof sa), awl_shape_str(b, sb, sizeof sb));
     int nbatch;
     int64_t batch[AWL_MAX_DIMS];
-    if (broadcast_shapes(op, va.ndim - 2, va.shape, vb.ndim - 2, vb.shape, &nbatch, batch) < 0)
+    unsigned long errors = awl_error_count();
+    if (broadcast_shapes(op, va.ndim - 2, va.shape, vb.ndim - 2, vb.shape, &nbatch, batch) < 0) {
+        if (awl_error_count() != errors) /* restate with the operands' full shapes */
+            awl_error(AWL_ERR_INVALID, "%s: batch dimensions cannot be broadcast: %s @ %s", op,
+                      awl_shape_str(a, sa, sizeof sa), awl_shape_str(b, sb, sizeof sb));
         return AWL_ERR_INVALID;
+    }
     if (nbatch + 2 > AWL_MAX_DIMS)
         return awl_error(AWL_ERR_INVALID, "%s: too many batch dimensions", op);
     /* stretch both operands to the common batch shape (zero strides) */

@@ -221,14 +221,16 @@ awl_tensor *awl_tensor_permute(awl_tensor *t, const int *dims);
 awl_tensor *awl_tensor_transpose(awl_tensor *t, int dim0, int dim1);
 /* Broadcasts size-1 axes (and new leading axes) to `shape`; -1 keeps a size. */
 awl_tensor *awl_tensor_expand(awl_tensor *t, int ndim, const int64_t *shape);
-/* Python's t[..., start:stop:step, ...] along dim (step > 0; start/stop may
- * be negative and are clamped like Python's). */
+/* Python's t[..., start:stop:step, ...] along dim. step > 0; negative start
+ * and stop count from the end, as in Python, but unlike Python a bound
+ * outside [-size, size] is an error ("slice out of range"), not clamped.
+ * start >= stop gives an empty view. */
 awl_tensor *awl_tensor_slice(awl_tensor *t, int dim, int64_t start, int64_t stop, int64_t step);
 /* Removes axis dim, which must have size 1. */
 awl_tensor *awl_tensor_squeeze(awl_tensor *t, int dim);
 awl_tensor *awl_tensor_unsqueeze(awl_tensor *t, int dim);
-/* t itself (one more reference, owned by the scope) when contiguous, else a
- * contiguous copy. */
+/* A contiguous tensor with t's elements: an alias sharing t's storage when
+ * t is already contiguous, else a copy. */
 awl_tensor *awl_tensor_contiguous(awl_tensor *t);
 /* A contiguous copy. */
 awl_tensor *awl_tensor_clone(awl_tensor *t);
@@ -251,9 +253,9 @@ awl_tensor *awl_tensor_matmul(awl_tensor *a, awl_tensor *b);
 awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx);
 awl_tensor *awl_tensor_gather(awl_tensor *x, int dim, awl_tensor *idx);
 awl_tensor *awl_tensor_concat(int n, awl_tensor *const *ts, int dim);
-/* Converts to another dtype (same tensor, one more reference, when equal). */
+/* Converts to another dtype (an alias sharing t's storage when equal). */
 awl_tensor *awl_tensor_cast(awl_tensor *t, awl_dtype dtype);
-/* Copies to another device (same tensor, one more reference, when equal). */
+/* Copies to another device (an alias sharing t's storage when equal). */
 awl_tensor *awl_tensor_to_device(awl_tensor *t, const char *device);
 
 /* ---- raw in-place updates (optimizers, gradient accumulation) --------------- */
