@@ -306,23 +306,42 @@ static uint64_t le64(const unsigned char *p)
     return v;
 }
 
+/* A good checkpoint split into its header text (without padding) and data. */
+typedef struct good_file {
+    char *header;
+    unsigned char *data;
+    size_t n_data;
+    unsigned char *bytes; /* the whole file */
+    size_t size;
+} good_file;
+
+static void good_file_read(good_file *g, const char *path)
+{
+    g->bytes = read_all(path, &g->size);
+    uint64_t n = le64(g->bytes);
+    g->header = malloc(n + 1);
+    memcpy(g->header, g->bytes + 8, n);
+    g->header[n] = '\0';
+    size_t end = strlen(g->header);
+    while (end > 0 && g->header[end - 1] == ' ') g->header[--end] = '\0';
+    g->data = g->bytes + 8 + n;
+    g->n_data = g->size - 8 - n;
+}
+
 START_TEST(test_file_layout)
 {
     model m;
     model_init(&m, 5, 2);
     const char *path = path_in_dir("layout.safetensors");
     ck_assert_int_eq(awl_checkpoint_save(path, &m.params, m.opt, NULL), 0);
-    size_t size;
-    unsigned char *file = read_all(path, &size);
-    uint64_t n = le64(file);
+    good_file g;
+    good_file_read(&g, path);
+    uint64_t n = le64(g.bytes);
     ck_assert_uint_eq((8 + n) % 8, 0); /* data 8-byte aligned */
-    char *header = malloc(n + 1);
-    memcpy(header, file + 8, n);
-    header[n] = '\0';
+    const char *header = g.header;      /* without its padding */
+    for (size_t k = 8 + strlen(header); k < 8 + n; k++) ck_assert_int_eq(g.bytes[k], ' ');
     ck_assert_uint_eq(strncmp(header, "{\"__metadata__\":{", 17), 0);
-    size_t end = strlen(header);
-    while (end > 0 && header[end - 1] == ' ') end--;
-    ck_assert_int_eq(header[end - 1], '}');
+    ck_assert_int_eq(header[strlen(header) - 1], '}');
     ck_assert_ptr_nonnull(strstr(header, "\"awl.format\":\"checkpoint\""));
     ck_assert_ptr_nonnull(strstr(header, "\"awl.format_version\":\"1\""));
     ck_assert_ptr_nonnull(strstr(header, "\"optimizer\":\"adamw\""));
@@ -342,7 +361,7 @@ START_TEST(test_file_layout)
     };
     int64_t offset = 0;
     const char *previous = header;
-    const unsigned char *data = file + 8 + n;
+    const unsigned char *data = g.data;
     for (int k = 0; k < 9; k++) {
         char entry[256];
         snprintf(entry, sizeof entry, "\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%lld,%lld]}",
@@ -361,9 +380,9 @@ START_TEST(test_file_layout)
         ck_assert_msg(strstr(header, crc) != NULL, "no %s", crc);
         offset += want[k].nbytes;
     }
-    ck_assert_uint_eq(size, 8 + n + (uint64_t)offset); /* nothing after the data */
-    free(header);
-    free(file);
+    ck_assert_uint_eq(g.size, 8 + n + (uint64_t)offset); /* nothing after the data */
+    free(g.header);
+    free(g.bytes);
     model_free(&m);
 }
 END_TEST
@@ -430,28 +449,6 @@ START_TEST(test_failed_save_keeps_old_file)
 END_TEST
 
 /* ---- malformed files ---------------------------------------------------------------------- */
-
-/* A good checkpoint split into its header text (without padding) and data. */
-typedef struct good_file {
-    char *header;
-    unsigned char *data;
-    size_t n_data;
-    unsigned char *bytes; /* the whole file */
-    size_t size;
-} good_file;
-
-static void good_file_read(good_file *g, const char *path)
-{
-    g->bytes = read_all(path, &g->size);
-    uint64_t n = le64(g->bytes);
-    g->header = malloc(n + 1);
-    memcpy(g->header, g->bytes + 8, n);
-    g->header[n] = '\0';
-    size_t end = strlen(g->header);
-    while (end > 0 && g->header[end - 1] == ' ') g->header[--end] = '\0';
-    g->data = g->bytes + 8 + n;
-    g->n_data = g->size - 8 - n;
-}
 
 /* Writes header + data as a safetensors file (length prefix recomputed). */
 static void write_with_header(const char *path, const char *header, const void *data, size_t n)
