@@ -1,0 +1,379 @@
+/*
+ * nn/attention.c - scaled dot-product attention and the causal
+ * self-attention layer.
+ *
+ * Composed, attention is q k^T * scale, a causal mask, softmax, dropout and a
+ * product with v: it materialises the (B, H, T, T) score matrix and keeps
+ * the softmax for backward. Fused, the backend's attention kernel computes
+ * the output and one log-sum-exp per query row, and its backward recomputes
+ * the scores from q, k and the log-sum-exp; no (T, T) matrix is stored.
+ * The fused kernel has no dropout, so training with attention dropout takes
+ * the composed path.
+ *
+ * Layout is where the copies hide. c_attn produces q, k and v side by side,
+ * (B, T, 3C); a head is every D-th slice of a third of that. All of these
+ * are strided views, which the kernel reads in place:
+ *     q[b, h, t, d] = qkv[b, t, h * D + d]            strides (T*3C, D, 3C, 1)
+ * and the output is written through the view (B, H, T, D) -> (B, T, C) with
+ * strides (T*C, D, C, 1), which is exactly the memory of the (B, T, C) tensor
+ * c_proj wants: the "transpose(1, 2).contiguous().view(B, T, C)" of nanoGPT
+ * costs nothing. awl_attention_qkv goes one step further in backward: the
+ * gradients of q, k and v are written through the same kind of views into one
+ * (B, T, 3C) buffer, which is c_attn's output gradient, so no zero-filled
+ * slice gradients are summed.
+ *
+ * As in nn/functional.c, the fused nodes' backward falls back to the
+ * gradient formula written with differentiable ops when create_graph is on:
+ *     P = softmax(S), S = q k^T * scale (masked)
+ *     dv = P^T dO, dP = dO v^T, dS = P * (dP - rowsum(dP * P)),
+ *     dq = dS k * scale, dk = dS^T q * scale.
+ */
+#include "nn/nn.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "autograd/node.h"
+#include "nn/functional_internal.h"
+
+typedef struct attn_ctx {
+    double scale;
+    bool causal;
+    int n_head; /* awl_attention_qkv only */
+} attn_ctx;
+
+/* ---- the composed computation ------------------------------------------------------ */
+
+/* (T, S) in like's dtype and device: 1 where key j lies after query i. */
+static awl_tensor *causal_mask(awl_tensor *like, int64_t T, int64_t S)
+{
+    char device[32];
+    double *m = awl_xmalloc((size_t)(T * S > 0 ? T * S : 1) * sizeof *m);
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < S; j++) m[i * S + j] = j > i ? 1.0 : 0.0;
+    awl_tensor *mask = awl_tensor_cast(
+        awl_from_data(m, AWL_SHAPE(T, S), AWL_F64, awl_tensor_device_name(like, device, sizeof device)),
+        like->dtype);
+    free(m);
+    return mask;
+}
+
+/* softmax(q k^T * scale, masked): q (..., T, D), k (..., S, D) -> (..., T, S). */
+static awl_tensor *attention_weights(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+{
+    awl_tensor *s = awl_mul_scalar(awl_matmul(q, awl_transpose(k, -2, -1)), scale);
+    if (causal && s) s = awl_masked_fill(s, causal_mask(s, q->shape[q->ndim - 2], k->shape[k->ndim - 2]),
+                                         -INFINITY);
+    return awl_softmax(s, -1);
+}
+
+static awl_tensor *sdpa_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, double scale,
+                                 bool causal, double dropout_p)
+{
+    awl_tensor *p = attention_weights(q, k, scale, causal);
+    if (dropout_p > 0.0) p = awl_dropout(p, dropout_p, true);
+    return awl_matmul(p, v);
+}
+
+/* The gradient formula of the header comment, as differentiable ops; each
+ * of dq, dk, dv may be NULL when not wanted. */
+static void sdpa_grad_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *dout,
+                               double scale, bool causal, awl_tensor **dq, awl_tensor **dk,
+                               awl_tensor **dv)
+{
+    awl_tensor *p = attention_weights(q, k, scale, causal);
+    if (dv) *dv = awl_matmul(awl_transpose(p, -2, -1), dout);
+    awl_tensor *dp = awl_matmul(dout, awl_transpose(v, -2, -1));
+    awl_tensor *ds = awl_mul(p, awl_sub(dp, awl_sum(awl_mul(dp, p), AWL_DIMS(-1), true)));
+    if (dq) *dq = awl_mul_scalar(awl_matmul(ds, k), scale);
+    if (dk) *dk = awl_mul_scalar(awl_matmul(awl_transpose(ds, -2, -1), q), scale);
+}
+
+/* ---- kernel views -------------------------------------------------------------------- */
+
+/* Heads of a contiguous (B, T, W) tensor: columns [offset, offset + H*D) as
+ * (B, H, T, D). */
+static awl_view heads_view(const awl_tensor *t, int n_head, int64_t offset, int64_t D)
+{
+    awl_view v = awl_tensor_view(t);
+    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2];
+    v.ndim = 4;
+    v.shape[0] = B, v.shape[1] = n_head, v.shape[2] = T, v.shape[3] = D;
+    v.strides[0] = T * W, v.strides[1] = D, v.strides[2] = W, v.strides[3] = 1;
+    v.offset += offset;
+    return v;
+}
+
+/* t itself when its last axis is contiguous (what the kernels need), else a
+ * contiguous copy. */
+static awl_tensor *rows_contiguous(awl_tensor *t)
+{
+    if (!t) return NULL;
+    return t->strides[t->ndim - 1] == 1 || t->shape[t->ndim - 1] == 1 ? t
+                                                                       : awl_tensor_contiguous(t);
+}
+
+/* A new (B, H, T, D) tensor whose memory is laid out (B, T, H, D). */
+static awl_tensor *new_bthd(awl_tensor *like, int64_t B, int64_t H, int64_t T, int64_t D)
+{
+    awl_tensor *mem = awl_tensor_new_on(like, AWL_SHAPE(B, T, H, D), like->dtype);
+    return awl_tensor_permute(mem, (int[]){0, 2, 1, 3});
+}
+
+/* ---- awl_scaled_dot_product_attention ------------------------------------------------ */
+
+/* Saved: q, k, v, out, lse. */
+static int sdpa_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const attn_ctx *c = awl_node_ctx(node);
+    awl_tensor *q = awl_node_saved(node, 0), *k = awl_node_saved(node, 1),
+               *v = awl_node_saved(node, 2), *out = awl_node_saved(node, 3),
+               *lse = awl_node_saved(node, 4);
+    if (!q || !k || !v || !out || !lse) return AWL_ERR_INVALID;
+    if (!awl_is_grad_enabled()) {
+        int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+        awl_tensor *dq = new_bthd(q, B, H, T, D), *dk = new_bthd(q, B, H, T, D),
+                   *dv = new_bthd(q, B, H, T, D);
+        awl_tensor *qc = rows_contiguous(q), *kc = rows_contiguous(k), *vc = rows_contiguous(v),
+                   *dout = rows_contiguous(grad);
+        if (!dq || !dk || !dv || !qc || !kc || !vc || !dout) return AWL_ERR_INVALID;
+        awl_view vdq = awl_tensor_view(dq), vdk = awl_tensor_view(dk), vdv = awl_tensor_view(dv);
+        awl_view vdo = awl_tensor_view(dout), vq = awl_tensor_view(qc), vk = awl_tensor_view(kc),
+                 vv = awl_tensor_view(vc), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
+        int status = awl_tensor_backend(q)->attention_backward(&vdq, &vdk, &vdv, &vdo, &vq, &vk,
+                                                               &vv, &vo, &vl, c->scale, c->causal);
+        if (status != AWL_ERR_UNSUPPORTED) {
+            awl_tensor *all[3] = {dq, dk, dv};
+            for (int i = 0; i < 3; i++) grads[i] = awl_node_needs_grad(node, i) ? all[i] : NULL;
+            return awl_backend_status("awl_scaled_dot_product_attention", status);
+        }
+    }
+    sdpa_grad_composed(q, k, v, grad, c->scale, c->causal,
+                       awl_node_needs_grad(node, 0) ? &grads[0] : NULL,
+                       awl_node_needs_grad(node, 1) ? &grads[1] : NULL,
+                       awl_node_needs_grad(node, 2) ? &grads[2] : NULL);
+    return AWL_OK;
+}
+
+static awl_tensor *sdpa_fused(awl_tensor *q, awl_tensor *k, awl_tensor *v, double scale,
+                              bool causal, bool *unsupported)
+{
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    *unsupported = false;
+    awl_scope_begin();
+    awl_tensor *qc = rows_contiguous(q), *kc = rows_contiguous(k), *vc = rows_contiguous(v);
+    awl_tensor *out = new_bthd(q, B, H, T, D);
+    awl_tensor *lse = awl_tensor_new_on(q, AWL_SHAPE(B, H, T), AWL_F32);
+    bool ok = qc && kc && vc && out && lse;
+    if (ok) {
+        awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(qc),
+                 vk = awl_tensor_view(kc), vv = awl_tensor_view(vc);
+        int status = awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale, causal);
+        ok = awl_nn_kernel_ok("awl_scaled_dot_product_attention", status, unsupported);
+    }
+    if (!ok) out = NULL;
+    awl_node *node = awl_node_record(out, "scaled_dot_product_attention", sdpa_backward, 3,
+                                     (awl_tensor *[]){q, k, v}, sizeof(attn_ctx));
+    if (node) {
+        *(attn_ctx *)awl_node_ctx(node) = (attn_ctx){scale, causal, 0};
+        awl_node_save(node, q);
+        awl_node_save(node, k);
+        awl_node_save(node, v);
+        awl_node_save_output(node, out);
+        awl_node_save(node, lse);
+    }
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
+}
+
+awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_tensor *v,
+                                             bool causal, double dropout_p)
+{
+    if (!q || !k || !v) return NULL;
+    const char *op = "awl_scaled_dot_product_attention";
+    char s1[AWL_MAX_DIMS * 24], s2[AWL_MAX_DIMS * 24], s3[AWL_MAX_DIMS * 24];
+    bool ok = q->ndim >= 2 && k->ndim == q->ndim && v->ndim == q->ndim;
+    for (int d = 0; ok && d < q->ndim - 2; d++)
+        ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+    if (ok)
+        ok = k->shape[k->ndim - 1] == q->shape[q->ndim - 1] &&
+             v->shape[v->ndim - 2] == k->shape[k->ndim - 2];
+    if (!ok) {
+        awl_error(AWL_ERR_INVALID, "%s: q %s, k %s, v %s: expected (..., T, D), (..., S, D), "
+                                   "(..., S, Dv)",
+                  op, awl_shape_str(q, s1, sizeof s1), awl_shape_str(k, s2, sizeof s2),
+                  awl_shape_str(v, s3, sizeof s3));
+        return NULL;
+    }
+    if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
+        awl_error(AWL_ERR_INVALID, "%s: dropout probability %g is outside [0, 1]", op, dropout_p);
+        return NULL;
+    }
+    double scale = 1.0 / sqrt((double)q->shape[q->ndim - 1]);
+    bool unsupported = true;
+    awl_tensor *out = NULL;
+    if (dropout_p == 0.0 && q->ndim == 4 && awl_same_shape(q, k) && awl_same_shape(q, v) &&
+        awl_nn_try_fused(awl_tensor_backend(q)->attention_forward) && awl_check_same_device(op, q, k) == 0 &&
+        awl_check_same_device(op, q, v) == 0 && q->dtype == k->dtype && q->dtype == v->dtype)
+        out = sdpa_fused(q, k, v, scale, causal, &unsupported);
+    if (!out && unsupported) out = sdpa_composed(q, k, v, scale, causal, dropout_p);
+    return out;
+}
+
+/* ---- awl_attention_qkv: qkv (B, T, 3C) -> (B, T, C) ---------------------------------- */
+
+/* q, k, v of qkv as differentiable views (B, H, T, D). */
+static int split_heads(awl_tensor *qkv, int n_head, awl_tensor *out[3])
+{
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    for (int i = 0; i < 3; i++) {
+        awl_tensor *part = awl_slice(qkv, 2, i * C, (i + 1) * C, 1);
+        out[i] = awl_permute(awl_reshape(part, AWL_SHAPE(B, T, n_head, C / n_head)),
+                             (int[]){0, 2, 1, 3});
+        if (!out[i]) return AWL_ERR_INVALID;
+    }
+    return AWL_OK;
+}
+
+/* (B, H, T, D) -> (B, T, H*D). */
+static awl_tensor *merge_heads(awl_tensor *y)
+{
+    if (!y) return NULL;
+    return awl_reshape(awl_transpose(y, 1, 2),
+                       AWL_SHAPE(y->shape[0], y->shape[2], y->shape[1] * y->shape[3]));
+}
+
+/* Saved: qkv, out, lse. */
+static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const attn_ctx *c = awl_node_ctx(node);
+    awl_tensor *qkv = awl_node_saved(node, 0), *out = awl_node_saved(node, 1),
+               *lse = awl_node_saved(node, 2);
+    if (!qkv || !out || !lse) return AWL_ERR_INVALID;
+    int64_t C = qkv->shape[2] / 3, D = C / c->n_head;
+    if (!awl_is_grad_enabled()) {
+        awl_tensor *qc = awl_tensor_contiguous(qkv), *dout = awl_tensor_contiguous(grad);
+        awl_tensor *dqkv = awl_tensor_new_on(qkv, qkv->ndim, qkv->shape, qkv->dtype);
+        if (!qc || !dout || !dqkv) return AWL_ERR_INVALID;
+        awl_view vq = heads_view(qc, c->n_head, 0, D), vk = heads_view(qc, c->n_head, C, D),
+                 vv = heads_view(qc, c->n_head, 2 * C, D);
+        awl_view vdq = heads_view(dqkv, c->n_head, 0, D), vdk = heads_view(dqkv, c->n_head, C, D),
+                 vdv = heads_view(dqkv, c->n_head, 2 * C, D);
+        awl_view vo = heads_view(out, c->n_head, 0, D), vdo = heads_view(dout, c->n_head, 0, D);
+        awl_view vl = awl_tensor_view(lse);
+        int status = awl_tensor_backend(qkv)->attention_backward(
+            &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl, c->scale, c->causal);
+        if (status != AWL_ERR_UNSUPPORTED) {
+            grads[0] = dqkv;
+            return awl_backend_status("awl_attention_qkv", status);
+        }
+    }
+    awl_tensor *qkv_heads[3], *d[3] = {NULL, NULL, NULL};
+    if (split_heads(qkv, c->n_head, qkv_heads) < 0) return AWL_ERR_INVALID;
+    awl_tensor *dout = awl_permute(awl_reshape(grad, AWL_SHAPE(grad->shape[0], grad->shape[1],
+                                                               c->n_head, D)),
+                                   (int[]){0, 2, 1, 3});
+    sdpa_grad_composed(qkv_heads[0], qkv_heads[1], qkv_heads[2], dout, c->scale, c->causal, &d[0],
+                       &d[1], &d[2]);
+    for (int i = 0; i < 3; i++) d[i] = merge_heads(d[i]);
+    grads[0] = awl_concat(3, d, 2);
+    return AWL_OK;
+}
+
+static awl_tensor *attention_qkv_fused(awl_tensor *qkv, int n_head, bool causal, double scale,
+                                       bool *unsupported)
+{
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / n_head;
+    *unsupported = false;
+    awl_scope_begin();
+    awl_tensor *qc = awl_tensor_contiguous(qkv);
+    awl_tensor *out = awl_tensor_new_on(qkv, AWL_SHAPE(B, T, C), qkv->dtype);
+    awl_tensor *lse = awl_tensor_new_on(qkv, AWL_SHAPE(B, n_head, T), AWL_F32);
+    bool ok = qc && out && lse;
+    if (ok) {
+        awl_view vq = heads_view(qc, n_head, 0, D), vk = heads_view(qc, n_head, C, D),
+                 vv = heads_view(qc, n_head, 2 * C, D), vo = heads_view(out, n_head, 0, D);
+        awl_view vl = awl_tensor_view(lse);
+        int status = awl_tensor_backend(qkv)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale,
+                                                                causal);
+        ok = awl_nn_kernel_ok("awl_attention_qkv", status, unsupported);
+    }
+    if (!ok) out = NULL;
+    awl_node *node = awl_node_record(out, "attention_qkv", attention_qkv_backward, 1, &qkv,
+                                     sizeof(attn_ctx));
+    if (node) {
+        *(attn_ctx *)awl_node_ctx(node) = (attn_ctx){scale, causal, n_head};
+        awl_node_save(node, qkv);
+        awl_node_save_output(node, out);
+        awl_node_save(node, lse);
+    }
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
+}
+
+awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double dropout_p)
+{
+    if (!qkv) return NULL;
+    char s[AWL_MAX_DIMS * 24];
+    if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0) {
+        awl_error(AWL_ERR_INVALID, "awl_attention_qkv: qkv %s must be (B, T, 3C) with C a "
+                                   "multiple of n_head (%d)",
+                  awl_shape_str(qkv, s, sizeof s), n_head);
+        return NULL;
+    }
+    if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
+        awl_error(AWL_ERR_INVALID, "awl_attention_qkv: dropout probability %g is outside [0, 1]",
+                  dropout_p);
+        return NULL;
+    }
+    double scale = 1.0 / sqrt((double)(qkv->shape[2] / 3 / n_head));
+    bool unsupported = true;
+    awl_tensor *out = NULL;
+    if (dropout_p == 0.0 && awl_nn_try_fused(awl_tensor_backend(qkv)->attention_forward) &&
+        awl_dtype_is_float(qkv->dtype))
+        out = attention_qkv_fused(qkv, n_head, causal, scale, &unsupported);
+    if (out || !unsupported) return out;
+    awl_tensor *heads[3];
+    if (split_heads(qkv, n_head, heads) < 0) return NULL;
+    return merge_heads(sdpa_composed(heads[0], heads[1], heads[2], scale, causal, dropout_p));
+}
+
+/* ---- the layer -------------------------------------------------------------------------- */
+
+typedef struct attention_layer {
+    awl_module base;
+    awl_module *c_attn, *c_proj;
+    int n_head;
+    double dropout;
+} attention_layer;
+
+/* x (B, T, C) -> (B, T, C). */
+static awl_tensor *attention_forward(awl_module *self, awl_tensor *x)
+{
+    attention_layer *a = (attention_layer *)self;
+    double p = self->training ? a->dropout : 0.0;
+    awl_tensor *y = awl_attention_qkv(awl_module_forward(a->c_attn, x), a->n_head, true, p);
+    return awl_dropout(awl_module_forward(a->c_proj, y), p, self->training);
+}
+
+awl_module *awl_causal_self_attention_new(int64_t n_embd, int n_head, double dropout, bool bias,
+                                          const char *device)
+{
+    if (n_head <= 0 || n_embd <= 0 || n_embd % n_head != 0 || !(dropout >= 0.0 && dropout < 1.0)) {
+        awl_error(AWL_ERR_INVALID, "awl_causal_self_attention_new: n_embd %lld, n_head %d, dropout "
+                                   "%g: n_embd must be a positive multiple of n_head and dropout "
+                                   "in [0, 1)",
+                  (long long)n_embd, n_head, dropout);
+        return NULL;
+    }
+    attention_layer *a = (attention_layer *)awl_module_alloc(sizeof *a, "CausalSelfAttention",
+                                                             attention_forward, NULL);
+    a->n_head = n_head;
+    a->dropout = dropout;
+    a->c_attn = awl_linear_new(n_embd, 3 * n_embd, bias, device);
+    a->c_proj = awl_linear_new(n_embd, n_embd, bias, device);
+    return awl_module_with_children(&a->base, 2, (const char *[]){"c_attn", "c_proj"},
+                                    (awl_module *[]){a->c_attn, a->c_proj});
+}

@@ -1,0 +1,491 @@
+/*
+ * nn/functional.c - differentiable layers: linear, dropout, cross-entropy,
+ * LayerNorm. (Attention lives in nn/attention.c.)
+ *
+ * Each is one graph node with a hand-written backward rather than a chain of
+ * generic ops, for speed and memory:
+ *   - linear multiplies all rows in one GEMM, reads the weight through a
+ *     transposed view and adds the bias in place into the product, so a
+ *     layer allocates exactly its output;
+ *   - dropout saves only its mask;
+ *   - cross-entropy and LayerNorm run the backend's fused kernels forward
+ *     and backward, saving only what the kernels need (the log-sum-exp per
+ *     row; the mean and 1/std per row).
+ *
+ * The composed path (awl_fused_kernels_enabled() off, a backend without the
+ * kernel, or a kernel answering AWL_ERR_UNSUPPORTED for a dtype) builds the
+ * same function from autograd ops and is the reference the tests compare
+ * with. The fused nodes' backward functions also fall back to a formula
+ * written with differentiable ops when grad mode is on during backward
+ * (create_graph): the kernels' results carry no graph, the formula's do, so
+ * gradients of gradients stay correct.
+ */
+#include "nn/nn.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "autograd/node.h"
+#include "nn/functional_internal.h"
+
+/* A contiguous tensor's elements seen as a (rows, cols) matrix. */
+static awl_view matrix_view(const awl_tensor *t, int64_t rows, int64_t cols)
+{
+    awl_view v = awl_tensor_view(t);
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.strides[0] = cols;
+    v.strides[1] = 1;
+    return v;
+}
+
+/* A contiguous tensor's elements seen as a vector of n. */
+static awl_view vector_view(const awl_tensor *t, int64_t n)
+{
+    awl_view v = awl_tensor_view(t);
+    v.ndim = 1;
+    v.shape[0] = n;
+    v.strides[0] = 1;
+    return v;
+}
+
+/* Every axis but the last, for summing a (..., C) gradient down to (C). */
+static awl_tensor *sum_to_last_axis(awl_tensor *g)
+{
+    if (!g || g->ndim <= 1) return g;
+    int dims[AWL_MAX_DIMS];
+    for (int d = 0; d < g->ndim - 1; d++) dims[d] = d;
+    return awl_sum(g, g->ndim - 1, dims, false);
+}
+
+static int check_vector(const char *op, const char *what, const awl_tensor *t, int64_t n,
+                        const awl_tensor *like)
+{
+    char s[AWL_MAX_DIMS * 24];
+    if (t->ndim != 1 || t->shape[0] != n)
+        return awl_error(AWL_ERR_INVALID, "%s: %s has shape %s, expected (%lld)", op, what,
+                         awl_shape_str(t, s, sizeof s), (long long)n);
+    if (t->dtype != like->dtype)
+        return awl_error(AWL_ERR_INVALID, "%s: %s is %s, the input %s", op, what,
+                         awl_dtype_name(t->dtype), awl_dtype_name(like->dtype));
+    return awl_check_same_device(op, t, like);
+}
+
+/* ---- linear: x (..., in), weight (out, in), bias (out) -> (..., out) -------------- */
+
+typedef struct linear_ctx {
+    int x_slot, w_slot; /* saved-tensor index, -1 when not saved */
+} linear_ctx;
+
+static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const linear_ctx *c = awl_node_ctx(node);
+    int64_t out_f = node->inputs[1].shape[0], in_f = node->inputs[1].shape[1];
+    awl_tensor *g = awl_reshape(grad, AWL_SHAPE(-1, out_f)); /* (rows, out) */
+    if (c->w_slot >= 0) { /* dx (rows, in) = g @ W */
+        awl_tensor *w = awl_node_saved(node, c->w_slot);
+        grads[0] = awl_reshape(awl_matmul(g, w), node->inputs[0].ndim, node->inputs[0].shape);
+    }
+    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x */
+        awl_tensor *x2 = awl_reshape(awl_node_saved(node, c->x_slot), AWL_SHAPE(-1, in_f));
+        grads[1] = awl_matmul(awl_transpose(g, 0, 1), x2);
+    }
+    if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(g, AWL_DIMS(0), false);
+    return AWL_OK;
+}
+
+awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
+{
+    if (!x || !weight) return NULL;
+    const char *op = "awl_linear";
+    char s1[AWL_MAX_DIMS * 24], s2[AWL_MAX_DIMS * 24];
+    if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1]) {
+        awl_error(AWL_ERR_INVALID, "%s: input %s does not match weight %s (out, in)", op,
+                  awl_shape_str(x, s1, sizeof s1), awl_shape_str(weight, s2, sizeof s2));
+        return NULL;
+    }
+    int64_t in_f = weight->shape[1], out_f = weight->shape[0];
+    if (bias && check_vector(op, "bias", bias, out_f, x) < 0) return NULL;
+    int64_t shape[AWL_MAX_DIMS];
+    for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
+    shape[x->ndim - 1] = out_f;
+    int64_t rows = in_f > 0 ? awl_numel(x) / in_f : 0;
+
+    awl_scope_begin();
+    awl_tensor *out = awl_tensor_new_on(x, x->ndim, shape, x->dtype);
+    awl_tensor *out2 = awl_tensor_reshape(out, AWL_SHAPE(rows, out_f));
+    awl_tensor *x2 = awl_tensor_reshape(x, AWL_SHAPE(rows, in_f));
+    int status = awl_tensor_matmul_out(out2, x2, awl_tensor_transpose(weight, 0, 1), false);
+    if (status == AWL_OK && bias) status = awl_tensor_binary_out(AWL_BINARY_ADD, out2, out2, bias);
+    out = status == AWL_OK ? awl_keep(out) : NULL;
+    awl_scope_end();
+
+    awl_node *node = awl_node_record(out, "linear", linear_backward, 3,
+                                     (awl_tensor *[]){x, weight, bias}, sizeof(linear_ctx));
+    if (node) {
+        linear_ctx *c = awl_node_ctx(node);
+        c->w_slot = awl_node_needs_grad(node, 0) ? awl_node_save(node, weight) : -1;
+        c->x_slot = awl_node_needs_grad(node, 1) ? awl_node_save(node, x) : -1;
+    }
+    return out;
+}
+
+/* ---- dropout: x (...) -> out (...), mask of x's shape saved ------------------------ */
+
+static int dropout_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    grads[0] = awl_mul(grad, awl_node_saved(node, 0));
+    return AWL_OK;
+}
+
+awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
+{
+    if (!x) return NULL;
+    if (!(p >= 0.0 && p <= 1.0)) {
+        awl_error(AWL_ERR_INVALID, "awl_dropout: probability %g is outside [0, 1]", p);
+        return NULL;
+    }
+    if (!training || p == 0.0) return awl_adopt(awl_retain(x));
+    if (!awl_dtype_is_float(x->dtype)) {
+        awl_error(AWL_ERR_INVALID, "awl_dropout: %s tensors are not supported",
+                  awl_dtype_name(x->dtype));
+        return NULL;
+    }
+    awl_scope_begin();
+    /* mask = (u < 1 - p) / (1 - p), u uniform in [0, 1) from the global stream */
+    awl_tensor *mask = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+    int status = awl_tensor_uniform_(mask, 0.0, 1.0);
+    if (status == AWL_OK)
+        status = awl_tensor_unary_out(AWL_UNARY_LT_SCALAR, mask, mask, 1.0 - p);
+    if (status == AWL_OK)
+        status = awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, mask, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+    awl_tensor *out = status == AWL_OK ? awl_tensor_binary(AWL_BINARY_MUL, x, mask) : NULL;
+    awl_node *node = awl_node_record(out, "dropout", dropout_backward, 1, &x, 0);
+    if (node) awl_node_save(node, mask);
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
+}
+
+/* ---- cross-entropy: logits (N, V) or (B, T, V), targets int32 -> scalar ----------- */
+
+typedef struct ce_ctx {
+    int ignore_index;
+    int64_t count; /* rows not ignored */
+} ce_ctx;
+
+/* Copies targets to the host, checks each is in [0, V) or ignore_index, and
+ * counts the rows that are not ignored. Returns the host copy (free it) or
+ * NULL after an error. */
+static int32_t *targets_to_host(awl_tensor *targets, int64_t V, int ignore_index, int64_t *count)
+{
+    int64_t n = awl_numel(targets);
+    int32_t *host = awl_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *host);
+    if (awl_to_host(targets, host, (size_t)n * sizeof *host) < 0) {
+        free(host);
+        return NULL;
+    }
+    *count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (host[i] == ignore_index) continue;
+        if (host[i] < 0 || host[i] >= V) {
+            awl_error(AWL_ERR_INVALID, "awl_cross_entropy: target %d at row %lld is outside "
+                                       "[0, %lld) and is not ignore_index (%d)",
+                      host[i], (long long)i, (long long)V, ignore_index);
+            free(host);
+            return NULL;
+        }
+        (*count)++;
+    }
+    return host;
+}
+
+/* For the composed formulas: the targets as (N, 1) int32 indices with
+ * ignored rows pointing at class 0, and a (N, 1) mask in logits' dtype that
+ * is 0 on ignored rows (NULL when no row is ignored). */
+static int ce_index_tensors(awl_tensor *logits, const int32_t *host, int64_t n, int ignore_index,
+                            awl_tensor **idx, awl_tensor **mask)
+{
+    char device[32];
+    awl_tensor_device_name(logits, device, sizeof device);
+    int32_t *safe = awl_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *safe);
+    double *keep = awl_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *keep);
+    bool any_ignored = false;
+    for (int64_t i = 0; i < n; i++) {
+        bool ignored = host[i] == ignore_index;
+        any_ignored |= ignored;
+        safe[i] = ignored ? 0 : host[i];
+        keep[i] = ignored ? 0.0 : 1.0;
+    }
+    *idx = awl_from_data(safe, AWL_SHAPE(n, 1), AWL_I32, device);
+    *mask = any_ignored
+                ? awl_tensor_cast(awl_from_data(keep, AWL_SHAPE(n, 1), AWL_F64, device), logits->dtype)
+                : NULL;
+    free(safe);
+    free(keep);
+    return *idx && (*mask || !any_ignored) ? AWL_OK : AWL_ERR_INVALID;
+}
+
+static awl_tensor *cross_entropy_composed(awl_tensor *logits2, const int32_t *host, int64_t n,
+                                          int ignore_index, int64_t count)
+{
+    awl_tensor *idx, *mask;
+    if (ce_index_tensors(logits2, host, n, ignore_index, &idx, &mask) < 0) return NULL;
+    awl_tensor *picked = awl_gather(awl_log_softmax(logits2, -1), 1, idx); /* (N, 1) */
+    if (mask) picked = awl_mul(picked, mask);
+    return awl_mul_scalar(awl_sum_all(picked), -1.0 / (double)count);
+}
+
+/* d loss / d logits = (softmax(logits) - onehot(t)) * mask * grad / count, as
+ * differentiable ops. */
+static awl_tensor *cross_entropy_grad_composed(awl_tensor *logits, awl_tensor *targets,
+                                               const ce_ctx *c, awl_tensor *grad)
+{
+    int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets), count;
+    int32_t *host = targets_to_host(targets, V, c->ignore_index, &count);
+    if (!host) return NULL;
+    awl_tensor *idx, *mask;
+    int status = ce_index_tensors(logits, host, n, c->ignore_index, &idx, &mask);
+    free(host);
+    if (status < 0) return NULL;
+    awl_tensor *p = awl_softmax(awl_reshape(logits, AWL_SHAPE(n, V)), -1);
+    /* onehot, already masked: zeros with the mask's value scattered at t */
+    awl_tensor *onehot = awl_tensor_new_on(logits, AWL_SHAPE(n, V), logits->dtype);
+    awl_tensor *src = mask ? mask : awl_tensor_new_on(logits, AWL_SHAPE(n, 1), logits->dtype);
+    if (!onehot || !src || awl_tensor_fill_(onehot, 0.0) < 0 ||
+        (!mask && awl_tensor_fill_(src, 1.0) < 0) ||
+        awl_tensor_scatter_add_(onehot, 1, idx, src) < 0)
+        return NULL;
+    if (mask) p = awl_mul(p, mask);
+    awl_tensor *d = awl_mul(awl_sub(p, onehot), awl_mul_scalar(grad, 1.0 / (double)c->count));
+    return awl_reshape(d, logits->ndim, logits->shape);
+}
+
+/* Saved: logits, lse (N) float32, targets. */
+static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const ce_ctx *c = awl_node_ctx(node);
+    awl_tensor *logits = awl_node_saved(node, 0), *lse = awl_node_saved(node, 1),
+               *targets = awl_node_saved(node, 2);
+    if (!logits || !lse || !targets) return AWL_ERR_INVALID;
+    if (!awl_is_grad_enabled()) {
+        int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets);
+        awl_tensor *lc = awl_tensor_contiguous(logits), *tc = awl_tensor_contiguous(targets);
+        awl_tensor *scaled = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
+        awl_tensor *dloss = awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n));
+        awl_tensor *dl = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
+        if (!lc || !tc || !dloss || !dl) return AWL_ERR_INVALID;
+        awl_view vd = matrix_view(dl, n, V), vl = matrix_view(lc, n, V);
+        awl_view vdl = vector_view(dloss, n), vlse = vector_view(lse, n), vt = vector_view(tc, n);
+        int status = awl_tensor_backend(logits)->cross_entropy_backward(&vd, &vdl, &vl, &vlse, &vt,
+                                                                         c->ignore_index);
+        if (status != AWL_ERR_UNSUPPORTED) {
+            grads[0] = dl;
+            return awl_backend_status("awl_cross_entropy", status);
+        }
+    }
+    grads[0] = cross_entropy_grad_composed(logits, targets, c, grad);
+    return AWL_OK;
+}
+
+/* The fused forward; NULL with *unsupported set when the kernel declines. */
+static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, int ignore_index,
+                                       int64_t count, bool *unsupported)
+{
+    int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets);
+    *unsupported = false;
+    awl_scope_begin();
+    awl_tensor *lc = awl_tensor_contiguous(logits), *tc = awl_tensor_contiguous(targets);
+    awl_tensor *rows = awl_tensor_new_on(logits, 1, &n, logits->dtype);
+    awl_tensor *lse = awl_tensor_new_on(logits, 1, &n, AWL_F32);
+    awl_tensor *loss = NULL;
+    if (lc && tc && rows && lse) {
+        awl_view vr = vector_view(rows, n), vlse = vector_view(lse, n);
+        awl_view vl = matrix_view(lc, n, V), vt = vector_view(tc, n);
+        int status = awl_tensor_backend(logits)->cross_entropy_forward(&vr, &vlse, &vl, &vt,
+                                                                        ignore_index);
+        if (awl_nn_kernel_ok("awl_cross_entropy", status, unsupported))
+            loss = awl_tensor_unary(AWL_UNARY_MUL_SCALAR,
+                                    awl_tensor_reduce(AWL_REDUCE_SUM, rows, 0, NULL, false),
+                                    1.0 / (double)count);
+    }
+    awl_node *node = awl_node_record(loss, "cross_entropy", cross_entropy_backward, 1, &logits,
+                                     sizeof(ce_ctx));
+    if (node) {
+        *(ce_ctx *)awl_node_ctx(node) = (ce_ctx){ignore_index, count};
+        awl_node_save(node, logits);
+        awl_node_save(node, lse);
+        awl_node_save(node, targets);
+    }
+    loss = awl_keep(loss);
+    awl_scope_end();
+    return loss;
+}
+
+awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignore_index)
+{
+    if (!logits || !targets) return NULL;
+    const char *op = "awl_cross_entropy";
+    char s1[AWL_MAX_DIMS * 24], s2[AWL_MAX_DIMS * 24];
+    bool shapes_ok = (logits->ndim == 2 || logits->ndim == 3) && targets->ndim == logits->ndim - 1;
+    for (int d = 0; shapes_ok && d < targets->ndim; d++)
+        shapes_ok = targets->shape[d] == logits->shape[d];
+    if (!shapes_ok) {
+        awl_error(AWL_ERR_INVALID, "%s: logits %s and targets %s: expected (N,V) and (N), or "
+                                   "(B,T,V) and (B,T)",
+                  op, awl_shape_str(logits, s1, sizeof s1), awl_shape_str(targets, s2, sizeof s2));
+        return NULL;
+    }
+    if (!awl_dtype_is_float(logits->dtype) || targets->dtype != AWL_I32) {
+        awl_error(AWL_ERR_INVALID, "%s: logits must be float and targets int32, not %s and %s", op,
+                  awl_dtype_name(logits->dtype), awl_dtype_name(targets->dtype));
+        return NULL;
+    }
+    if (awl_check_same_device(op, logits, targets) < 0) return NULL;
+    int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets), count;
+    int32_t *host = targets_to_host(targets, V, ignore_index, &count);
+    if (!host) return NULL;
+    awl_tensor *loss = NULL;
+    bool unsupported = true;
+    if (awl_nn_try_fused(awl_tensor_backend(logits)->cross_entropy_forward))
+        loss = cross_entropy_fused(logits, targets, ignore_index, count, &unsupported);
+    if (!loss && unsupported)
+        loss = cross_entropy_composed(awl_reshape(logits, AWL_SHAPE(n, V)), host, n, ignore_index,
+                                      count);
+    free(host);
+    return loss;
+}
+
+/* ---- LayerNorm: x (..., C), weight, bias (C) or NULL -> (..., C) ------------------- */
+
+typedef struct ln_ctx {
+    double eps;
+    int w_slot; /* saved index of the weight, -1 without one */
+} ln_ctx;
+
+/* xhat = (x - mean) * rstd and rstd = 1 / sqrt(var + eps) over the last axis,
+ * as differentiable ops. */
+static awl_tensor *ln_normalize(awl_tensor *x, double eps, awl_tensor **rstd)
+{
+    awl_tensor *xm = awl_sub(x, awl_mean(x, AWL_DIMS(-1), true));
+    *rstd = awl_pow(awl_add_scalar(awl_mean(awl_mul(xm, xm), AWL_DIMS(-1), true), eps), -0.5);
+    return awl_mul(xm, *rstd);
+}
+
+static awl_tensor *layer_norm_composed(awl_tensor *x, awl_tensor *w, awl_tensor *b, double eps)
+{
+    awl_tensor *rstd, *y = ln_normalize(x, eps, &rstd);
+    if (w) y = awl_mul(y, w);
+    if (b) y = awl_add(y, b);
+    return y;
+}
+
+/* The backward formula as differentiable ops (create_graph, or no kernel):
+ * dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * w. */
+static void layer_norm_grad_composed(awl_node *node, awl_tensor *x, awl_tensor *w, double eps,
+                                     awl_tensor *grad, awl_tensor **grads)
+{
+    awl_tensor *rstd, *xhat = ln_normalize(x, eps, &rstd);
+    if (awl_node_needs_grad(node, 0)) {
+        awl_tensor *dxhat = w ? awl_mul(grad, w) : grad;
+        awl_tensor *a = awl_mean(dxhat, AWL_DIMS(-1), true);
+        awl_tensor *b = awl_mean(awl_mul(dxhat, xhat), AWL_DIMS(-1), true);
+        grads[0] = awl_mul(rstd, awl_sub(awl_sub(dxhat, a), awl_mul(xhat, b)));
+    }
+    if (awl_node_needs_grad(node, 1)) grads[1] = sum_to_last_axis(awl_mul(grad, xhat));
+    if (awl_node_needs_grad(node, 2)) grads[2] = sum_to_last_axis(grad);
+}
+
+/* Saved: x, mean, rstd (rows) float32, then the weight if any. */
+static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const ln_ctx *c = awl_node_ctx(node);
+    awl_tensor *x = awl_node_saved(node, 0), *mean = awl_node_saved(node, 1),
+               *rstd = awl_node_saved(node, 2);
+    awl_tensor *w = c->w_slot >= 0 ? awl_node_saved(node, c->w_slot) : NULL;
+    if (!x || !mean || !rstd || (c->w_slot >= 0 && !w)) return AWL_ERR_INVALID;
+    if (!awl_is_grad_enabled()) {
+        int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? awl_numel(x) / C : 0;
+        awl_tensor *xc = awl_tensor_contiguous(x), *dy = awl_tensor_contiguous(grad);
+        awl_tensor *dx = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+        bool need_w = awl_node_needs_grad(node, 1), need_b = awl_node_needs_grad(node, 2);
+        awl_tensor *dw = need_w ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
+        awl_tensor *db = need_b ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
+        if (!xc || !dy || !dx || (need_w && !dw) || (need_b && !db)) return AWL_ERR_INVALID;
+        awl_view vdx = matrix_view(dx, rows, C), vdy = matrix_view(dy, rows, C);
+        awl_view vx = matrix_view(xc, rows, C), vm = vector_view(mean, rows),
+                 vr = vector_view(rstd, rows);
+        awl_view vw = w ? vector_view(w, C) : (awl_view){0};
+        awl_view vdw = dw ? vector_view(dw, C) : (awl_view){0};
+        awl_view vdb = db ? vector_view(db, C) : (awl_view){0};
+        int status = awl_tensor_backend(x)->layernorm_backward(
+            &vdx, dw ? &vdw : NULL, db ? &vdb : NULL, &vdy, &vx, w ? &vw : NULL, &vm, &vr);
+        if (status != AWL_ERR_UNSUPPORTED) {
+            grads[0] = awl_node_needs_grad(node, 0) ? dx : NULL;
+            grads[1] = dw;
+            grads[2] = db;
+            return awl_backend_status("awl_layer_norm", status);
+        }
+    }
+    layer_norm_grad_composed(node, x, w, c->eps, grad, grads);
+    return AWL_OK;
+}
+
+static awl_tensor *layer_norm_fused(awl_tensor *x, awl_tensor *w, awl_tensor *b, double eps,
+                                    bool *unsupported)
+{
+    int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? awl_numel(x) / C : 0;
+    *unsupported = false;
+    awl_scope_begin();
+    awl_tensor *xc = awl_tensor_contiguous(x);
+    awl_tensor *wc = w ? awl_tensor_contiguous(w) : NULL, *bc = b ? awl_tensor_contiguous(b) : NULL;
+    awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+    awl_tensor *mean = awl_tensor_new_on(x, 1, &rows, AWL_F32);
+    awl_tensor *rstd = awl_tensor_new_on(x, 1, &rows, AWL_F32);
+    bool ok = xc && out && mean && rstd && (!w || wc) && (!b || bc);
+    if (ok) {
+        awl_view vo = matrix_view(out, rows, C), vx = matrix_view(xc, rows, C);
+        awl_view vm = vector_view(mean, rows), vr = vector_view(rstd, rows);
+        awl_view vw = wc ? vector_view(wc, C) : (awl_view){0};
+        awl_view vb = bc ? vector_view(bc, C) : (awl_view){0};
+        int status = awl_tensor_backend(x)->layernorm_forward(&vo, &vm, &vr, &vx, wc ? &vw : NULL,
+                                                              bc ? &vb : NULL, eps);
+        ok = awl_nn_kernel_ok("awl_layer_norm", status, unsupported);
+    }
+    if (!ok) out = NULL;
+    awl_node *node = awl_node_record(out, "layer_norm", layer_norm_backward, 3,
+                                     (awl_tensor *[]){x, w, b}, sizeof(ln_ctx));
+    if (node) {
+        ln_ctx *c = awl_node_ctx(node);
+        c->eps = eps;
+        awl_node_save(node, x);
+        awl_node_save(node, mean);
+        awl_node_save(node, rstd);
+        c->w_slot = w ? awl_node_save(node, w) : -1;
+    }
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
+}
+
+awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps)
+{
+    if (!x) return NULL;
+    const char *op = "awl_layer_norm";
+    if (x->ndim < 1 || !awl_dtype_is_float(x->dtype)) {
+        awl_error(AWL_ERR_INVALID, "%s: needs a float tensor with at least one axis, got %s of "
+                                   "%d axes", op, awl_dtype_name(x->dtype), x->ndim);
+        return NULL;
+    }
+    int64_t C = x->shape[x->ndim - 1];
+    if ((weight && check_vector(op, "weight", weight, C, x) < 0) ||
+        (bias && check_vector(op, "bias", bias, C, x) < 0))
+        return NULL;
+    bool unsupported = true;
+    awl_tensor *out = NULL;
+    if (awl_nn_try_fused(awl_tensor_backend(x)->layernorm_forward))
+        out = layer_norm_fused(x, weight, bias, eps, &unsupported);
+    if (!out && unsupported) out = layer_norm_composed(x, weight, bias, eps);
+    return out;
+}

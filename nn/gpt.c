@@ -1,0 +1,353 @@
+/*
+ * nn/gpt.c - the GPT model (see gpt.h).
+ *
+ * The module tree mirrors nanoGPT's so that parameter names match it:
+ *
+ *     GPT
+ *     └── transformer (ModuleDict)
+ *         ├── wte (Embedding), wpe (Embedding)
+ *         ├── h (ModuleList) ── 0, 1, ... (Block)
+ *         └── ln_f (LayerNorm)
+ *
+ * The head is not a module: logits = ln_f(x) @ wte^T through awl_linear,
+ * which reads the embedding through a transposed view. That is the weight
+ * tying, and it is why the head's weight is listed once.
+ *
+ * Two shortcuts on the hot path: position embeddings are a slice of wpe's
+ * first T rows (positions are 0..T-1, so no index tensor and no gather), and
+ * generation computes the head only for the last position.
+ *
+ * Initialisation draws from the Philox stream (seed, 0) and then restores the
+ * global generator: building a model does not disturb the randomness of
+ * whatever runs around it. The layers' own default initialisation runs
+ * first (from the same stream) and is overwritten; that costs one extra
+ * fill per parameter at build time and keeps the layers ignorant of GPT.
+ */
+#include "nn/gpt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/philox.h"
+#include "tensor/tensor_internal.h"
+
+struct awl_gpt {
+    awl_module base; /* the root, type "GPT"; awl_gpt_free frees it */
+    awl_gpt_config cfg;
+    awl_module *wte, *wpe, *ln_f;
+    awl_module **blocks;
+    bool checkpointing;
+    awl_param_list params;
+};
+
+/* ---- configurations ------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    awl_gpt_config cfg;
+} named_configs[] = {
+    {"cpu-small", {65, 64, 4, 4, 128, 16, 0.0, true}},
+    {"cpu-medium", {65, 128, 6, 6, 192, 16, 0.0, true}},
+    {"shakespeare-char", {65, 256, 6, 6, 384, 64, 0.2, true}},
+    {"gpt2-124m", {50304, 1024, 12, 12, 768, 16, 0.0, true}},
+};
+
+int awl_gpt_config_named(const char *name, awl_gpt_config *out)
+{
+    int n = (int)(sizeof named_configs / sizeof named_configs[0]);
+    for (int i = 0; name && out && i < n; i++) {
+        if (strcmp(name, named_configs[i].name) == 0) {
+            *out = named_configs[i].cfg;
+            return AWL_OK;
+        }
+    }
+    return awl_error(AWL_ERR_INVALID, "awl_gpt_config_named: unknown configuration '%s' (known: "
+                                      "cpu-small, cpu-medium, shakespeare-char, gpt2-124m)",
+                     name ? name : "(null)");
+}
+
+int64_t awl_gpt_config_num_params(const awl_gpt_config *cfg)
+{
+    int64_t C = cfg->n_embd, b = cfg->bias ? 1 : 0;
+    /* ln_1, ln_2: 2C (+2C); c_attn 3C^2 (+3C); attn c_proj C^2 (+C); c_fc 4C^2
+     * (+4C); mlp c_proj 4C^2 (+C) */
+    int64_t per_layer = 12 * C * C + 2 * C + b * 11 * C;
+    return (int64_t)cfg->vocab * C + (int64_t)cfg->block * C + cfg->n_layer * per_layer + C + b * C;
+}
+
+double awl_gpt_flops_per_token(const awl_gpt_config *cfg)
+{
+    return 6.0 * (double)awl_gpt_config_num_params(cfg) +
+           12.0 * cfg->n_layer * (double)cfg->block * cfg->n_embd;
+}
+
+/* ---- construction ------------------------------------------------------------------------ */
+
+static int check_config(const awl_gpt_config *c)
+{
+    if (!c) return awl_error(AWL_ERR_INVALID, "awl_gpt_new: no configuration");
+    if (c->vocab <= 0 || c->block <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_embd <= 0 ||
+        c->n_embd % c->n_head != 0 || !(c->dropout >= 0.0 && c->dropout < 1.0))
+        return awl_error(AWL_ERR_INVALID, "awl_gpt_new: invalid configuration: vocab %d, block %d, "
+                                          "n_layer %d, n_head %d, n_embd %d, dropout %g (sizes "
+                                          "positive, n_embd a multiple of n_head, dropout in [0, 1))",
+                         c->vocab, c->block, c->n_layer, c->n_head, c->n_embd, c->dropout);
+    return AWL_OK;
+}
+
+static void gpt_destroy(awl_module *self)
+{
+    awl_gpt *g = (awl_gpt *)self;
+    awl_param_list_clear(&g->params);
+    free(g->blocks);
+}
+
+static awl_tensor *gpt_module_forward(awl_module *self, awl_tensor *idx)
+{
+    return awl_gpt_forward((awl_gpt *)self, idx);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* nanoGPT's _init_weights plus its scaled residual projections. */
+static int gpt_init(awl_gpt *g)
+{
+    double proj_std = 0.02 / sqrt(2.0 * g->cfg.n_layer);
+    for (int i = 0; i < g->params.count; i++) {
+        const char *name = g->params.items[i].name;
+        awl_tensor *t = g->params.items[i].tensor;
+        int status;
+        if (ends_with(name, ".bias"))
+            status = awl_init_constant_(t, 0.0);
+        else if (t->ndim == 1) /* LayerNorm weight */
+            status = awl_init_constant_(t, 1.0);
+        else if (ends_with(name, "c_proj.weight"))
+            status = awl_init_normal_(t, 0.0, proj_std);
+        else
+            status = awl_init_normal_(t, 0.0, 0.02);
+        if (status < 0) return status;
+    }
+    return AWL_OK;
+}
+
+/* Builds the module tree; NULL after an error (everything freed). */
+static awl_gpt *gpt_build(const awl_gpt_config *c, const char *device)
+{
+    awl_gpt *g = (awl_gpt *)awl_module_alloc(sizeof *g, "GPT", gpt_module_forward, gpt_destroy);
+    g->cfg = *c;
+    g->blocks = awl_xcalloc((size_t)c->n_layer, sizeof *g->blocks);
+    awl_module *h = awl_module_container_new("ModuleList");
+    for (int i = 0; i < c->n_layer && h; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", i);
+        g->blocks[i] = awl_block_new(c->n_embd, c->n_head, c->dropout, c->bias, device);
+        if (awl_module_add_child(h, name, g->blocks[i]) < 0) {
+            awl_module_free(h);
+            h = NULL;
+        }
+    }
+    g->wte = awl_embedding_new(c->vocab, c->n_embd, device);
+    g->wpe = awl_embedding_new(c->block, c->n_embd, device);
+    g->ln_f = awl_layer_norm_new(c->n_embd, 1e-5, c->bias, device);
+    awl_module *transformer = awl_module_with_children(
+        awl_module_container_new("ModuleDict"), 4, (const char *[]){"wte", "wpe", "h", "ln_f"},
+        (awl_module *[]){g->wte, g->wpe, h, g->ln_f});
+    if (awl_module_add_child(&g->base, "transformer", transformer) < 0 ||
+        awl_module_parameters(&g->base, &g->params) < 0) {
+        awl_module_free(&g->base);
+        return NULL;
+    }
+    return g;
+}
+
+awl_gpt *awl_gpt_new(const awl_gpt_config *cfg, const char *device, uint64_t seed)
+{
+    if (check_config(cfg) < 0) return NULL;
+    uint64_t outer_seed, outer_offset;
+    awl_rng_get_state(&outer_seed, &outer_offset);
+    awl_rng_set_state(seed, 0);
+    awl_gpt *g = gpt_build(cfg, device);
+    if (g) {
+        awl_rng_set_state(seed, 0);
+        if (gpt_init(g) < 0) {
+            awl_module_free(&g->base);
+            g = NULL;
+        }
+    }
+    awl_rng_set_state(outer_seed, outer_offset);
+    return g;
+}
+
+void awl_gpt_free(awl_gpt *model)
+{
+    if (model) awl_module_free(&model->base);
+}
+
+const awl_gpt_config *awl_gpt_get_config(const awl_gpt *model) { return model ? &model->cfg : NULL; }
+
+awl_module *awl_gpt_module(awl_gpt *model) { return model ? &model->base : NULL; }
+
+const awl_param_list *awl_gpt_parameters(awl_gpt *model)
+{
+    if (!model) return NULL;
+    awl_param_list now = {0};
+    if (awl_module_parameters(&model->base, &now) < 0) {
+        awl_param_list_clear(&now);
+        return NULL;
+    }
+    bool same = now.count == model->params.count;
+    for (int i = 0; same && i < now.count; i++)
+        same = now.items[i].tensor == model->params.items[i].tensor;
+    if (same) {
+        awl_param_list_clear(&now);
+    } else {
+        awl_param_list_clear(&model->params);
+        model->params = now;
+    }
+    return &model->params;
+}
+
+int64_t awl_gpt_num_params(const awl_gpt *model)
+{
+    return model ? awl_param_list_numel(&model->params) : -1;
+}
+
+void awl_gpt_set_checkpointing(awl_gpt *model, bool on)
+{
+    if (model) model->checkpointing = on;
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+static awl_tensor *block_segment(void *block, int n_inputs, awl_tensor *const *inputs)
+{
+    (void)n_inputs;
+    return awl_module_forward(block, inputs[0]);
+}
+
+/* idx (B, T) -> the final LayerNorm's output (B, T, C). */
+static awl_tensor *gpt_hidden(awl_gpt *g, awl_tensor *idx)
+{
+    if (!idx) return NULL;
+    char s[AWL_MAX_DIMS * 24];
+    if (idx->ndim != 2 || idx->dtype != AWL_I32 || idx->shape[1] < 1 ||
+        idx->shape[1] > g->cfg.block) {
+        awl_error(AWL_ERR_INVALID, "awl_gpt_forward: idx must be int32 (B, T) with 1 <= T <= "
+                                   "block (%d); got %s %s",
+                  g->cfg.block, awl_dtype_name(idx->dtype), awl_shape_str(idx, s, sizeof s));
+        return NULL;
+    }
+    int64_t T = idx->shape[1];
+    awl_tensor *wte = awl_module_get_param(g->wte, "weight");
+    awl_tensor *wpe = awl_module_get_param(g->wpe, "weight");
+    awl_tensor *x = awl_add(awl_embedding(wte, idx), awl_slice(wpe, 0, 0, T, 1));
+    x = awl_dropout(x, g->cfg.dropout, g->base.training);
+    bool checkpoint = g->checkpointing && awl_is_grad_enabled();
+    for (int i = 0; i < g->cfg.n_layer; i++)
+        x = checkpoint ? awl_checkpoint(block_segment, g->blocks[i], 1, &x)
+                       : awl_module_forward(g->blocks[i], x);
+    return awl_module_forward(g->ln_f, x);
+}
+
+awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx)
+{
+    if (!model) return NULL;
+    return awl_linear(gpt_hidden(model, idx), awl_module_get_param(model->wte, "weight"), NULL);
+}
+
+awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets)
+{
+    if (!model || !targets) return NULL;
+    return awl_cross_entropy(awl_gpt_forward(model, idx), targets, -1);
+}
+
+/* ---- generation ----------------------------------------------------------------------------- */
+
+static int compare_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* Picks a token from logits[0..V) (overwritten); u uniform in [0, 1). */
+static int32_t sample_token(double *logits, double *scratch, int V, double temperature, int top_k,
+                            double u)
+{
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0.0) return best;
+    double cutoff = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
+        qsort(scratch, (size_t)V, sizeof *scratch, compare_desc);
+        cutoff = scratch[top_k - 1];
+    }
+    double total = 0.0;
+    for (int i = 0; i < V; i++) {
+        logits[i] = logits[i] < cutoff ? 0.0 : exp((logits[i] - logits[best]) / temperature);
+        total += logits[i];
+    }
+    double target = u * total, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += logits[i];
+        if (logits[i] > 0.0 && acc > target) return i;
+    }
+    return best;
+}
+
+/* Logits of the next token after ids[0..n) (the last block of them), as
+ * doubles on the host. */
+static int next_logits(awl_gpt *g, const int32_t *ids, int n, double *out)
+{
+    int start = n > g->cfg.block ? n - g->cfg.block : 0;
+    int64_t T = n - start;
+    char device[32];
+    awl_tensor *wte = awl_module_get_param(g->wte, "weight");
+    awl_scope_begin();
+    awl_tensor *idx = awl_from_data(ids + start, AWL_SHAPE(1, T), AWL_I32,
+                                    awl_tensor_device_name(wte, device, sizeof device));
+    awl_tensor *last = awl_slice(gpt_hidden(g, idx), 1, T - 1, T, 1); /* (1, 1, C) */
+    awl_tensor *logits = awl_tensor_cast(awl_linear(last, wte, NULL), AWL_F64);
+    int status = logits ? awl_to_host(logits, out, (size_t)g->cfg.vocab * sizeof *out)
+                        : AWL_ERR_INVALID;
+    awl_scope_end();
+    return status;
+}
+
+int awl_gpt_generate(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_new,
+                     double temperature, int top_k, uint64_t seed, int32_t *out)
+{
+    if (!model || !prompt || !out || n_prompt < 1 || n_new < 0)
+        return awl_error(AWL_ERR_INVALID, "awl_gpt_generate: needs a model, a prompt of at least "
+                                          "one token, n_new >= 0 and an output buffer");
+    int V = model->cfg.vocab;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return awl_error(AWL_ERR_INVALID, "awl_gpt_generate: prompt token %d at %d is outside "
+                                              "the vocabulary [0, %d)", prompt[i], i, V);
+    memmove(out, prompt, (size_t)n_prompt * sizeof *out);
+    bool was_training = model->base.training;
+    awl_module_train(&model->base, false);
+    awl_no_grad_begin();
+    double *logits = awl_xmalloc((size_t)V * sizeof *logits);
+    double *scratch = awl_xmalloc((size_t)V * sizeof *scratch);
+    int status = AWL_OK;
+    for (int step = 0; step < n_new && status == AWL_OK; step++) {
+        int n = n_prompt + step;
+        status = next_logits(model, out, n, logits);
+        if (status == AWL_OK)
+            out[n] = sample_token(logits, scratch, V, temperature, top_k,
+                                  awl_philox_uniform_at(seed, (uint64_t)step, 0));
+    }
+    free(logits);
+    free(scratch);
+    awl_no_grad_end();
+    awl_module_train(&model->base, was_training);
+    return status < 0 ? status : n_prompt + n_new;
+}

@@ -1,0 +1,109 @@
+/*
+ * nn/gpt.h - a nanoGPT-style GPT: token and position embeddings, pre-LN
+ * transformer blocks, a final LayerNorm and a head tied to the token
+ * embedding.
+ *
+ *     awl_gpt_config cfg;
+ *     awl_gpt_config_named("cpu-small", &cfg);
+ *     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 1337);
+ *     awl_scope_begin();
+ *     awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));   // x, y int32 (B, T)
+ *     awl_scope_end();
+ *     awl_backward(loss);
+ *     ...                                                       // optimizer over awl_gpt_parameters(model)
+ *     awl_gpt_free(model);
+ *
+ * Parameter names are nanoGPT's (and Hugging Face GPT-2's):
+ * transformer.wte.weight, transformer.wpe.weight, transformer.h.<i>.ln_1.weight,
+ * ...attn.c_attn.weight, ...attn.c_proj.*, ...ln_2.*, ...mlp.c_fc.*,
+ * ...mlp.c_proj.*, transformer.ln_f.*. The head's weight is the token
+ * embedding and is listed once, as transformer.wte.weight.
+ */
+#ifndef AWL_NN_GPT_H
+#define AWL_NN_GPT_H
+
+#include "nn/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct awl_gpt_config {
+    int vocab;     /* vocabulary size                                    */
+    int block;     /* context length                                     */
+    int n_layer;
+    int n_head;
+    int n_embd;    /* a multiple of n_head                               */
+    int batch;     /* the configuration's batch size (used by trainers)  */
+    double dropout;
+    bool bias;     /* biases in Linear and LayerNorm (nanoGPT: true)     */
+} awl_gpt_config;
+
+/* The configurations of DESIGN.md: "cpu-small", "cpu-medium",
+ * "shakespeare-char", "gpt2-124m". Returns 0, or negative for an unknown
+ * name (listing the known ones). Dropout is 0 except for shakespeare-char
+ * (0.2, as nanoGPT's config). */
+int awl_gpt_config_named(const char *name, awl_gpt_config *out);
+
+/* Number of parameters a configuration has (tied head counted once). */
+int64_t awl_gpt_config_num_params(const awl_gpt_config *cfg);
+
+/* Training FLOPs per token, for MFU: 6 N + 12 n_layer block n_embd
+ * (PaLM's estimate, as nanoGPT's estimate_mfu, with N = all parameters). */
+double awl_gpt_flops_per_token(const awl_gpt_config *cfg);
+
+typedef struct awl_gpt awl_gpt;
+
+/* Builds and initialises a model on device (NULL: "cpu"). Initialisation
+ * draws from the Philox stream (seed, 0) and leaves the global generator as
+ * it was: seed training-time randomness (dropout) with awl_manual_seed.
+ * Init: N(0, 0.02) for Linear and Embedding weights, N(0, 0.02 / sqrt(2
+ * n_layer)) for the residual projections (attn.c_proj, mlp.c_proj), zero
+ * biases, LayerNorm weight 1 and bias 0. Returns NULL after an error. */
+awl_gpt *awl_gpt_new(const awl_gpt_config *cfg, const char *device, uint64_t seed);
+
+/* Frees the model and its parameters. NULL is a no-op. */
+void awl_gpt_free(awl_gpt *model);
+
+/* The configuration the model was built with. */
+const awl_gpt_config *awl_gpt_get_config(const awl_gpt *model);
+
+/* The root module: train/eval (awl_module_train), awl_module_to, printing
+ * names. The model owns it. */
+awl_module *awl_gpt_module(awl_gpt *model);
+
+/* The parameters, named as in the header comment, in nanoGPT's order. The
+ * list belongs to the model and stays valid until awl_gpt_free; it is
+ * refreshed when the module's parameters were replaced (awl_module_to). */
+const awl_param_list *awl_gpt_parameters(awl_gpt *model);
+
+/* Number of parameters (the tied head counted once). */
+int64_t awl_gpt_num_params(const awl_gpt *model);
+
+/* idx int32 (B, T) with T <= block -> logits (B, T, vocab), owned by the
+ * current scope. */
+awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx);
+
+/* Mean cross-entropy of the next-token prediction: idx, targets int32
+ * (B, T) -> scalar (targets equal to -1 are ignored). */
+awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets);
+
+/* Checkpoint every block (autograd/checkpoint.h): activations of the blocks
+ * are recomputed in backward instead of kept. Gradients are unchanged. */
+void awl_gpt_set_checkpointing(awl_gpt *model, bool on);
+
+/* Samples n_new tokens after prompt[0..n_prompt) (n_prompt >= 1), in
+ * no-grad and evaluation mode (the mode is restored afterwards), cropping
+ * the context to the last `block` tokens. temperature <= 0 picks the most
+ * likely token; top_k > 0 keeps only the k most likely. Sampling uses its own
+ * Philox stream keyed by seed (the global generator is untouched). out
+ * receives prompt and samples: n_prompt + n_new ids. Returns the number of
+ * ids written, or negative. */
+int awl_gpt_generate(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_new,
+                     double temperature, int top_k, uint64_t seed, int32_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

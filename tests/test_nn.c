@@ -1,0 +1,547 @@
+/*
+ * tests/test_nn.c - modules, layers, initialisation and functional layers.
+ *
+ * - the module tree: dotted names in registration order, lookups, tied
+ *   parameters listed once and kept tied by casts, train/eval, errors;
+ * - float64 gradient checks (central differences, tests/helpers/gradcheck.h)
+ *   of every layer, with the layer's parameters among the checked inputs;
+ * - fused versus composed: cross-entropy, LayerNorm and attention give the
+ *   same values, the same gradients and the same second-order gradients
+ *   (create_graph, which the fused nodes answer with their composed formula)
+ *   in float32, the dtype the CPU kernels handle;
+ * - dropout's mask statistics and replay, init statistics, cross-entropy
+ *   against hand-computed values and its ignore_index.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers/gradcheck.h"
+#include "nn/nn.h"
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+/* Forward of a module (user) on inputs[0], or on a fixed index tensor. */
+typedef struct module_call {
+    awl_module *m;
+    awl_tensor *idx; /* when set, the module's input instead of inputs[0] */
+} module_call;
+
+static awl_tensor *call_module(awl_tensor *const *in, void *user)
+{
+    module_call *c = user;
+    return awl_module_forward(c->m, c->idx ? c->idx : in[0]);
+}
+
+/* Gradient check of m (converted to float64) with respect to x (when idx is
+ * NULL) and every parameter. */
+static bool check_module(awl_module *m, awl_tensor *x, awl_tensor *idx, const char *name)
+{
+    ck_assert_int_eq(awl_module_cast(m, AWL_F64), 0);
+    awl_param_list ps = {0};
+    ck_assert_int_ge(awl_module_parameters(m, &ps), 0);
+    awl_tensor *in[64];
+    int n = 0;
+    if (!idx) in[n++] = x;
+    for (int i = 0; i < ps.count; i++) in[n++] = ps.items[i].tensor;
+    module_call c = {m, idx};
+    bool ok = awl_gradcheck(call_module, &c, n, in, name);
+    awl_param_list_clear(&ps);
+    return ok;
+}
+
+/* Output and input gradients of f at in[0..n) for upstream u, as host
+ * doubles (values[0] = output, values[1 + i] = gradient of input i). */
+typedef awl_tensor *(*test_fn)(awl_tensor *const *in, void *user);
+
+static void run_with_grads(test_fn f, void *user, int n, awl_tensor *const *in, double **values)
+{
+    awl_scope_begin();
+    for (int i = 0; i < n; i++) awl_requires_grad_(in[i], true);
+    awl_tensor *out = f(in, user);
+    ck_assert_msg(out != NULL, "%s", awl_last_error());
+    awl_manual_seed(99);
+    awl_tensor *u = awl_randn(out->ndim, out->shape, out->dtype, awl_gc_device());
+    awl_tensor *grads[8];
+    awl_backward_options o = {.grad = u};
+    ck_assert_msg(awl_grad(out, n, in, grads, &o) == 0, "%s", awl_last_error());
+    values[0] = awl_gc_values(out);
+    for (int i = 0; i < n; i++) values[1 + i] = awl_gc_values(grads[i]);
+    awl_scope_end();
+}
+
+/* Second-order: d/dx_i of sum_j <dL/dx_j, v_j>, L = sum(f * u). */
+static void run_second_order(test_fn f, void *user, int n, awl_tensor *const *in, double **values)
+{
+    awl_scope_begin();
+    for (int i = 0; i < n; i++) awl_requires_grad_(in[i], true);
+    awl_tensor *out = f(in, user);
+    ck_assert_msg(out != NULL, "%s", awl_last_error());
+    awl_manual_seed(98);
+    awl_tensor *u = awl_randn(out->ndim, out->shape, out->dtype, awl_gc_device());
+    awl_tensor *g[8], *h[8];
+    awl_backward_options o = {.grad = u, .create_graph = true};
+    ck_assert_msg(awl_grad(out, n, in, g, &o) == 0, "%s", awl_last_error());
+    awl_tensor *s = NULL;
+    for (int i = 0; i < n; i++) {
+        awl_tensor *v = awl_randn(g[i]->ndim, g[i]->shape, g[i]->dtype, awl_gc_device());
+        awl_tensor *term = awl_sum_all(awl_mul(g[i], v));
+        s = s ? awl_add(s, term) : term;
+    }
+    ck_assert_msg(awl_grad(s, n, in, h, NULL) == 0, "%s", awl_last_error());
+    for (int i = 0; i < n; i++) values[i] = awl_gc_values(h[i]);
+    awl_scope_end();
+}
+
+/* Compares f with fused kernels on and off: values, gradients and (when
+ * second) second-order gradients, in float32. */
+static void compare_fused(test_fn f, void *user, int n, awl_tensor *const *in, bool second,
+                          const char *name)
+{
+    int64_t sizes[9];
+    double *fused[9] = {0}, *composed[9] = {0};
+    bool was = awl_set_fused_kernels(true);
+    run_with_grads(f, user, n, in, fused);
+    awl_set_fused_kernels(false);
+    run_with_grads(f, user, n, in, composed);
+    awl_set_fused_kernels(was);
+    awl_scope_begin();
+    awl_tensor *probe = f(in, user);
+    sizes[0] = awl_numel(probe);
+    awl_scope_end();
+    for (int i = 0; i < n; i++) sizes[1 + i] = awl_numel(in[i]);
+    for (int i = 0; i <= n; i++) {
+        ck_assert_msg(fused[i] && composed[i], "%s: missing result %d", name, i);
+        ck_assert_msg(awl_gc_allclose(fused[i], composed[i], sizes[i], 2e-5, 2e-4, name),
+                      "%s: %s differs", name, i == 0 ? "output" : "a gradient");
+        free(fused[i]);
+        free(composed[i]);
+    }
+    if (!second) return;
+    awl_set_fused_kernels(true);
+    run_second_order(f, user, n, in, fused);
+    awl_set_fused_kernels(false);
+    run_second_order(f, user, n, in, composed);
+    awl_set_fused_kernels(was);
+    for (int i = 0; i < n; i++) {
+        /* NULL: the first gradients do not depend on input i (a bias) */
+        if (!fused[i] || !composed[i]) {
+            ck_assert_msg(!fused[i] && !composed[i], "%s: second-order gradient %d", name, i);
+            continue;
+        }
+        ck_assert_msg(awl_gc_allclose(fused[i], composed[i], sizes[1 + i], 1e-4, 1e-3, name),
+                      "%s: second-order gradient %d differs", name, i);
+        free(fused[i]);
+        free(composed[i]);
+    }
+}
+
+static awl_tensor *int_tensor(const int32_t *v, int ndim, const int64_t *shape)
+{
+    return awl_from_data(v, ndim, shape, AWL_I32, awl_gc_device());
+}
+
+/* ---- the module tree -------------------------------------------------------------------- */
+
+START_TEST(test_module_names)
+{
+    awl_gc_begin(1);
+    const char *dev = awl_gc_device();
+    awl_module *net = awl_sequential_new(
+        4, (awl_module *[]){awl_linear_new(4, 8, true, dev), awl_gelu_new(),
+                            awl_residual_new(awl_linear_new(8, 8, false, dev)),
+                            awl_layer_norm_new(8, 1e-5, true, dev)});
+    ck_assert_msg(net != NULL, "%s", awl_last_error());
+    ck_assert_str_eq(net->type, "Sequential");
+    awl_param_list ps = {0};
+    ck_assert_int_eq(awl_module_parameters(net, &ps), 5);
+    const char *want[] = {"0.weight", "0.bias", "2.fn.weight", "3.weight", "3.bias"};
+    for (int i = 0; i < 5; i++) {
+        ck_assert_str_eq(ps.items[i].name, want[i]);
+        ck_assert(ps.items[i].tensor->requires_grad);
+        ck_assert(awl_is_leaf(ps.items[i].tensor));
+    }
+    ck_assert_int_eq(ps.items[0].tensor->shape[0], 8); /* (out, in) */
+    ck_assert_int_eq(ps.items[0].tensor->shape[1], 4);
+    ck_assert_int_eq(awl_module_num_params(net), 32 + 8 + 64 + 8 + 8);
+    ck_assert_ptr_eq(awl_module_get_param(net, "2.fn.weight"), ps.items[2].tensor);
+    ck_assert_ptr_null(awl_module_get_param(net, "2.fn.bias"));
+    ck_assert_ptr_null(awl_module_get_param(net, "7.weight"));
+    ck_assert_str_eq(awl_module_get_child(net, "2.fn")->type, "Linear");
+    ck_assert_str_eq(awl_module_get_child(net, "3")->type, "LayerNorm");
+
+    /* forward through all of it, and train/eval reaches every descendant */
+    awl_tensor *x = awl_randn(AWL_SHAPE(3, 4), AWL_F32, dev);
+    awl_tensor *y = awl_module_forward(net, x);
+    ck_assert_msg(y && awl_gc_has_shape(y, AWL_SHAPE(3, 8)), "%s", awl_last_error());
+    awl_module_train(net, false);
+    ck_assert(!awl_module_get_child(net, "2.fn")->training);
+    awl_module_train(net, true);
+    ck_assert(awl_module_get_child(net, "2.fn")->training);
+
+    /* a duplicate name is refused and the duplicate freed */
+    ck_assert_int_lt(awl_module_add_child(net, "1", awl_gelu_new()), 0);
+    ck_assert(strstr(awl_last_error(), "already has a member named '1'") != NULL);
+    /* containers have no forward */
+    awl_module *dict = awl_module_container_new("ModuleDict");
+    ck_assert_ptr_null(awl_module_forward(dict, x));
+    ck_assert(strstr(awl_last_error(), "ModuleDict has no forward") != NULL);
+    awl_module_free(dict);
+
+    awl_param_list_clear(&ps);
+    awl_module_free(net);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+START_TEST(test_module_errors_and_ties)
+{
+    awl_gc_begin(2);
+    const char *dev = awl_gc_device();
+    /* bad sizes, and a NULL child anywhere, give NULL without leaks */
+    ck_assert_ptr_null(awl_linear_new(0, 3, true, dev));
+    ck_assert(strstr(awl_last_error(), "awl_linear_new: sizes must be positive") != NULL);
+    ck_assert_ptr_null(awl_sequential_new(
+        3, (awl_module *[]){awl_linear_new(2, 2, true, dev), NULL, awl_gelu_new()}));
+    ck_assert_ptr_null(awl_residual_new(NULL));
+    ck_assert_ptr_null(awl_causal_self_attention_new(10, 3, 0.0, true, dev));
+    ck_assert_ptr_null(awl_linear_new(2, 2, true, "nosuchdevice"));
+    ck_assert_ptr_null(awl_dropout_new(1.5));
+    ck_assert_ptr_null(awl_module_forward(NULL, NULL));
+
+    /* one tensor registered twice (a tied weight): listed once, counted once,
+     * still shared after a cast */
+    awl_module *a = awl_linear_new(3, 3, false, dev), *b = awl_linear_new(3, 3, false, dev);
+    awl_module *pair = awl_sequential_new(2, (awl_module *[]){a, b});
+    awl_tensor *shared = awl_retain(awl_module_get_param(a, "weight"));
+    ck_assert_int_eq(awl_module_add_param(b, "tied", &shared), 0);
+    ck_assert_int_eq(awl_module_num_params(pair), 18);
+    ck_assert_int_eq(awl_module_cast(pair, AWL_F64), 0);
+    ck_assert_ptr_eq(awl_module_get_param(pair, "0.weight"), awl_module_get_param(pair, "1.tied"));
+    ck_assert_int_eq(awl_module_get_param(pair, "1.tied")->dtype, AWL_F64);
+    ck_assert(awl_module_get_param(pair, "1.weight")->requires_grad);
+    ck_assert_int_eq(awl_module_to(pair, "cpu"), 0); /* already there: a no-op */
+    ck_assert_int_lt(awl_module_cast(pair, AWL_I32), 0);
+    if (!awl_device_available("cuda:0")) ck_assert_int_lt(awl_module_to(pair, "cuda:0"), 0);
+    ck_assert_int_eq(awl_module_get_param(pair, "0.weight")->dtype, AWL_F64);
+
+    /* zero_grad drops gradients */
+    awl_tensor *x = awl_randn(AWL_SHAPE(2, 3), AWL_F64, dev);
+    ck_assert_int_eq(awl_backward(awl_sum_all(awl_module_forward(pair, x))), 0);
+    ck_assert_ptr_nonnull(awl_module_get_param(pair, "1.weight")->grad);
+    awl_module_zero_grad(pair);
+    ck_assert_ptr_null(awl_module_get_param(pair, "1.weight")->grad);
+    awl_module_free(pair);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+/* ---- layers: float64 gradient checks ------------------------------------------------- */
+
+START_TEST(test_linear)
+{
+    awl_gc_begin(3);
+    const char *dev = awl_gc_device();
+    /* forward by hand: y = x W^T + b */
+    double xv[] = {1, 2, 3, 4, 5, 6}, wv[] = {1, 0, -1, 2, 1, 0}, bv[] = {0.5, -1};
+    awl_tensor *x = awl_gc_from_doubles(xv, AWL_SHAPE(2, 3), AWL_F64);
+    awl_tensor *w = awl_gc_from_doubles(wv, AWL_SHAPE(2, 3), AWL_F64);
+    awl_tensor *b = awl_gc_from_doubles(bv, AWL_SHAPE(2), AWL_F64);
+    double *y = awl_gc_values(awl_linear(x, w, b));
+    double want[] = {1 - 3 + 0.5, 2 + 2 - 1, 4 - 6 + 0.5, 8 + 5 - 1};
+    ck_assert(awl_gc_allclose(y, want, 4, 1e-12, 0, "linear"));
+    free(y);
+    ck_assert_ptr_null(awl_linear(x, b, NULL));
+    ck_assert(strstr(awl_last_error(), "awl_linear: input (2,3) does not match weight (2)") != NULL);
+    ck_assert_ptr_null(awl_linear(x, w, w));
+
+    for (int layout = 0; layout < 3; layout++) {
+        awl_module *lin = awl_linear_new(4, 3, layout != 1, dev);
+        awl_tensor *in = awl_gc_layout(layout, AWL_SHAPE(2, 3, 4), AWL_F64);
+        ck_assert_msg(check_module(lin, in, NULL, "Linear"), "layout %s",
+                      awl_gc_layout_name(layout));
+        awl_module_free(lin);
+    }
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+START_TEST(test_embedding_layernorm_gelu)
+{
+    awl_gc_begin(4);
+    const char *dev = awl_gc_device();
+    awl_module *emb = awl_embedding_new(5, 3, dev);
+    int32_t iv[] = {0, 4, 4, 2, 1, 0};
+    awl_tensor *idx = int_tensor(iv, AWL_SHAPE(2, 3));
+    ck_assert(check_module(emb, NULL, idx, "Embedding"));
+    awl_module_free(emb);
+
+    for (int bias = 0; bias < 2; bias++) {
+        awl_module *ln = awl_layer_norm_new(6, 1e-5, bias, dev);
+        /* non-trivial weight and bias */
+        awl_init_normal_(awl_module_get_param(ln, "weight"), 1.0, 0.5);
+        if (bias) awl_init_normal_(awl_module_get_param(ln, "bias"), 0.0, 0.5);
+        ck_assert(check_module(ln, awl_gc_permuted(AWL_SHAPE(2, 4, 6)), NULL, "LayerNorm"));
+        awl_module_free(ln);
+    }
+    awl_tensor *x = awl_gc_randn(AWL_SHAPE(3, 5));
+    awl_module *gelu = awl_gelu_new();
+    ck_assert(check_module(gelu, x, NULL, "GELU"));
+    awl_module_free(gelu);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+static awl_tensor *call_sdpa(awl_tensor *const *in, void *user)
+{
+    return awl_scaled_dot_product_attention(in[0], in[1], in[2], *(bool *)user, 0.0);
+}
+
+static awl_tensor *call_qkv(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    return awl_attention_qkv(in[0], 2, true, 0.0);
+}
+
+START_TEST(test_attention)
+{
+    awl_gc_begin(5);
+    const char *dev = awl_gc_device();
+    for (int causal = 0; causal < 2; causal++) {
+        bool c = causal;
+        awl_tensor *in[3] = {awl_gc_randn(AWL_SHAPE(2, 2, 4, 3)), awl_gc_permuted(AWL_SHAPE(2, 2, 4, 3)),
+                             awl_gc_randn(AWL_SHAPE(2, 2, 4, 3))};
+        ck_assert(awl_gradcheck(call_sdpa, &c, 3, in, "sdpa"));
+    }
+    /* causal: query 0 sees only key 0, so out[.., 0, :] = v[.., 0, :] */
+    awl_tensor *q = awl_gc_randn(AWL_SHAPE(1, 1, 3, 2)), *v = awl_gc_randn(AWL_SHAPE(1, 1, 3, 2));
+    double *o = awl_gc_values(awl_scaled_dot_product_attention(q, q, v, true, 0.0));
+    double *vv = awl_gc_values(v);
+    ck_assert(awl_gc_allclose(o, vv, 2, 1e-12, 0, "causal first row"));
+    free(o);
+    free(vv);
+    ck_assert_ptr_null(awl_scaled_dot_product_attention(q, awl_gc_randn(AWL_SHAPE(1, 1, 3, 5)), v,
+                                                        true, 0.0));
+    ck_assert(strstr(awl_last_error(), "awl_scaled_dot_product_attention: q (1,1,3,2)") != NULL);
+
+    awl_tensor *qkv = awl_gc_randn(AWL_SHAPE(2, 3, 12));
+    ck_assert(awl_gradcheck(call_qkv, NULL, 1, &qkv, "attention_qkv"));
+    ck_assert_ptr_null(awl_attention_qkv(qkv, 5, true, 0.0));
+
+    awl_module *attn = awl_causal_self_attention_new(8, 2, 0.0, true, dev);
+    ck_assert(check_module(attn, awl_gc_randn(AWL_SHAPE(2, 3, 8)), NULL, "CausalSelfAttention"));
+    awl_module_free(attn);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+START_TEST(test_block_mlp)
+{
+    awl_gc_begin(6);
+    const char *dev = awl_gc_device();
+    awl_module *mlp = awl_mlp_new(4, 0.0, true, dev);
+    ck_assert(check_module(mlp, awl_gc_randn(AWL_SHAPE(2, 3, 4)), NULL, "MLP"));
+    awl_module_free(mlp);
+    awl_module *block = awl_block_new(8, 2, 0.0, true, dev);
+    awl_param_list ps = {0};
+    awl_module_parameters(block, &ps);
+    const char *want[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    ck_assert_int_eq(ps.count, 12);
+    for (int i = 0; i < 12; i++) ck_assert_str_eq(ps.items[i].name, want[i]);
+    awl_param_list_clear(&ps);
+    ck_assert(check_module(block, awl_gc_randn(AWL_SHAPE(2, 3, 8)), NULL, "Block"));
+    awl_module_free(block);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+/* ---- fused versus composed ------------------------------------------------------------ */
+
+static awl_tensor *call_ce(awl_tensor *const *in, void *user)
+{
+    return awl_cross_entropy(in[0], user, 2);
+}
+
+static awl_tensor *call_ln(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    return awl_layer_norm(in[0], in[1], in[2], 1e-5);
+}
+
+START_TEST(test_fused_vs_composed)
+{
+    awl_gc_begin(7);
+    /* cross-entropy over (B, T, V) with row targets equal to 2 ignored */
+    int32_t tv[] = {0, 2, 6, 3, 1, 2, 5, 4};
+    awl_tensor *targets = int_tensor(tv, AWL_SHAPE(2, 4));
+    awl_tensor *logits = awl_mul_scalar(awl_randn(AWL_SHAPE(2, 4, 7), AWL_F32, awl_gc_device()), 3.0);
+    compare_fused(call_ce, targets, 1, &logits, true, "cross_entropy");
+
+    awl_tensor *ln_in[3] = {awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, awl_gc_device()),
+                            awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device()),
+                            awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device())};
+    compare_fused(call_ln, NULL, 3, ln_in, true, "layer_norm");
+
+    /* attention on head views of one packed tensor, as a GPT makes them */
+    awl_tensor *qkv = awl_randn(AWL_SHAPE(2, 6, 24), AWL_F32, awl_gc_device());
+    compare_fused(call_qkv, NULL, 1, &qkv, true, "attention_qkv");
+    awl_tensor *qkv4 = awl_tensor_permute(awl_tensor_reshape(qkv, AWL_SHAPE(2, 6, 3, 2, 4)),
+                                          (int[]){2, 0, 3, 1, 4});
+    awl_tensor *heads[3];
+    for (int i = 0; i < 3; i++) heads[i] = awl_tensor_detach(awl_tensor_squeeze(awl_tensor_slice(qkv4, 0, i, i + 1, 1), 0));
+    bool causal = true;
+    compare_fused(call_sdpa, &causal, 3, heads, true, "sdpa");
+
+    /* the fused path really is one node, and the composed path is not */
+    ck_assert_str_eq(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
+    ck_assert_str_eq(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
+    ck_assert_str_eq(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
+    ck_assert_str_eq(call_sdpa(heads, &causal)->grad_fn->name, "scaled_dot_product_attention");
+    awl_set_fused_kernels(false);
+    ck_assert_str_ne(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
+    ck_assert_str_ne(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
+    ck_assert_str_ne(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
+    awl_set_fused_kernels(true);
+    /* attention dropout in training needs the composed path */
+    ck_assert_str_ne(awl_attention_qkv(qkv, 2, true, 0.1)->grad_fn->name, "attention_qkv");
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+START_TEST(test_cross_entropy_values)
+{
+    awl_gc_begin(8);
+    double lv[] = {1, 2, 3, 0, 0, 0, -1, 5, 2};
+    int32_t tv[] = {2, 1, 0};
+    for (int f = 0; f < 2; f++) {
+        awl_set_fused_kernels(f);
+        awl_tensor *logits = awl_gc_from_doubles(lv, AWL_SHAPE(3, 3), AWL_F32);
+        awl_tensor *t = int_tensor(tv, AWL_SHAPE(3));
+        double l0 = log(exp(1) + exp(2) + exp(3)) - 3, l1 = log(3.0),
+               l2 = log(exp(-1) + exp(5) + exp(2)) + 1;
+        ck_assert_double_eq_tol(awl_item(awl_cross_entropy(logits, t, -100)), (l0 + l1 + l2) / 3,
+                                1e-5);
+        ck_assert_double_eq_tol(awl_item(awl_cross_entropy(logits, t, 1)), (l0 + l2) / 2, 1e-5);
+        int32_t all_ignored[] = {7, 7, 7};
+        ck_assert(isnan(awl_item(awl_cross_entropy(logits, int_tensor(all_ignored, AWL_SHAPE(3)), 7))));
+        int32_t bad[] = {0, 3, 1};
+        ck_assert_ptr_null(awl_cross_entropy(logits, int_tensor(bad, AWL_SHAPE(3)), -1));
+        ck_assert(strstr(awl_last_error(), "target 3 at row 1 is outside [0, 3)") != NULL);
+        ck_assert_ptr_null(awl_cross_entropy(logits, int_tensor(tv, AWL_SHAPE(1, 3)), -1));
+        ck_assert_ptr_null(awl_cross_entropy(logits, logits, -1));
+    }
+    awl_set_fused_kernels(true);
+    /* float64 gradient check (composed: the CPU kernels are float32) */
+    awl_tensor *logits = awl_gc_randn(AWL_SHAPE(2, 3, 4));
+    int32_t t2[] = {0, 3, 1, 2, 2, 1}; /* call_ce ignores class 2 */
+    awl_tensor *targets = int_tensor(t2, AWL_SHAPE(2, 3));
+    ck_assert(awl_gradcheck(call_ce, targets, 1, &logits, "cross_entropy"));
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+/* ---- dropout and init ------------------------------------------------------------------ */
+
+START_TEST(test_dropout)
+{
+    awl_gc_begin(9);
+    const char *dev = awl_gc_device();
+    int64_t n = 20000;
+    awl_tensor *x = awl_requires_grad_(awl_ones(AWL_SHAPE(n), AWL_F32, dev), true);
+    uint64_t seed, offset;
+    awl_rng_get_state(&seed, &offset);
+    awl_tensor *y = awl_dropout(x, 0.25, true);
+    double *yv = awl_gc_values(y);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert(yv[i] == 0.0 || fabs(yv[i] - 1.0 / 0.75) < 1e-6);
+        kept += yv[i] != 0.0;
+    }
+    ck_assert_double_eq_tol((double)kept / (double)n, 0.75, 0.015);
+    /* the gradient is the mask; the same generator state replays the mask */
+    ck_assert_int_eq(awl_backward(awl_sum_all(y)), 0);
+    double *gv = awl_gc_values(x->grad);
+    ck_assert(memcmp(gv, yv, (size_t)n * sizeof *gv) == 0);
+    awl_rng_set_state(seed, offset);
+    double *again = awl_gc_values(awl_dropout(x, 0.25, true));
+    ck_assert(memcmp(again, yv, (size_t)n * sizeof *again) == 0);
+    free(yv);
+    free(gv);
+    free(again);
+    awl_clear_grad(x);
+
+    /* evaluation mode and p = 0 are the identity; p = 1 zeroes; bad p fails */
+    awl_module *drop = awl_dropout_new(0.5);
+    awl_module_train(drop, false);
+    awl_tensor *same = awl_module_forward(drop, x);
+    ck_assert_ptr_eq(same->storage, x->storage);
+    awl_module_free(drop);
+    ck_assert_ptr_eq(awl_dropout(x, 0.0, true)->storage, x->storage);
+    ck_assert_double_eq(awl_item(awl_sum_all(awl_dropout(x, 1.0, true))), 0.0);
+    ck_assert_ptr_null(awl_dropout(x, -0.1, true));
+    ck_assert(strstr(awl_last_error(), "awl_dropout: probability -0.1 is outside [0, 1]") != NULL);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+/* Sample mean and standard deviation of t's elements. */
+static void moments(awl_tensor *t, double *mean, double *std)
+{
+    int64_t n = awl_numel(t);
+    double *v = awl_gc_values(t), s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    *mean = s / (double)n;
+    for (int64_t i = 0; i < n; i++) ss += (v[i] - *mean) * (v[i] - *mean);
+    *std = sqrt(ss / (double)n);
+    free(v);
+}
+
+START_TEST(test_init)
+{
+    awl_gc_begin(10);
+    const char *dev = awl_gc_device();
+    awl_tensor *w = awl_empty(AWL_SHAPE(200, 300), AWL_F32, dev); /* fan_in 300, fan_out 200 */
+    double mean, std;
+    ck_assert_int_eq(awl_init_normal_(w, 1.0, 0.02), 0);
+    moments(w, &mean, &std);
+    ck_assert_double_eq_tol(mean, 1.0, 1e-3);
+    ck_assert_double_eq_tol(std, 0.02, 5e-4);
+    ck_assert_int_eq(awl_init_uniform_(w, -2.0, 2.0), 0);
+    moments(w, &mean, &std);
+    ck_assert_double_eq_tol(std, 4.0 / sqrt(12.0), 0.01);
+    ck_assert_int_eq(awl_init_xavier_uniform_(w, 1.0), 0);
+    moments(w, &mean, &std);
+    ck_assert_double_eq_tol(std, sqrt(2.0 / 500.0), 1e-3); /* bound sqrt(6/500) */
+    ck_assert_int_eq(awl_init_xavier_normal_(w, 2.0), 0);
+    moments(w, &mean, &std);
+    ck_assert_double_eq_tol(std, 2.0 * sqrt(2.0 / 500.0), 2e-3);
+    ck_assert_int_eq(awl_init_kaiming_uniform_(w, 0.0, AWL_FAN_IN), 0);
+    moments(w, &mean, &std);
+    ck_assert_double_eq_tol(std, sqrt(2.0 / 300.0), 1e-3);
+    ck_assert_int_eq(awl_init_kaiming_normal_(w, 1.0, AWL_FAN_OUT), 0);
+    moments(w, &mean, &std);
+    ck_assert_double_eq_tol(std, 1.0 / sqrt(200.0), 1e-3);
+    ck_assert_int_eq(awl_init_constant_(w, 0.5), 0);
+    moments(w, &mean, &std);
+    ck_assert(mean == 0.5 && std == 0.0);
+    /* fans need two axes; integers cannot be initialised */
+    ck_assert_int_lt(awl_init_xavier_uniform_(awl_empty(AWL_SHAPE(5), AWL_F32, dev), 1.0), 0);
+    ck_assert_int_lt(awl_init_normal_(awl_empty(AWL_SHAPE(5), AWL_I32, dev), 0, 1), 0);
+    /* PyTorch's Linear default: U(-1/sqrt(in), 1/sqrt(in)) */
+    awl_module *lin = awl_linear_new(400, 50, true, dev);
+    moments(awl_module_get_param(lin, "weight"), &mean, &std);
+    ck_assert_double_eq_tol(std, 1.0 / sqrt(400.0) / sqrt(3.0), 1e-3);
+    awl_module_free(lin);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+int main(void)
+{
+    return AWL_GC_RUN_SUITE("nn", test_module_names, test_module_errors_and_ties, test_linear,
+                            test_embedding_layernorm_gelu, test_attention, test_block_mlp,
+                            test_fused_vs_composed, test_cross_entropy_values, test_dropout,
+                            test_init);
+}
