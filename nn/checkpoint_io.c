@@ -195,11 +195,11 @@ int awl_checkpoint_save(const char *path, const awl_param_list *params, const aw
     if (state) add_state_metadata(&kv, state);
     if (opt) add_optimizer_metadata(&kv, opt);
 
-    int status = awl_safetensors_save(path, n, names, tensors, kv.n,
-                                      (const char *const *)kv.keys,
+    int status = awl_safetensors_save(path, n, names, tensors, kv.n, (const char *const *)kv.keys,
                                       (const char *const *)kv.values);
     kv_free(&kv);
-    for (int i = 0; i < n_states; i++) free(state_names[i]);
+    for (int i = 0; i < n_states; i++)
+        free(state_names[i]);
     free(state_names);
     free(names);
     free(tensors);
@@ -235,8 +235,9 @@ static int meta_uint(const awl_safetensors *f, const char *key, uint64_t max, bo
         ok = d <= 9 && v <= (max - d) / 10;
         v = v * 10 + d;
     }
-    if (!ok) return load_error(f, "metadata %s = \"%.40s\" is not an integer in [0, %llu]", key, s,
-                               (unsigned long long)max);
+    if (!ok)
+        return load_error(f, "metadata %s = \"%.40s\" is not an integer in [0, %llu]", key, s,
+                          (unsigned long long)max);
     *out = v;
     return AWL_OK;
 }
@@ -257,7 +258,8 @@ static int plan_copy(const awl_safetensors *f, bool ours, const char *name, awl_
     awl_safetensors_info info;
     awl_safetensors_info_at(f, i, &info);
     bool same = info.dtype == dst->dtype && info.ndim == dst->ndim;
-    for (int d = 0; same && d < info.ndim; d++) same = info.shape[d] == dst->shape[d];
+    for (int d = 0; same && d < info.ndim; d++)
+        same = info.shape[d] == dst->shape[d];
     if (!same) {
         char s1[128], s2[128];
         awl_format_shape(info.ndim, info.shape, s1, sizeof s1);
@@ -336,18 +338,17 @@ static int plan_load(const awl_safetensors *f, const awl_param_list *params, awl
         if (strcmp(format, FORMAT_NAME) != 0)
             return load_error(f, "awl.format is \"%.40s\", not \"" FORMAT_NAME "\"", format);
         if (!version || strcmp(version, FORMAT_VERSION) != 0)
-            return load_error(f, "unsupported awl.format_version \"%.20s\" (this build reads "
-                                 FORMAT_VERSION ")",
-                              version ? version : "");
+            return load_error(
+                f, "unsupported awl.format_version \"%.20s\" (this build reads " FORMAT_VERSION ")",
+                version ? version : "");
     }
     int n_file = awl_safetensors_count(f);
     bool *used = awl_xcalloc((size_t)n_file + 1, sizeof *used);
     int status = AWL_OK;
     for (int i = 0; i < params->count && status >= 0; i++)
-        status = plan_copy(f, ours, params->items[i].name, params->items[i].tensor, used, plan,
-                           n_plan);
-    if (status >= 0 && opt)
-        status = plan_optimizer(f, ours, opt, used, plan, n_plan, steps, count);
+        status =
+            plan_copy(f, ours, params->items[i].name, params->items[i].tensor, used, plan, n_plan);
+    if (status >= 0 && opt) status = plan_optimizer(f, ours, opt, used, plan, n_plan, steps, count);
     for (int i = 0; i < n_file && status >= 0; i++) {
         awl_safetensors_info info;
         awl_safetensors_info_at(f, i, &info);
@@ -387,11 +388,14 @@ int awl_checkpoint_load(const char *path, const awl_param_list *params, awl_opti
         awl_scope_end();
     }
     if (status >= 0 && opt) {
-        for (int i = 0; i < n_opt; i++) awl_optimizer_set_param_step(opt, i, steps[i]);
+        for (int i = 0; i < n_opt; i++)
+            awl_optimizer_set_param_step(opt, i, steps[i]);
         awl_optimizer_set_step_count(opt, count);
     }
-    if (status >= 0 && state_out) *state_out = state;
-    else awl_train_state_clear(&state);
+    if (status >= 0 && state_out)
+        *state_out = state;
+    else
+        awl_train_state_clear(&state);
     free(plan);
     free(steps);
     awl_safetensors_close(f);

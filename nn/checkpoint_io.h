@@ -55,9 +55,9 @@ extern "C" {
  * run exactly. The strings are owned by the struct (set them with the
  * setters, free them with awl_train_state_clear); start from {0}. */
 typedef struct awl_train_state {
-    int64_t step;              /* training iterations completed               */
+    int64_t step;              /* training iterations completed                */
     uint64_t rng_seed;         /* the global generator (awl_rng_get_state)     */
-    uint64_t rng_offset;
+    uint64_t rng_offset;       /* with rng_seed                                */
     uint64_t data_seed;        /* the batch sampler (awl_text_dataset_get_seed) */
     uint64_t data_position[2]; /* batches drawn: [0] train, [1] validation     */
     char *tokenizer;           /* awl_tokenizer_serialize's string, or NULL    */

@@ -152,8 +152,8 @@ awl_optimizer *awl_sgd_new(const awl_param_list *params, double lr, double momen
 }
 
 static awl_optimizer *adam_new(const char *op, awl_optimizer_kind kind,
-                               const awl_param_list *params, double lr, double beta1,
-                               double beta2, double eps, double weight_decay)
+                               const awl_param_list *params, double lr, double beta1, double beta2,
+                               double eps, double weight_decay)
 {
     if (check_hyper(op, "learning rate", lr, 0, INFINITY) < 0 ||
         check_hyper(op, "beta1", beta1, 0, nextafter(1.0, 0.0)) < 0 ||
@@ -181,8 +181,7 @@ awl_optimizer *awl_adam_new(const awl_param_list *params, double lr, double beta
 awl_optimizer *awl_adamw_new(const awl_param_list *params, double lr, double beta1, double beta2,
                              double eps, double weight_decay)
 {
-    return adam_new("awl_adamw_new", AWL_OPTIM_ADAMW, params, lr, beta1, beta2, eps,
-                    weight_decay);
+    return adam_new("awl_adamw_new", AWL_OPTIM_ADAMW, params, lr, beta1, beta2, eps, weight_decay);
 }
 
 int awl_sgd_set_nesterov(awl_optimizer *o, bool on)
@@ -231,10 +230,10 @@ void awl_optimizer_free(awl_optimizer *o)
 
 /* ---- composed updates ------------------------------------------------------------ */
 
-#define TRY(expr)                                                                          \
-    do {                                                                                   \
-        int status_ = (expr);                                                              \
-        if (status_ < 0) return status_;                                                   \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int status_ = (expr);                                                                      \
+        if (status_ < 0) return status_;                                                           \
     } while (0)
 
 /* The gradient of parameter i, checked against it; NULL (no error) when the
@@ -246,9 +245,8 @@ static int grad_of(const awl_optimizer *o, int i, awl_tensor **grad)
     if (!p->grad) return AWL_OK;
     if (!awl_same_shape(p->grad, p) || p->grad->dtype != p->dtype) {
         char s1[64], s2[64];
-        return awl_error(AWL_ERR_INVALID,
-                         "awl_optimizer_step: %s is %s %s but its grad is %s %s", o->names[i],
-                         awl_dtype_name(p->dtype), awl_shape_str(p, s1, sizeof s1),
+        return awl_error(AWL_ERR_INVALID, "awl_optimizer_step: %s is %s %s but its grad is %s %s",
+                         o->names[i], awl_dtype_name(p->dtype), awl_shape_str(p, s1, sizeof s1),
                          awl_dtype_name(p->grad->dtype), awl_shape_str(p->grad, s2, sizeof s2));
     }
     return AWL_OK;
@@ -454,7 +452,10 @@ int awl_optimizer_zero_grad_ex(awl_optimizer *o, bool set_to_none)
     return AWL_OK;
 }
 
-int awl_optimizer_zero_grad(awl_optimizer *o) { return awl_optimizer_zero_grad_ex(o, false); }
+int awl_optimizer_zero_grad(awl_optimizer *o)
+{
+    return awl_optimizer_zero_grad_ex(o, false);
+}
 
 int awl_optimizer_set_lr(awl_optimizer *o, double lr)
 {
@@ -464,16 +465,25 @@ int awl_optimizer_set_lr(awl_optimizer *o, double lr)
     return AWL_OK;
 }
 
-double awl_optimizer_get_lr(const awl_optimizer *o) { return o ? o->lr : NAN; }
+double awl_optimizer_get_lr(const awl_optimizer *o)
+{
+    return o ? o->lr : NAN;
+}
 
 awl_optimizer_kind awl_optimizer_get_kind(const awl_optimizer *o)
 {
     return o ? o->kind : AWL_OPTIM_SGD;
 }
 
-const char *awl_optimizer_kind_name(const awl_optimizer *o) { return o ? kind_names[o->kind] : ""; }
+const char *awl_optimizer_kind_name(const awl_optimizer *o)
+{
+    return o ? kind_names[o->kind] : "";
+}
 
-int64_t awl_optimizer_step_count(const awl_optimizer *o) { return o ? o->step_count : -1; }
+int64_t awl_optimizer_step_count(const awl_optimizer *o)
+{
+    return o ? o->step_count : -1;
+}
 
 int awl_optimizer_set_step_count(awl_optimizer *o, int64_t count)
 {
@@ -485,7 +495,10 @@ int awl_optimizer_set_step_count(awl_optimizer *o, int64_t count)
     return AWL_OK;
 }
 
-int awl_optimizer_num_params(const awl_optimizer *o) { return o ? o->n : -1; }
+int awl_optimizer_num_params(const awl_optimizer *o)
+{
+    return o ? o->n : -1;
+}
 
 const char *awl_optimizer_param_name(const awl_optimizer *o, int i)
 {
@@ -508,7 +521,10 @@ int awl_optimizer_set_param_step(awl_optimizer *o, int i, int64_t step)
     return AWL_OK;
 }
 
-int awl_optimizer_num_states(const awl_optimizer *o) { return o ? o->n_states : -1; }
+int awl_optimizer_num_states(const awl_optimizer *o)
+{
+    return o ? o->n_states : -1;
+}
 
 awl_tensor *awl_optimizer_state(const awl_optimizer *o, int i, const char **name)
 {

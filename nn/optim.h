@@ -28,6 +28,9 @@
  * number of micro-batches (as nanoGPT does), or call awl_scale_grads(params,
  * 1.0 / n) once before the step; both give the mean gradient.
  *
+ * The optimizer keeps the very tensors it was given: make it after moving
+ * the model to its device (as in PyTorch).
+ *
  * State is created (zeros) when the optimizer is made, not at the first step
  * as in PyTorch; the first update is the same either way, and a checkpoint
  * can be loaded into a fresh optimizer. The state is exposed by name

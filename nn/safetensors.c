@@ -110,8 +110,8 @@ static int pwrite_all(int fd, const void *data, size_t n, off_t at)
     return 0;
 }
 
-static int check_save_args(int n, const char *const *names, awl_tensor *const *tensors,
-                           int n_meta, const char *const *keys, const char *const *values)
+static int check_save_args(int n, const char *const *names, awl_tensor *const *tensors, int n_meta,
+                           const char *const *keys, const char *const *values)
 {
     const char *op = "awl_safetensors_save";
     if (n < 0 || n_meta < 0 || (n > 0 && (!names || !tensors)) ||
@@ -123,7 +123,8 @@ static int check_save_args(int n, const char *const *names, awl_tensor *const *t
         if (!awl_st_utf8_valid(names[i], strlen(names[i])) || strcmp(names[i], "__metadata__") == 0)
             return awl_error(AWL_ERR_INVALID, "%s: invalid tensor name \"%s\"", op, names[i]);
         if (!awl_safetensors_dtype_name(tensors[i]->dtype))
-            return awl_error(AWL_ERR_INVALID, "%s: tensor %s has an unsupported dtype", op, names[i]);
+            return awl_error(AWL_ERR_INVALID, "%s: tensor %s has an unsupported dtype", op,
+                             names[i]);
         for (int j = 0; j < i; j++)
             if (strcmp(names[i], names[j]) == 0)
                 return awl_error(AWL_ERR_INVALID, "%s: tensor name %s given twice", op, names[i]);
@@ -146,9 +147,9 @@ static int check_save_args(int n, const char *const *names, awl_tensor *const *t
 
 /* The header with CRC placeholders; crc_at[i] is where tensor i's 8 digits
  * start. Padded with spaces so the data section starts 8-byte aligned. */
-static void build_header(awl_st_buf *h, int n, const char *const *names,
-                         awl_tensor *const *tensors, int n_meta, const char *const *keys,
-                         const char *const *values, size_t *crc_at)
+static void build_header(awl_st_buf *h, int n, const char *const *names, awl_tensor *const *tensors,
+                         int n_meta, const char *const *keys, const char *const *values,
+                         size_t *crc_at)
 {
     awl_st_buf_append(h, "{\"__metadata__\":{", 17);
     for (int i = 0; i < n_meta; i++) {
@@ -175,7 +176,8 @@ static void build_header(awl_st_buf *h, int n, const char *const *names,
         uint64_t nbytes = (uint64_t)awl_numel(t) * awl_dtype_size(t->dtype);
         awl_st_buf_append(h, ",", 1);
         awl_st_buf_string(h, names[i]);
-        awl_st_buf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", awl_safetensors_dtype_name(t->dtype));
+        awl_st_buf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[",
+                          awl_safetensors_dtype_name(t->dtype));
         for (int d = 0; d < t->ndim; d++)
             awl_st_buf_printf(h, d ? ",%lld" : "%lld", (long long)t->shape[d]);
         awl_st_buf_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
@@ -183,7 +185,8 @@ static void build_header(awl_st_buf *h, int n, const char *const *names,
         offset += nbytes;
     }
     awl_st_buf_append(h, "}", 1);
-    while ((8 + h->len) % 8 != 0) awl_st_buf_append(h, " ", 1);
+    while ((8 + h->len) % 8 != 0)
+        awl_st_buf_append(h, " ", 1);
 }
 
 /* Writes the whole file to fd: header, data, real CRCs, fsync. Returns 0;
@@ -196,7 +199,8 @@ static int write_file(int fd, awl_st_buf *h, const size_t *crc_at, int n,
 {
     unsigned char len_le[8];
     uint64_t hlen = h->len;
-    for (int k = 0; k < 8; k++) len_le[k] = (unsigned char)(hlen >> (8 * k));
+    for (int k = 0; k < 8; k++)
+        len_le[k] = (unsigned char)(hlen >> (8 * k));
     *what = "writing";
     if (write_all(fd, len_le, 8) < 0 || write_all(fd, h->data, h->len) < 0) return SYSTEM_ERROR;
     for (int i = 0; i < n; i++) {
@@ -255,13 +259,17 @@ int awl_safetensors_save(const char *path, int n, const char *const *names,
     } else {
         const char *what = "writing";
         int w = write_file(fd, &header, crc_at, n, tensors, &what);
-        if (w == SYSTEM_ERROR) status = io_error(tmp, what);
-        else if (w < 0) status = w;
+        if (w == SYSTEM_ERROR)
+            status = io_error(tmp, what);
+        else if (w < 0)
+            status = w;
         if (close(fd) < 0 && status == AWL_OK) status = io_error(tmp, "closing");
         if (status == AWL_OK && rename(tmp, path) < 0)
             status = io_error(path, "cannot rename the temporary file over it");
-        if (status < 0) unlink(tmp);
-        else if (sync_directory(path) < 0) status = io_error(path, "syncing its directory");
+        if (status < 0)
+            unlink(tmp);
+        else if (sync_directory(path) < 0)
+            status = io_error(path, "syncing its directory");
     }
     free(tmp);
     free(crc_at);
@@ -281,7 +289,8 @@ struct awl_safetensors {
     bool *has_crc; /* per tensor */
 };
 
-static int format_error(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int format_error(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static int format_error(const char *path, const char *fmt, ...)
 {
@@ -324,7 +333,8 @@ static int by_name(const void *a, const void *b)
 static int *sorted_indices(const awl_st_header *h, int (*cmp)(const void *, const void *))
 {
     int *idx = awl_xmalloc(((size_t)h->n_tensors + 1) * sizeof *idx);
-    for (int i = 0; i < h->n_tensors; i++) idx[i] = i;
+    for (int i = 0; i < h->n_tensors; i++)
+        idx[i] = i;
     sort_base = h->tensors;
     qsort(idx, (size_t)h->n_tensors, sizeof *idx, cmp);
     return idx;
@@ -360,11 +370,11 @@ static int check_layout(const awl_safetensors *f, uint64_t data_len)
     for (int k = 0; k < h->n_tensors && status == AWL_OK; k++) {
         const awl_st_tensor *t = &h->tensors[order[k]];
         if (t->begin != expected)
-            status = format_error(f->path,
-                                  "tensor %s starts at %llu, expected %llu (tensors overlap or "
-                                  "leave a gap)",
-                                  t->name, (unsigned long long)t->begin,
-                                  (unsigned long long)expected);
+            status =
+                format_error(f->path,
+                             "tensor %s starts at %llu, expected %llu (tensors overlap or "
+                             "leave a gap)",
+                             t->name, (unsigned long long)t->begin, (unsigned long long)expected);
         expected = t->end;
     }
     free(order);
@@ -411,20 +421,24 @@ static int check_sizes(const char *path, int fd, size_t size, uint64_t *header_l
                             size);
     unsigned char le[8];
     ssize_t r;
-    do r = pread(fd, le, 8, 0);
+    do
+        r = pread(fd, le, 8, 0);
     while (r < 0 && errno == EINTR);
-    if (r != 8) return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: cannot read: %s", path,
-                                 r < 0 ? strerror(errno) : "short read");
+    if (r != 8)
+        return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: cannot read: %s", path,
+                         r < 0 ? strerror(errno) : "short read");
     uint64_t n = 0;
-    for (int k = 7; k >= 0; k--) n = (n << 8) | le[k];
+    for (int k = 7; k >= 0; k--)
+        n = (n << 8) | le[k];
     if (n > AWL_SAFETENSORS_MAX_HEADER)
         return format_error(path, "header length %llu exceeds the limit of %llu bytes",
                             (unsigned long long)n, AWL_SAFETENSORS_MAX_HEADER);
     if (n > size - 8)
         return format_error(path, "header length %llu exceeds the %zu bytes after it in the file",
                             (unsigned long long)n, size - 8);
-    if (n < 2) return format_error(path, "header length %llu is too short for a JSON object",
-                                   (unsigned long long)n);
+    if (n < 2)
+        return format_error(path, "header length %llu is too short for a JSON object",
+                            (unsigned long long)n);
     *header_len = n;
     return AWL_OK;
 }
@@ -432,7 +446,8 @@ static int check_sizes(const char *path, int fd, size_t size, uint64_t *header_l
 static int open_checked(awl_safetensors *f)
 {
     int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: %s", f->path, strerror(errno));
+    if (fd < 0)
+        return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: %s", f->path, strerror(errno));
     struct stat st;
     int status = AWL_OK;
     uint64_t hlen = 0;
@@ -488,9 +503,15 @@ void awl_safetensors_close(awl_safetensors *f)
     free(f);
 }
 
-const char *awl_safetensors_path(const awl_safetensors *f) { return f ? f->path : NULL; }
+const char *awl_safetensors_path(const awl_safetensors *f)
+{
+    return f ? f->path : NULL;
+}
 
-int awl_safetensors_count(const awl_safetensors *f) { return f ? f->h.n_tensors : -1; }
+int awl_safetensors_count(const awl_safetensors *f)
+{
+    return f ? f->h.n_tensors : -1;
+}
 
 int awl_safetensors_find(const awl_safetensors *f, const char *name)
 {
@@ -500,8 +521,10 @@ int awl_safetensors_find(const awl_safetensors *f, const char *name)
         int mid = lo + (hi - lo) / 2;
         int c = strcmp(f->h.tensors[f->by_name[mid]].name, name);
         if (c == 0) return f->by_name[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -542,7 +565,10 @@ awl_tensor *awl_safetensors_load(const awl_safetensors *f, int i, const char *de
     return awl_from_data(f->data + t->begin, t->ndim, t->shape, t->dtype, device);
 }
 
-int awl_safetensors_metadata_count(const awl_safetensors *f) { return f ? f->h.n_meta : -1; }
+int awl_safetensors_metadata_count(const awl_safetensors *f)
+{
+    return f ? f->h.n_meta : -1;
+}
 
 const char *awl_safetensors_metadata_key(const awl_safetensors *f, int i)
 {

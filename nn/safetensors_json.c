@@ -137,10 +137,14 @@ static int hex4(parser *p, unsigned *out)
     for (int k = 0; k < 4; k++) {
         char c = p->s[p->pos + (size_t)k];
         unsigned d;
-        if (c >= '0' && c <= '9') d = (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') d = (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') d = (unsigned)(c - 'A' + 10);
-        else return fail(p, "bad hex digit in \\u escape");
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            d = (unsigned)(c - 'A' + 10);
+        else
+            return fail(p, "bad hex digit in \\u escape");
         v = v * 16 + d;
     }
     p->pos += 4;
@@ -295,7 +299,8 @@ static int parse_tensor(parser *p, awl_st_tensor *t)
         char *key;
         if (parse_string(p, &key) < 0) return AWL_ERR_FORMAT;
         int f = 0;
-        while (f < 3 && strcmp(key, fields[f]) != 0) f++;
+        while (f < 3 && strcmp(key, fields[f]) != 0)
+            f++;
         if (f == 3) {
             fail(p, "unknown field \"%.40s\" in tensor \"%.200s\"", key, t->name);
             free(key);
@@ -309,14 +314,16 @@ static int parse_tensor(parser *p, awl_st_tensor *t)
             char *dtype;
             if (parse_string(p, &dtype) < 0) return AWL_ERR_FORMAT;
             int status = awl_st_dtype_parse(dtype, &t->dtype);
-            if (status < 0) fail(p, "unsupported dtype \"%.20s\" of tensor \"%.200s\"", dtype, t->name);
+            if (status < 0)
+                fail(p, "unsupported dtype \"%.20s\" of tensor \"%.200s\"", dtype, t->name);
             free(dtype);
             if (status < 0) return AWL_ERR_FORMAT;
         } else if (f == 1) {
             uint64_t dims[AWL_MAX_DIMS];
             if (parse_uint_array(p, "shape", dims, AWL_MAX_DIMS, &t->ndim) < 0)
                 return AWL_ERR_FORMAT;
-            for (int d = 0; d < t->ndim; d++) t->shape[d] = (int64_t)dims[d];
+            for (int d = 0; d < t->ndim; d++)
+                t->shape[d] = (int64_t)dims[d];
         } else {
             uint64_t offs[2];
             int n;
@@ -377,7 +384,8 @@ static const char *find_duplicate(char *const *strs, int n)
 static int check_duplicates(parser *p, const awl_st_header *h)
 {
     char **names = awl_xmalloc(((size_t)h->n_tensors + 1) * sizeof *names);
-    for (int i = 0; i < h->n_tensors; i++) names[i] = h->tensors[i].name;
+    for (int i = 0; i < h->n_tensors; i++)
+        names[i] = h->tensors[i].name;
     const char *dup = find_duplicate(names, h->n_tensors);
     int status = dup ? fail(p, "tensor \"%.200s\" appears twice", dup) : AWL_OK;
     free(names);
@@ -433,7 +441,8 @@ int awl_st_header_parse(const char *json, size_t len, awl_st_header *out, char *
 
 void awl_st_header_clear(awl_st_header *h)
 {
-    for (int i = 0; i < h->n_tensors; i++) free(h->tensors[i].name);
+    for (int i = 0; i < h->n_tensors; i++)
+        free(h->tensors[i].name);
     for (int i = 0; i < h->n_meta; i++) {
         free(h->keys[i]);
         free(h->values[i]);

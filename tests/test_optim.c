@@ -22,7 +22,10 @@
 
 #define N_STEPS 3
 
-static void setup(void) { awl_clear_error(); }
+static void setup(void)
+{
+    awl_clear_error();
+}
 
 /* ---- the tiny problem -------------------------------------------------------------- */
 
@@ -120,8 +123,10 @@ static void adam_ref(double *p, const double *a, double *m, double *v, int n, co
 {
     for (int i = 0; i < n; i++) {
         double g = 2 * a[i] * p[i];
-        if (h->decoupled) p[i] *= 1 - h->lr * wd;
-        else g += wd * p[i];
+        if (h->decoupled)
+            p[i] *= 1 - h->lr * wd;
+        else
+            g += wd * p[i];
         m[i] = h->beta1 * m[i] + (1 - h->beta1) * g;
         v[i] = h->beta2 * v[i] + (1 - h->beta2) * g * g;
         double bc1 = 1 - pow(h->beta1, step), bc2 = 1 - pow(h->beta2, step);
@@ -130,8 +135,8 @@ static void adam_ref(double *p, const double *a, double *m, double *v, int n, co
 }
 
 /* Runs N_STEPS of opt on pr and of the reference, comparing after each. */
-static void run_against_reference(problem *pr, awl_optimizer *opt, const hyper *h,
-                                   double w_decay, double b_decay, double rtol, bool sgd)
+static void run_against_reference(problem *pr, awl_optimizer *opt, const hyper *h, double w_decay,
+                                  double b_decay, double rtol, bool sgd)
 {
     double w[6], b[3], mw[6] = {0}, mb[3] = {0}, vw[6] = {0}, vb[3] = {0};
     memcpy(w, W0, sizeof w);
@@ -265,16 +270,16 @@ START_TEST(test_adamw_no_decay_on_1d)
     awl_optimizer *opt = awl_adamw_new(&pr.params, 0.5, 0.9, 0.95, 1e-8, 0.2);
     for (int k = 0; k < 2; k++) {
         awl_scope_begin();
-        ck_assert_int_eq(awl_backward(awl_mul_scalar(awl_sum_all(awl_add(awl_sum_all(pr.w),
-                                                                         awl_sum_all(pr.b))),
-                                                     0.0)),
+        ck_assert_int_eq(awl_backward(awl_mul_scalar(
+                             awl_sum_all(awl_add(awl_sum_all(pr.w), awl_sum_all(pr.b))), 0.0)),
                          0);
         awl_scope_end();
         ck_assert_int_eq(awl_optimizer_step(opt), 0);
         ck_assert_int_eq(awl_optimizer_zero_grad(opt), 0);
     }
     double w[6], b[3];
-    for (int i = 0; i < 6; i++) w[i] = W0[i] * 0.9 * 0.9; /* 1 - lr * wd, twice */
+    for (int i = 0; i < 6; i++)
+        w[i] = W0[i] * 0.9 * 0.9; /* 1 - lr * wd, twice */
     expect_close(pr.w, w, 6, 1e-6);
     memcpy(b, B0, sizeof b);
     expect_close(pr.b, b, 3, 1e-7);
@@ -297,7 +302,8 @@ START_TEST(test_zero_grad_and_accumulation)
     values(gw, once, 6);
     backward(&pr); /* accumulates */
     values(pr.w->grad, twice, 6);
-    for (int i = 0; i < 6; i++) ck_assert_double_eq_tol(twice[i], 2 * once[i], 1e-15);
+    for (int i = 0; i < 6; i++)
+        ck_assert_double_eq_tol(twice[i], 2 * once[i], 1e-15);
     ck_assert_int_eq(awl_scale_grads(&pr.params, 0.5), 0); /* mean of 2 micro-batches */
     expect_close(pr.w->grad, once, 6, 1e-15);
 
@@ -415,10 +421,10 @@ START_TEST(test_lr_schedule)
     ck_assert_double_eq(awl_lr_at(&c, 123456), 1e-3);
 
     awl_lr_schedule s = awl_lr_warmup_cosine(1e-3, 100, 1100, 1e-4);
-    ck_assert_double_eq_tol(awl_lr_at(&s, 0), 1e-3 * 1 / 101, 1e-18);   /* warmup start */
+    ck_assert_double_eq_tol(awl_lr_at(&s, 0), 1e-3 * 1 / 101, 1e-18); /* warmup start */
     ck_assert_double_eq_tol(awl_lr_at(&s, 50), 1e-3 * 51 / 101, 1e-18);
-    ck_assert_double_eq_tol(awl_lr_at(&s, 99), 1e-3 * 100 / 101, 1e-18); /* warmup end */
-    ck_assert_double_eq_tol(awl_lr_at(&s, 100), 1e-3, 1e-18);            /* peak */
+    ck_assert_double_eq_tol(awl_lr_at(&s, 99), 1e-3 * 100 / 101, 1e-18);   /* warmup end */
+    ck_assert_double_eq_tol(awl_lr_at(&s, 100), 1e-3, 1e-18);              /* peak */
     ck_assert_double_eq_tol(awl_lr_at(&s, 600), 1e-4 + 0.5 * 9e-4, 1e-15); /* mid-decay */
     double quarter = 1e-4 + 0.5 * (1 + cos(M_PI * 0.25)) * 9e-4;
     ck_assert_double_eq_tol(awl_lr_at(&s, 350), quarter, 1e-15);
@@ -435,7 +441,8 @@ START_TEST(test_lr_schedule)
 }
 END_TEST
 
-/* ---- clipping ---------------------------------------------------------------------------------- */
+/* ---- clipping ----------------------------------------------------------------------------------
+ */
 
 START_TEST(test_clip_grad_norm)
 {
@@ -446,8 +453,10 @@ START_TEST(test_clip_grad_norm)
         double gw[6], gb[3], sq = 0;
         values(pr.w->grad, gw, 6);
         values(pr.b->grad, gb, 3);
-        for (int i = 0; i < 6; i++) sq += gw[i] * gw[i];
-        for (int i = 0; i < 3; i++) sq += gb[i] * gb[i];
+        for (int i = 0; i < 6; i++)
+            sq += gw[i] * gw[i];
+        for (int i = 0; i < 3; i++)
+            sq += gb[i] * gb[i];
         double norm = sqrt(sq);
 
         /* below the limit: the norm, grads untouched */
@@ -457,8 +466,10 @@ START_TEST(test_clip_grad_norm)
         /* above it: scaled by max_norm / (norm + 1e-6) */
         double max_norm = 0.5, coef = max_norm / (norm + 1e-6);
         ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, max_norm), norm, 1e-12 * norm);
-        for (int i = 0; i < 6; i++) gw[i] *= coef;
-        for (int i = 0; i < 3; i++) gb[i] *= coef;
+        for (int i = 0; i < 6; i++)
+            gw[i] *= coef;
+        for (int i = 0; i < 3; i++)
+            gb[i] *= coef;
         expect_close(pr.w->grad, gw, 6, tolerances[d]);
         expect_close(pr.b->grad, gb, 3, tolerances[d]);
         ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, 1e9), max_norm, 1e-5);

@@ -52,7 +52,10 @@ static void remove_tree(const char *path)
     rmdir(path);
 }
 
-static void teardown(void) { remove_tree(dir); }
+static void teardown(void)
+{
+    remove_tree(dir);
+}
 
 static char *path_in_dir(const char *name)
 {
@@ -108,11 +111,15 @@ static void model_init(model *m, uint64_t seed, int steps)
 {
     memset(m, 0, sizeof m[0]);
     awl_manual_seed(seed);
-    struct { const char *name; int ndim; int64_t shape[2]; awl_dtype dtype; } spec[3] = {
-        {"w", 2, {2, 3}, AWL_F32}, {"b", 1, {3}, AWL_F32}, {"h", 2, {2, 2}, AWL_F64}};
+    struct {
+        const char *name;
+        int ndim;
+        int64_t shape[2];
+        awl_dtype dtype;
+    } spec[3] = {{"w", 2, {2, 3}, AWL_F32}, {"b", 1, {3}, AWL_F32}, {"h", 2, {2, 2}, AWL_F64}};
     for (int i = 0; i < 3; i++) {
-        awl_tensor *t = awl_requires_grad_(awl_randn(spec[i].ndim, spec[i].shape, spec[i].dtype,
-                                                     "cpu"), true);
+        awl_tensor *t =
+            awl_requires_grad_(awl_randn(spec[i].ndim, spec[i].shape, spec[i].dtype, "cpu"), true);
         ck_assert_int_eq(awl_param_list_add(&m->params, spec[i].name, t), 0);
         awl_release(t);
     }
@@ -143,8 +150,9 @@ static unsigned char *snapshot(const model *m, size_t *n)
     unsigned char *buf = malloc(cap);
     int n_states = awl_optimizer_num_states(m->opt);
     for (int i = 0; i < m->params.count + n_states; i++) {
-        awl_tensor *t = i < m->params.count ? m->params.items[i].tensor
-                                            : awl_optimizer_state(m->opt, i - m->params.count, NULL);
+        awl_tensor *t = i < m->params.count
+                            ? m->params.items[i].tensor
+                            : awl_optimizer_state(m->opt, i - m->params.count, NULL);
         size_t nb = (size_t)awl_numel(t) * awl_dtype_size(t->dtype);
         ck_assert_uint_lt(len + nb, cap);
         ck_assert_int_eq(awl_to_host(t, buf + len, nb), 0);
@@ -171,9 +179,11 @@ static void fill_state(awl_train_state *st)
     st->data_position[0] = 250;
     st->data_position[1] = 17;
     awl_train_state_set_tokenizer(st, "char:0a2021");
-    awl_train_state_set_config(st, "{\"n_layer\":2,\"name\":\"q\\\"uote\\\\ \\u00e9\",\n\"tab\":\"\t\"}");
+    awl_train_state_set_config(
+        st, "{\"n_layer\":2,\"name\":\"q\\\"uote\\\\ \\u00e9\",\n\"tab\":\"\t\"}");
     awl_train_state_set_extra(st, "best_val_loss", "1.8531");
-    awl_train_state_set_extra(st, "note", "caf\xc3\xa9 \xf0\x9f\x98\x80"); /* UTF-8, 2 and 4 bytes */
+    awl_train_state_set_extra(st, "note",
+                              "caf\xc3\xa9 \xf0\x9f\x98\x80"); /* UTF-8, 2 and 4 bytes */
 }
 
 /* ---- round trip ------------------------------------------------------------------------ */
@@ -246,7 +256,11 @@ START_TEST(test_generic_reader_and_dtypes)
     /* a non-contiguous view is written row-major */
     awl_tensor *tr = awl_tensor_transpose(awl_from_data(f, AWL_SHAPE(2, 3), AWL_F32, "cpu"), 0, 1);
     awl_tensor *ts[6] = {awl_from_data(d, AWL_SHAPE(2), AWL_F64, "cpu"),
-                         awl_from_data(i, AWL_SHAPE(2, 2), AWL_I32, "cpu"), bf, scalar, empty, tr};
+                         awl_from_data(i, AWL_SHAPE(2, 2), AWL_I32, "cpu"),
+                         bf,
+                         scalar,
+                         empty,
+                         tr};
     const char *names[6] = {"double", "int", "bf16", "scalar", "empty", "transposed"};
     const char *keys[2] = {"format", "k\"ey"}, *vals[2] = {"pt", "v\\al\n"};
     const char *path = path_in_dir("generic.safetensors");
@@ -302,7 +316,8 @@ END_TEST
 static uint64_t le64(const unsigned char *p)
 {
     uint64_t v = 0;
-    for (int k = 7; k >= 0; k--) v = (v << 8) | p[k];
+    for (int k = 7; k >= 0; k--)
+        v = (v << 8) | p[k];
     return v;
 }
 
@@ -323,7 +338,8 @@ static void good_file_read(good_file *g, const char *path)
     memcpy(g->header, g->bytes + 8, n);
     g->header[n] = '\0';
     size_t end = strlen(g->header);
-    while (end > 0 && g->header[end - 1] == ' ') g->header[--end] = '\0';
+    while (end > 0 && g->header[end - 1] == ' ')
+        g->header[--end] = '\0';
     g->data = g->bytes + 8 + n;
     g->n_data = g->size - 8 - n;
 }
@@ -338,8 +354,9 @@ START_TEST(test_file_layout)
     good_file_read(&g, path);
     uint64_t n = le64(g.bytes);
     ck_assert_uint_eq((8 + n) % 8, 0); /* data 8-byte aligned */
-    const char *header = g.header;      /* without its padding */
-    for (size_t k = 8 + strlen(header); k < 8 + n; k++) ck_assert_int_eq(g.bytes[k], ' ');
+    const char *header = g.header;     /* without its padding */
+    for (size_t k = 8 + strlen(header); k < 8 + n; k++)
+        ck_assert_int_eq(g.bytes[k], ' ');
     ck_assert_uint_eq(strncmp(header, "{\"__metadata__\":{", 17), 0);
     ck_assert_int_eq(header[strlen(header) - 1], '}');
     ck_assert_ptr_nonnull(strstr(header, "\"awl.format\":\"checkpoint\""));
@@ -348,7 +365,11 @@ START_TEST(test_file_layout)
     ck_assert_ptr_nonnull(strstr(header, "\"optimizer.step.w\":\"2\""));
 
     /* parameters first, then the optimizer's state, back to back */
-    struct { const char *name, *dtype, *shape; int64_t nbytes; awl_tensor *t; } want[9] = {
+    struct {
+        const char *name, *dtype, *shape;
+        int64_t nbytes;
+        awl_tensor *t;
+    } want[9] = {
         {"w", "F32", "[2,3]", 24, m.params.items[0].tensor},
         {"b", "F32", "[3]", 12, m.params.items[1].tensor},
         {"h", "F64", "[2,2]", 32, m.params.items[2].tensor},
@@ -364,7 +385,8 @@ START_TEST(test_file_layout)
     const unsigned char *data = g.data;
     for (int k = 0; k < 9; k++) {
         char entry[256];
-        snprintf(entry, sizeof entry, "\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%lld,%lld]}",
+        snprintf(entry, sizeof entry,
+                 "\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%lld,%lld]}",
                  want[k].name, want[k].dtype, want[k].shape, (long long)offset,
                  (long long)(offset + want[k].nbytes));
         const char *at = strstr(header, entry);
@@ -455,7 +477,8 @@ static void write_with_header(const char *path, const char *header, const void *
 {
     size_t h = strlen(header);
     unsigned char *buf = malloc(8 + h + n + 1);
-    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)h >> (8 * k));
+    for (int k = 0; k < 8; k++)
+        buf[k] = (unsigned char)((uint64_t)h >> (8 * k));
     memcpy(buf + 8, header, h);
     memcpy(buf + 8 + h, data, n);
     write_all(path, buf, 8 + h + n);
@@ -510,14 +533,15 @@ START_TEST(test_malformed_files_rejected)
 
     /* truncated anywhere */
     size_t header_end = g.size - g.n_data;
-    size_t cuts[] = {0, 4, 7, 8, 20, header_end / 2, header_end - 1, header_end, header_end + 1,
-                     g.size - 1};
+    size_t cuts[] = {
+        0, 4, 7, 8, 20, header_end / 2, header_end - 1, header_end, header_end + 1, g.size - 1};
     for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
         write_all(bad, g.bytes, cuts[k]);
         char label[32];
         snprintf(label, sizeof label, "truncated at %zu", cuts[k]);
-        const char *why = cuts[k] < 8 ? "fewer than the 8-byte" : cuts[k] < header_end ? "exceeds"
-                                                                                         : "data";
+        const char *why = cuts[k] < 8            ? "fewer than the 8-byte"
+                          : cuts[k] < header_end ? "exceeds"
+                                                 : "data";
         expect_rejected(&target, bad, why, label);
     }
 
@@ -527,7 +551,8 @@ START_TEST(test_malformed_files_rejected)
     const char *whys[3] = {"exceeds the", "exceeds the limit", "exceeds the limit"};
     for (int k = 0; k < 3; k++) {
         memcpy(copy, g.bytes, g.size);
-        for (int b = 0; b < 8; b++) copy[b] = (unsigned char)(lengths[k] >> (8 * b));
+        for (int b = 0; b < 8; b++)
+            copy[b] = (unsigned char)(lengths[k] >> (8 * b));
         write_all(bad, copy, g.size);
         expect_rejected(&target, bad, whys[k], "header length");
     }
@@ -580,7 +605,8 @@ START_TEST(test_malformed_files_rejected)
         {"\"step\":\"1234\"", "\"step\":1234", "expected a string"},
         {"\"awl.format_version\":\"1\"", "\"awl.format_version\":\"2\"", "format_version"},
         {"\"optimizer\":\"adamw\"", "\"optimizer\":\"sgd\"", "sgd optimizer state"},
-        {"\"optimizer.step.b\":\"2\"", "\"optimizer.stepx.b\":\"2\"", "optimizer.step.b is missing"},
+        {"\"optimizer.step.b\":\"2\"", "\"optimizer.stepx.b\":\"2\"",
+         "optimizer.step.b is missing"},
         {"\"extra.note\"", "\"extra.no\\u0000te\"", "NUL"},
         {"\"extra.note\"", "\"extra.no\\qte\"", "invalid escape"},
         {"\"extra.note\"", "\"extra.no\xc3\x28te\"", "UTF-8"},
