@@ -25,9 +25,13 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+/* common/error.h has no extern "C" block of its own: included first, here,
+ * its functions keep their C names (backend.h's later include is a no-op). */
+extern "C" {
+#include "common/error.h"
+}
 #include "backends/backend.h"
 #include "common/dtype.h"
-#include "common/error.h"
 
 #define AWLC_MAX_DEVICES 16
 #define AWLC_WARP 32

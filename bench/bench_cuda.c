@@ -1,0 +1,381 @@
+/*
+ * bench/bench_cuda.c - the CUDA backend's kernels against the chip's ceilings.
+ *
+ *   ./bench_cuda            JSON lines on stdout, one per measurement
+ *
+ * First the two ceilings, measured in this process (METHOD.md): a large
+ * device-to-device copy (bytes read + written per second) and cuBLAS matrix
+ * products in float32, TF32 and bfloat16 on random data. Then every fused
+ * kernel, and the element-wise and reduction paths a GPT step leans on, at
+ * the reference shapes of DESIGN.md (shakespeare-char: B=64, T=256, C=384,
+ * H=6, V=65; gpt2-124m: B=16, T=1024, C=768, H=12, V=50304). Each line gives
+ * the median time of 20 launches (CUDA events, after 3 warm-ups), the fewest
+ * bytes the kernel must move (each input read once, each output written
+ * once) and that over the time as a fraction of the copy ceiling, or, for
+ * matrix-bound kernels, FLOP/s as a fraction of the matching cuBLAS rate.
+ * Without a GPU it prints one "skipped" line and exits 0.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+
+#ifdef AWL_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+static const awl_backend *be;
+static double copy_gbps, gemm_tflops[3]; /* f32, tf32, bf16 */
+
+typedef struct dbuf {
+    awl_view v;
+    size_t bytes;
+} dbuf;
+
+/* A contiguous device tensor, filled from Philox (uniform in [lo, hi]). */
+static dbuf make(awl_dtype dt, int ndim, const int64_t *shape, double lo, double hi)
+{
+    dbuf b;
+    memset(&b, 0, sizeof b);
+    b.v.ndim = ndim;
+    b.v.dtype = dt;
+    int64_t n = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        b.v.shape[d] = shape[d];
+        b.v.strides[d] = n;
+        n *= shape[d];
+    }
+    b.bytes = (size_t)n * awl_dtype_size(dt);
+    b.v.data = be->alloc(0, b.bytes);
+    if (!b.v.data) {
+        fprintf(stderr, "bench_cuda: %s\n", awl_last_error());
+        exit(1);
+    }
+    static uint64_t offset;
+    if (dt == AWL_I32) {
+        int32_t *h = malloc(b.bytes);
+        for (int64_t i = 0; i < n; i++) h[i] = (int32_t)((i * 2654435761u) % (uint64_t)hi);
+        be->copy_from_host(0, b.v.data, h, b.bytes);
+        free(h);
+    } else {
+        be->random(&b.v, AWL_RANDOM_UNIFORM, 1234, offset, lo, hi);
+        offset += (uint64_t)n;
+    }
+    return b;
+}
+
+#define MAKE(dt, lo, hi, ...)                                                                      \
+    make(dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__},  \
+         lo, hi)
+
+static void drop(dbuf *b) { be->free(0, b->v.data, b->bytes); }
+
+typedef int (*bench_fn)(const void *ctx);
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median milliseconds of 20 runs after 3 warm-ups; negative on failure. */
+static double time_ms(bench_fn fn, const void *ctx)
+{
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float t[20];
+    for (int i = 0; i < 3; i++)
+        if (fn(ctx) != AWL_OK) return -1;
+    for (int i = 0; i < 20; i++) {
+        cudaEventRecord(e0, 0);
+        if (fn(ctx) != AWL_OK) return -1;
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&t[i], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (cudaGetLastError() != cudaSuccess) return -1;
+    qsort(t, 20, sizeof t[0], cmp_float);
+    return 0.5 * (t[9] + t[10]);
+}
+
+static void report_bytes(const char *config, const char *name, double ms, double bytes)
+{
+    if (ms < 0) {
+        printf("{\"bench\":\"cuda\",\"config\":\"%s\",\"name\":\"%s\",\"error\":\"%s\"}\n", config,
+               name, awl_last_error());
+        return;
+    }
+    double gbps = bytes / (ms * 1e-3) / 1e9;
+    printf("{\"bench\":\"cuda\",\"config\":\"%s\",\"name\":\"%s\",\"ms\":%.4f,\"bytes\":%.0f,"
+           "\"GBps\":%.1f,\"of_copy_ceiling\":%.3f}\n",
+           config, name, ms, bytes, gbps, gbps / copy_gbps);
+    fflush(stdout);
+}
+
+static void report_flops(const char *config, const char *name, double ms, double flops, int ceil)
+{
+    if (ms < 0) {
+        printf("{\"bench\":\"cuda\",\"config\":\"%s\",\"name\":\"%s\",\"error\":\"%s\"}\n", config,
+               name, awl_last_error());
+        return;
+    }
+    double tf = flops / (ms * 1e-3) / 1e12;
+    printf("{\"bench\":\"cuda\",\"config\":\"%s\",\"name\":\"%s\",\"ms\":%.4f,\"flop\":%.0f,"
+           "\"TFLOPs\":%.2f,\"of_gemm_ceiling\":%.3f}\n",
+           config, name, ms, flops, tf, ceil >= 0 ? tf / gemm_tflops[ceil] : 0.0);
+    fflush(stdout);
+}
+
+/* ---- adapters ------------------------------------------------------------------- */
+
+typedef struct views {
+    const awl_view *v[10];
+    int i0;
+    double d0;
+    bool b0;
+    awl_adamw_args adam;
+    const float *wd;
+    int n;
+    awl_view *list[4];
+} views;
+
+static int b_copy(const void *c) { const views *x = c; return be->copy(x->v[0], x->v[1]); }
+static int b_matmul(const void *c) { const views *x = c; return be->matmul(x->v[0], x->v[1], x->v[2], false); }
+static int b_binary(const void *c) { const views *x = c; return be->binary(AWL_BINARY_ADD, x->v[0], x->v[1], x->v[2]); }
+static int b_gelu(const void *c) { const views *x = c; return be->unary(AWL_UNARY_GELU, x->v[0], x->v[1], 0); }
+static int b_reduce(const void *c) { const views *x = c; return be->reduce(AWL_REDUCE_SUM, x->v[0], x->v[1]); }
+static int b_softmax(const void *c) { const views *x = c; return be->softmax_forward(x->v[0], x->v[1], false); }
+static int b_softmax_bwd(const void *c) { const views *x = c; return be->softmax_backward(x->v[0], x->v[1], x->v[2], false); }
+static int b_ln(const void *c)
+{
+    const views *x = c;
+    return be->layernorm_forward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], 1e-5);
+}
+static int b_ln_bwd(const void *c)
+{
+    const views *x = c;
+    return be->layernorm_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6], x->v[7]);
+}
+static int b_ce(const void *c)
+{
+    const views *x = c;
+    return be->cross_entropy_forward(x->v[0], x->v[1], x->v[2], x->v[3], -1);
+}
+static int b_ce_bwd(const void *c)
+{
+    const views *x = c;
+    return be->cross_entropy_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], -1);
+}
+static int b_att(const void *c)
+{
+    const views *x = c;
+    return be->attention_forward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->d0, true);
+}
+static int b_att_bwd(const void *c)
+{
+    const views *x = c;
+    return be->attention_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
+                                  x->v[7], x->v[8], x->d0, true);
+}
+static int b_index_add(const void *c) { const views *x = c; return be->index_add(x->v[0], x->v[1], x->v[2]); }
+static int b_adamw(const void *c)
+{
+    const views *x = c;
+    return be->adamw_step(x->n, x->list[0], x->list[1], x->list[2], x->list[3], x->wd, &x->adam);
+}
+
+/* ---- ceilings -------------------------------------------------------------------- */
+
+static void ceilings(void)
+{
+    int64_t n = (int64_t)1 << 28; /* 1 GiB of float32 each way */
+    dbuf a = MAKE(AWL_F32, -1, 1, n), b = MAKE(AWL_F32, -1, 1, n);
+    views x = {.v = {&b.v, &a.v}};
+    double ms = time_ms(b_copy, &x);
+    copy_gbps = 2.0 * (double)n * 4 / (ms * 1e-3) / 1e9;
+    printf("{\"bench\":\"cuda\",\"name\":\"copy_ceiling\",\"ms\":%.4f,\"GBps\":%.1f}\n", ms, copy_gbps);
+    drop(&a);
+    drop(&b);
+
+    const awl_dtype types[3] = {AWL_F32, AWL_F32, AWL_BF16};
+    const char *names[3] = {"sgemm", "tf32_gemm", "bf16_gemm"};
+    for (int t = 0; t < 3; t++) {
+        int64_t m = t == 0 ? 4096 : 8192;
+        dbuf A = MAKE(types[t], -1, 1, m, m), B = MAKE(types[t], -1, 1, m, m),
+             C = MAKE(types[t], -1, 1, m, m);
+        views y = {.v = {&C.v, &A.v, &B.v}};
+        be->set_matmul_fast_fp32(t == 1);
+        ms = time_ms(b_matmul, &y);
+        be->set_matmul_fast_fp32(false);
+        gemm_tflops[t] = 2.0 * m * m * m / (ms * 1e-3) / 1e12;
+        printf("{\"bench\":\"cuda\",\"name\":\"%s_ceiling\",\"m\":%lld,\"ms\":%.4f,\"TFLOPs\":%.1f}\n",
+               names[t], (long long)m, ms, gemm_tflops[t]);
+        drop(&A);
+        drop(&B);
+        drop(&C);
+    }
+    fflush(stdout);
+}
+
+/* ---- one configuration -------------------------------------------------------------- */
+
+static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H, int64_t V, int L)
+{
+    int64_t N = B * T, D = C / H;
+    /* element-wise: residual add, bias broadcast add, GELU */
+    {
+        dbuf x = MAKE(AWL_F32, -1, 1, N, 4 * C), y = MAKE(AWL_F32, -1, 1, N, 4 * C),
+             o = MAKE(AWL_F32, -1, 1, N, 4 * C), bias = MAKE(AWL_F32, -1, 1, 1, 4 * C);
+        views v = {.v = {&o.v, &x.v, &y.v}};
+        report_bytes(name, "add (B*T,4C)", time_ms(b_binary, &v), 3.0 * x.bytes);
+        awl_view bb = bias.v;
+        bb.shape[0] = N;
+        bb.strides[0] = 0;
+        views vb = {.v = {&o.v, &x.v, &bb}};
+        report_bytes(name, "add bias broadcast (B*T,4C)", time_ms(b_binary, &vb), 2.0 * x.bytes);
+        views vg = {.v = {&o.v, &x.v}};
+        report_bytes(name, "gelu (B*T,4C)", time_ms(b_gelu, &vg), 2.0 * x.bytes);
+        views vr = {.v = {&bias.v, &x.v}};
+        report_bytes(name, "sum over rows (bias grad) (B*T,4C)", time_ms(b_reduce, &vr), x.bytes);
+        awl_view col = o.v;
+        col.shape[1] = 1;
+        views vr2 = {.v = {&col, &x.v}};
+        report_bytes(name, "sum over last axis (B*T,4C)", time_ms(b_reduce, &vr2), x.bytes);
+        /* matmul of the MLP: (B*T, C) @ (C, 4C) */
+        awl_view a = x.v, w = y.v, out = o.v;
+        a.shape[1] = C;
+        a.strides[0] = C;
+        w.shape[0] = C;
+        w.strides[0] = 4 * C;
+        views vm = {.v = {&out, &a, &w}};
+        report_flops(name, "matmul f32 (B*T,C)@(C,4C)", time_ms(b_matmul, &vm), 2.0 * N * C * 4 * C, 0);
+        be->set_matmul_fast_fp32(true);
+        report_flops(name, "matmul tf32 (B*T,C)@(C,4C)", time_ms(b_matmul, &vm), 2.0 * N * C * 4 * C, 1);
+        be->set_matmul_fast_fp32(false);
+        drop(&x);
+        drop(&y);
+        drop(&o);
+        drop(&bias);
+    }
+    /* layernorm */
+    {
+        dbuf x = MAKE(AWL_F32, -1, 1, N, C), o = MAKE(AWL_F32, -1, 1, N, C),
+             dy = MAKE(AWL_F32, -1, 1, N, C), m = MAKE(AWL_F32, -1, 1, N),
+             r = MAKE(AWL_F32, 0.5, 1.5, N), w = MAKE(AWL_F32, -1, 1, C), b = MAKE(AWL_F32, -1, 1, C),
+             dw = MAKE(AWL_F32, -1, 1, C), db = MAKE(AWL_F32, -1, 1, C);
+        views v = {.v = {&o.v, &m.v, &r.v, &x.v, &w.v, &b.v}};
+        report_bytes(name, "layernorm_forward", time_ms(b_ln, &v), 2.0 * x.bytes);
+        views vb = {.v = {&o.v, &dw.v, &db.v, &dy.v, &x.v, &w.v, &m.v, &r.v}};
+        report_bytes(name, "layernorm_backward", time_ms(b_ln_bwd, &vb), 3.0 * x.bytes);
+        drop(&x); drop(&o); drop(&dy); drop(&m); drop(&r); drop(&w); drop(&b); drop(&dw); drop(&db);
+    }
+    /* cross-entropy over the vocabulary */
+    {
+        dbuf lg = MAKE(AWL_F32, -4, 4, N, V), dl = MAKE(AWL_F32, -4, 4, N, V),
+             loss = MAKE(AWL_F32, 0, 1, N), lse = MAKE(AWL_F32, 0, 1, N),
+             t = MAKE(AWL_I32, 0, (double)V, N), g = MAKE(AWL_F32, 0, 1, N);
+        views v = {.v = {&loss.v, &lse.v, &lg.v, &t.v}};
+        report_bytes(name, "cross_entropy_forward", time_ms(b_ce, &v), (double)lg.bytes);
+        be->cross_entropy_forward(&loss.v, &lse.v, &lg.v, &t.v, -1);
+        views vb = {.v = {&dl.v, &g.v, &lg.v, &lse.v, &t.v}};
+        report_bytes(name, "cross_entropy_backward", time_ms(b_ce_bwd, &vb), 2.0 * lg.bytes);
+        drop(&lg); drop(&dl); drop(&loss); drop(&lse); drop(&t); drop(&g);
+    }
+    /* softmax over attention rows (the composed path's shape) */
+    if (B * H * T * T <= ((int64_t)1 << 31)) {
+        dbuf s = MAKE(AWL_F32, -4, 4, B * H * T, T), y = MAKE(AWL_F32, 0, 1, B * H * T, T),
+             d = MAKE(AWL_F32, -1, 1, B * H * T, T);
+        views v = {.v = {&y.v, &s.v}};
+        report_bytes(name, "softmax_forward (B*H*T,T)", time_ms(b_softmax, &v), 2.0 * s.bytes);
+        views vb = {.v = {&d.v, &s.v, &y.v}};
+        report_bytes(name, "softmax_backward (B*H*T,T)", time_ms(b_softmax_bwd, &vb), 3.0 * s.bytes);
+        drop(&s); drop(&y); drop(&d);
+    }
+    /* causal attention, f32 and bf16 */
+    for (int t = 0; t < 2; t++) {
+        awl_dtype dt = t ? AWL_BF16 : AWL_F32;
+        dbuf q = MAKE(dt, -1, 1, B, H, T, D), k = MAKE(dt, -1, 1, B, H, T, D),
+             v = MAKE(dt, -1, 1, B, H, T, D), o = MAKE(dt, -1, 1, B, H, T, D),
+             lse = MAKE(AWL_F32, 0, 1, B, H, T), dq = MAKE(dt, -1, 1, B, H, T, D),
+             dk = MAKE(dt, -1, 1, B, H, T, D), dv = MAKE(dt, -1, 1, B, H, T, D),
+             dout = MAKE(dt, -1, 1, B, H, T, D);
+        views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v}, .d0 = 1.0 / sqrt((double)D)};
+        double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
+        report_flops(name, t ? "attention_forward bf16" : "attention_forward f32",
+                     time_ms(b_att, &f), flops, t ? 2 : 0);
+        be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true);
+        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v},
+                   .d0 = f.d0};
+        report_flops(name, t ? "attention_backward bf16" : "attention_backward f32",
+                     time_ms(b_att_bwd, &g), 2.5 * flops, t ? 2 : 0);
+        drop(&q); drop(&k); drop(&v); drop(&o); drop(&lse); drop(&dq); drop(&dk); drop(&dv);
+        drop(&dout);
+    }
+    /* embedding backward: index_add of B*T rows of C onto V rows */
+    {
+        dbuf dst = MAKE(AWL_F32, -1, 1, V, C), idx = MAKE(AWL_I32, 0, (double)V, N),
+             src = MAKE(AWL_F32, -1, 1, N, C);
+        views v = {.v = {&dst.v, &idx.v, &src.v}};
+        report_bytes(name, "index_add (embedding backward)", time_ms(b_index_add, &v),
+                     (double)src.bytes + 2.0 * dst.bytes);
+        drop(&dst); drop(&idx); drop(&src);
+    }
+    /* AdamW over the model's parameters, grouped as four tensors of the
+     * model's sizes: embeddings, attention, MLP, and the small vectors. */
+    {
+        int64_t sizes[4] = {V * C + T * C, L * 4 * C * C, L * 8 * C * C, L * 13 * C + 2 * C};
+        dbuf p[4], g[4], m[4], s[4];
+        awl_view pv[4], gv[4], mv[4], sv[4];
+        double total = 0;
+        for (int i = 0; i < 4; i++) {
+            p[i] = MAKE(AWL_F32, -1, 1, sizes[i]);
+            g[i] = MAKE(AWL_F32, -1, 1, sizes[i]);
+            m[i] = MAKE(AWL_F32, -0.1, 0.1, sizes[i]);
+            s[i] = MAKE(AWL_F32, 0, 0.01, sizes[i]);
+            pv[i] = p[i].v;
+            gv[i] = g[i].v;
+            mv[i] = m[i].v;
+            sv[i] = s[i].v;
+            total += (double)sizes[i];
+        }
+        float wd[4] = {0.1f, 0.1f, 0.1f, 0.0f};
+        views v = {.n = 4, .list = {pv, gv, mv, sv}, .wd = wd,
+                   .adam = {1e-3f, 0.9f, 0.95f, 1e-8f, 1}};
+        /* reads p, g, m, v; writes p, m, v */
+        report_bytes(name, "adamw_step (all parameters)", time_ms(b_adamw, &v), 7.0 * 4 * total);
+        for (int i = 0; i < 4; i++) {
+            drop(&p[i]); drop(&g[i]); drop(&m[i]); drop(&s[i]);
+        }
+    }
+}
+#endif
+
+int main(void)
+{
+#ifndef AWL_WITH_CUDA
+    printf("{\"bench\":\"cuda\",\"skipped\":\"awl was built without CUDA\"}\n");
+    return 0;
+#else
+    be = awl_cuda_backend();
+    if (be->device_count() == 0) {
+        int n = 0;
+        cudaError_t err = cudaGetDeviceCount(&n);
+        printf("{\"bench\":\"cuda\",\"skipped\":\"no CUDA device (cudaGetDeviceCount: %s)\"}\n",
+               cudaGetErrorString(err));
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("{\"bench\":\"cuda\",\"device\":\"%s\",\"sms\":%d,\"l2_mb\":%.0f}\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
+    ceilings();
+    config("shakespeare-char", 64, 256, 384, 6, 65, 6);
+    config("gpt2-124m", 16, 1024, 768, 12, 50304, 12);
+    printf("{\"bench\":\"cuda\",\"reserved_bytes\":%zu}\n", be->memory_reserved(0));
+    return 0;
+#endif
+}
