@@ -16,6 +16,13 @@
 #include "common/error.h"
 #include "tensor/tensor.h"
 #include "autograd/autograd.h"
+#include "autograd/checkpoint.h"
 #include "nn/param.h"
+#include "nn/nn.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+#include "nn/safetensors.h"
+#include "nn/checkpoint_io.h"
+#include "data/data.h"
 
 #endif

@@ -107,7 +107,7 @@ awl_tokenizer *awl_tokenizer_deserialize(const char *buf, size_t len);
 
 /* ---- text datasets ------------------------------------------------------- */
 
-typedef enum awl_split { AWL_SPLIT_TRAIN = 0, AWL_SPLIT_VAL = 1 } awl_split;
+typedef enum awl_data_split { AWL_SPLIT_TRAIN = 0, AWL_SPLIT_VAL = 1 } awl_data_split;
 
 typedef struct awl_text_dataset awl_text_dataset;
 
@@ -139,12 +139,12 @@ void awl_text_dataset_free(awl_text_dataset *ds);
 const awl_tokenizer *awl_text_dataset_tokenizer(const awl_text_dataset *ds);
 
 /* Number of tokens in a split; -1 for NULL or a bad split. */
-int64_t awl_text_dataset_num_tokens(const awl_text_dataset *ds, awl_split split);
+int64_t awl_text_dataset_num_tokens(const awl_text_dataset *ds, awl_data_split split);
 
 /* The tokens of a split (borrowed, valid until the dataset is freed), for
  * evaluating over a whole split in order. NULL, *n = 0 for NULL or a bad
  * split. */
-const int32_t *awl_text_dataset_tokens(const awl_text_dataset *ds, awl_split split, size_t *n);
+const int32_t *awl_text_dataset_tokens(const awl_text_dataset *ds, awl_data_split split, size_t *n);
 
 /* The window length given at open. */
 int awl_text_dataset_block(const awl_text_dataset *ds);
@@ -157,7 +157,7 @@ int awl_text_dataset_block(const awl_text_dataset *ds);
  * scope (tensor/tensor.h). Row b of the split's k-th batch depends only on
  * (seed, split, k, b); the split's position (k) advances by one on success.
  * On failure *x and *y are NULL and the position is unchanged. */
-int awl_text_dataset_batch(awl_text_dataset *ds, awl_split split, int batch, const char *device,
+int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch, const char *device,
                            awl_tensor **x, awl_tensor **y);
 
 /* Reseeds the sampler and rewinds both splits to position 0. */
@@ -168,8 +168,8 @@ uint64_t awl_text_dataset_get_seed(const awl_text_dataset *ds);
  * split); setting it makes the next batch the one that would have been drawn
  * after `position` batches. A checkpoint saves the seed and both positions
  * and restores them with _seed then _set_position. */
-uint64_t awl_text_dataset_get_position(const awl_text_dataset *ds, awl_split split);
-int awl_text_dataset_set_position(awl_text_dataset *ds, awl_split split, uint64_t position);
+uint64_t awl_text_dataset_get_position(const awl_text_dataset *ds, awl_data_split split);
+int awl_text_dataset_set_position(awl_text_dataset *ds, awl_data_split split, uint64_t position);
 
 #ifdef __cplusplus
 }

@@ -46,7 +46,7 @@ struct awl_text_dataset {
 static const char *const OPEN = "awl_text_dataset_open";
 static const char *const FROM_TEXT = "awl_text_dataset_from_text";
 
-static const char *split_name(awl_split split) { return split == AWL_SPLIT_TRAIN ? "train" : "val"; }
+static const char *split_name(awl_data_split split) { return split == AWL_SPLIT_TRAIN ? "train" : "val"; }
 
 /* Reads the whole of a plain or gzip file into *text (malloc'd). */
 static int read_file(const char *path, char **text, size_t *len)
@@ -218,9 +218,9 @@ const awl_tokenizer *awl_text_dataset_tokenizer(const awl_text_dataset *ds)
     return ds ? ds->tok : NULL;
 }
 
-static bool split_ok(awl_split split) { return split == AWL_SPLIT_TRAIN || split == AWL_SPLIT_VAL; }
+static bool split_ok(awl_data_split split) { return split == AWL_SPLIT_TRAIN || split == AWL_SPLIT_VAL; }
 
-const int32_t *awl_text_dataset_tokens(const awl_text_dataset *ds, awl_split split, size_t *n)
+const int32_t *awl_text_dataset_tokens(const awl_text_dataset *ds, awl_data_split split, size_t *n)
 {
     if (n)
         *n = 0;
@@ -230,7 +230,7 @@ const int32_t *awl_text_dataset_tokens(const awl_text_dataset *ds, awl_split spl
     return split == AWL_SPLIT_TRAIN ? ds->tokens : ds->tokens + ds->n_train;
 }
 
-int64_t awl_text_dataset_num_tokens(const awl_text_dataset *ds, awl_split split)
+int64_t awl_text_dataset_num_tokens(const awl_text_dataset *ds, awl_data_split split)
 {
     size_t n;
     return awl_text_dataset_tokens(ds, split, &n) ? (int64_t)n : -1;
@@ -249,12 +249,12 @@ void awl_text_dataset_seed(awl_text_dataset *ds, uint64_t seed)
 
 uint64_t awl_text_dataset_get_seed(const awl_text_dataset *ds) { return ds ? ds->seed : 0; }
 
-uint64_t awl_text_dataset_get_position(const awl_text_dataset *ds, awl_split split)
+uint64_t awl_text_dataset_get_position(const awl_text_dataset *ds, awl_data_split split)
 {
     return ds && split_ok(split) ? ds->position[split] : 0;
 }
 
-int awl_text_dataset_set_position(awl_text_dataset *ds, awl_split split, uint64_t position)
+int awl_text_dataset_set_position(awl_text_dataset *ds, awl_data_split split, uint64_t position)
 {
     if (!ds)
         return AWL_ERR_INVALID;
@@ -265,7 +265,7 @@ int awl_text_dataset_set_position(awl_text_dataset *ds, awl_split split, uint64_
     return 0;
 }
 
-int awl_text_dataset_batch(awl_text_dataset *ds, awl_split split, int batch, const char *device,
+int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch, const char *device,
                            awl_tensor **x, awl_tensor **y)
 {
     if (x)

@@ -470,8 +470,8 @@ START_TEST(test_dataset_plain_and_gzip)
     ck_assert_ptr_nonnull(gz);
     for (int split = 0; split < 2; split++) {
         size_t n1, n2;
-        const int32_t *t1 = awl_text_dataset_tokens(plain, (awl_split)split, &n1);
-        const int32_t *t2 = awl_text_dataset_tokens(gz, (awl_split)split, &n2);
+        const int32_t *t1 = awl_text_dataset_tokens(plain, (awl_data_split)split, &n1);
+        const int32_t *t2 = awl_text_dataset_tokens(gz, (awl_data_split)split, &n2);
         ck_assert_uint_eq(n1, n2);
         ck_assert(memcmp(t1, t2, n1 * sizeof *t1) == 0);
     }
@@ -530,7 +530,7 @@ START_TEST(test_dataset_split)
 END_TEST
 
 /* Draws one batch and copies x and y to the host ((batch, block) each). */
-static void draw(awl_text_dataset *ds, awl_split split, int batch, int32_t *x, int32_t *y)
+static void draw(awl_text_dataset *ds, awl_data_split split, int batch, int32_t *x, int32_t *y)
 {
     int block = awl_text_dataset_block(ds);
     awl_scope_begin();
@@ -556,9 +556,9 @@ START_TEST(test_dataset_batches_are_windows)
     int32_t x[B * T], y[B * T];
     for (int split = 0; split < 2; split++) {
         size_t n;
-        const int32_t *tok = awl_text_dataset_tokens(ds, (awl_split)split, &n);
+        const int32_t *tok = awl_text_dataset_tokens(ds, (awl_data_split)split, &n);
         for (int k = 0; k < 5; k++) {
-            draw(ds, (awl_split)split, B, x, y);
+            draw(ds, (awl_data_split)split, B, x, y);
             for (int b = 0; b < B; b++) {
                 /* With 26 random letters a 10-token window is unique. */
                 size_t s = 0;
@@ -568,7 +568,7 @@ START_TEST(test_dataset_batches_are_windows)
                 ck_assert(memcmp(tok + s + 1, y + b * T, T * sizeof *y) == 0);
             }
         }
-        ck_assert_uint_eq(awl_text_dataset_get_position(ds, (awl_split)split), 5);
+        ck_assert_uint_eq(awl_text_dataset_get_position(ds, (awl_data_split)split), 5);
     }
     awl_text_dataset_free(ds);
     free(text);

@@ -18,12 +18,7 @@
 #include <unistd.h>
 
 #include "autograd/autograd.h"
-/* data.h's split enum is typedef'd as awl_split, which autograd.h already
- * declares as a function; rename the typedef in this file until the two
- * headers agree. */
-#define awl_split awl_data_split
 #include "data/data.h"
-#undef awl_split
 #include "nn/checkpoint_io.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
