@@ -107,10 +107,9 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
     }
     int64_t in_f = weight->shape[1], out_f = weight->shape[0];
     if (bias && check_vector(op, "bias", bias, out_f, x) < 0) return NULL;
-    int64_t shape[AWL_MAX_DIMS];
-    for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
+    int64_t shape[AWL_MAX_DIMS], rows = 1;
+    for (int d = 0; d < x->ndim - 1; d++) rows *= shape[d] = x->shape[d];
     shape[x->ndim - 1] = out_f;
-    int64_t rows = in_f > 0 ? awl_numel(x) / in_f : 0;
 
     awl_scope_begin();
     awl_tensor *out = awl_tensor_new_on(x, x->ndim, shape, x->dtype);

@@ -318,6 +318,24 @@ awl_module *awl_module_get_child(awl_module *m, const char *path)
     return parent ? child_named(parent, last, strlen(last)) : NULL;
 }
 
+static void print_tree(FILE *f, const awl_module *m, const char *name, int depth)
+{
+    fprintf(f, "%*s%s%s%s\n", 2 * depth, "", name ? name : "", name ? ": " : "", m->type);
+    for (int i = 0; i < m->n_params; i++) {
+        const awl_tensor *t = *m->params[i].slot;
+        char shape[AWL_MAX_DIMS * 24];
+        fprintf(f, "%*s%s %s %s\n", 2 * depth + 2, "", m->params[i].name,
+                awl_shape_str(t, shape, sizeof shape), awl_dtype_name(t->dtype));
+    }
+    for (int i = 0; i < m->n_children; i++)
+        print_tree(f, m->children[i].module, m->children[i].name, depth + 1);
+}
+
+void awl_module_fprint(FILE *f, const awl_module *m)
+{
+    if (f && m) print_tree(f, m, NULL, 0);
+}
+
 void awl_module_zero_grad(awl_module *m)
 {
     if (!m) return;

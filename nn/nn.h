@@ -139,6 +139,14 @@ int64_t awl_module_num_params(awl_module *m);
 awl_tensor *awl_module_get_param(awl_module *m, const char *path);
 awl_module *awl_module_get_child(awl_module *m, const char *path);
 
+/* Writes the tree, one member a line, indented by depth:
+ *     GPT
+ *       transformer: ModuleDict
+ *         wte: Embedding
+ *           weight (65,128) float32
+ *         ...                                                          */
+void awl_module_fprint(FILE *f, const awl_module *m);
+
 /* Drops the gradient of every parameter (sets grad to NULL). */
 void awl_module_zero_grad(awl_module *m);
 

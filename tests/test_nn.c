@@ -179,6 +179,15 @@ START_TEST(test_module_names)
     awl_module_train(net, true);
     ck_assert(awl_module_get_child(net, "2.fn")->training);
 
+    /* the printed tree */
+    char text[1024] = {0};
+    FILE *f = fmemopen(text, sizeof text - 1, "w");
+    awl_module_fprint(f, net);
+    fclose(f);
+    ck_assert_msg(strstr(text, "Sequential\n  0: Linear\n    weight (8,4) float32\n") == text &&
+                      strstr(text, "  2: Residual\n    fn: Linear\n      weight (8,8) float32\n"),
+                  "%s", text);
+
     /* a duplicate name is refused and the duplicate freed */
     ck_assert_int_lt(awl_module_add_child(net, "1", awl_gelu_new()), 0);
     ck_assert(strstr(awl_last_error(), "already has a member named '1'") != NULL);
