@@ -98,15 +98,15 @@ START_TEST(test_configs_and_names)
 }
 END_TEST
 
+/* Mean and standard deviation of t's elements, with the framework's own
+ * reductions. */
 static void moments(awl_tensor *t, double *mean, double *std)
 {
-    int64_t n = awl_numel(t);
-    double *v = awl_gc_values(t), s = 0, ss = 0;
-    for (int64_t i = 0; i < n; i++) s += v[i];
-    *mean = s / (double)n;
-    for (int64_t i = 0; i < n; i++) ss += (v[i] - *mean) * (v[i] - *mean);
-    *std = sqrt(ss / (double)n);
-    free(v);
+    awl_scope_begin();
+    awl_tensor *m = awl_mean_all(t), *c = awl_sub(t, m);
+    *mean = awl_item(m);
+    *std = sqrt(awl_item(awl_mean_all(awl_mul(c, c))));
+    awl_scope_end();
 }
 
 START_TEST(test_init)
