@@ -27,7 +27,10 @@
  * The design is PyTorch's re-entrant checkpoint. Its known limits apply: a
  * segment none of whose inputs require grad cannot be reached by backward,
  * so it runs unchecked; and the gradient of a checkpointed segment is not
- * itself differentiable (create_graph is refused).
+ * itself differentiable (create_graph is refused). Gradient hooks of a
+ * parameter used inside the segment fire when the nested pass has
+ * accumulated into it: for a parameter used only there (every GPT block's)
+ * its gradient is then complete; one also used outside fires once per pass.
  */
 #include "autograd/checkpoint.h"
 
