@@ -14,8 +14,9 @@
  *            vectorises, blocks of 4096 combined pairwise. Used for (N, C) ->
  *            (N, 1), full reductions, and anything without a better layout.
  *   columns  the innermost kept axis has unit input stride (bias gradients,
- *            (N, C) -> (1, C)): tiles of 64 output columns accumulate every
- *            reduced row of input, reading rows contiguously.
+ *            (N, C) -> (1, C)): each thread owns a tile of output columns
+ *            and streams every reduced row's part of that tile into double
+ *            accumulators, so memory is read in long contiguous runs.
  *
  * Accumulation is always in double (float32 sums of 16M elements stay
  * accurate to about 1e-16 relative per addition, int32 sums are exact below
@@ -33,7 +34,10 @@
 #include "backends/cpu/cpu_internal.h"
 
 #define BLOCK 4096
-#define TILE 64
+/* Column tiles: at least MIN_TILE outputs, at most TILE (8 KiB of double
+ * accumulators, which stay in L1 while rows stream past). */
+#define MIN_TILE 64
+#define TILE 1024
 
 /* ---- typed leaf kernels ----------------------------------------------------- */
 
@@ -322,16 +326,21 @@ static void accumulate_rows(const reduce_plan *p, double *acc, int64_t base, int
 static int reduce_columns(const reduce_plan *p)
 {
     const int64_t cols = p->kshape[p->nk - 1], cout = p->kout[p->nk - 1];
-    const int64_t tiles = (cols + TILE - 1) / TILE;
-    const int64_t items = p->nout / cols * tiles;
+    const int64_t outer = p->nout / cols;
     int nt = cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
+    /* Tiles as wide as the threads allow (long contiguous reads per row),
+     * at most TILE. Each column's sum runs over the rows in order whatever
+     * the tiling, so the width may depend on the thread count. */
+    int64_t width = (cols * outer + nt - 1) / nt / outer;
+    width = width < MIN_TILE ? MIN_TILE : width > TILE ? TILE : (width + 15) & ~(int64_t)15;
+    const int64_t tiles = (cols + width - 1) / width, items = outer * tiles;
     if (nt > items) nt = (int)items;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t it = 0; it < items; it++) {
         int64_t in_off, out_off;
         kept_offsets(p, p->nk - 1, it / tiles, &in_off, &out_off);
-        int64_t c0 = (it % tiles) * TILE;
-        int64_t w = cols - c0 < TILE ? cols - c0 : TILE;
+        int64_t c0 = (it % tiles) * width;
+        int64_t w = cols - c0 < width ? cols - c0 : width;
         double acc[TILE];
         for (int64_t j = 0; j < w; j++) acc[j] = p->init;
         accumulate_rows(p, acc, in_off + c0, w);

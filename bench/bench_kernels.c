@@ -1,0 +1,326 @@
+/*
+ * bench/bench_kernels.c - the CPU backend's kernels against their ceilings.
+ *
+ * Prints one JSON line per case. Each figure is the median of several timed
+ * repeats after a warm-up, and each comparison interleaves the two sides
+ * (ceiling, backend, ceiling, ...) so that a machine shared with other work
+ * slows both alike. The ceilings, measured in the same process:
+ *   - matmul: cblas_sgemm called directly with the same operands and
+ *     transpose flags; the backend should reach >= 0.95x;
+ *   - element-wise and reductions: memcpy bandwidth, counting bytes read plus
+ *     bytes written for both; add should reach >= 0.6x.
+ *
+ *   ./bench_kernels                 all cases
+ *   ./bench_kernels quick           smaller sizes, fewer repeats (a smoke run)
+ *   ./bench_kernels full WORD       only the benches whose name contains WORD
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/backend.h"
+
+static const awl_backend *B;
+static int repeats = 7;
+static const char *only; /* run only benches whose name contains this */
+
+static bool selected(const char *name) { return !only || strstr(name, only); }
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+/* Median seconds per call of f and g, timed alternately; each timing runs
+ * `inner` calls. */
+static void time_pair(bench_fn f, void *fc, bench_fn g, void *gc, int inner, double *tf, double *tg)
+{
+    double a[64], b[64];
+    f(fc);
+    g(gc);
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now();
+        for (int i = 0; i < inner; i++) f(fc);
+        double t1 = now();
+        for (int i = 0; i < inner; i++) g(gc);
+        double t2 = now();
+        a[r] = (t1 - t0) / inner;
+        b[r] = (t2 - t1) / inner;
+    }
+    *tf = median(a, repeats);
+    *tg = median(b, repeats);
+}
+
+static float *random_floats(int64_t n)
+{
+    float *x = NULL;
+    if (posix_memalign((void **)&x, 64, (size_t)n * sizeof *x)) {
+        fprintf(stderr, "bench_kernels: out of memory\n");
+        exit(1);
+    }
+    uint32_t s = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+    }
+    return x;
+}
+
+static awl_view view2(float *data, int64_t rows, int64_t cols, int64_t rs, int64_t cs)
+{
+    awl_view v;
+    memset(&v, 0, sizeof v);
+    v.data = data;
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.strides[0] = rs;
+    v.strides[1] = cs;
+    v.dtype = AWL_F32;
+    return v;
+}
+
+/* ---- matmul --------------------------------------------------------------------- */
+
+typedef struct mm_case {
+    int64_t m, k, n;
+    bool ta, tb; /* a stored as (k, m), b stored as (n, k): transposed views */
+    float *a, *b, *c;
+    awl_view va, vb, vc;
+} mm_case;
+
+static void mm_direct(void *p)
+{
+    mm_case *c = p;
+    cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans,
+                (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a, (int)(c->ta ? c->m : c->k), c->b,
+                (int)(c->tb ? c->k : c->n), 0.0f, c->c, (int)c->n);
+}
+
+static void mm_backend(void *p)
+{
+    mm_case *c = p;
+    if (B->matmul(&c->vc, &c->va, &c->vb, false) != AWL_OK) {
+        fprintf(stderr, "bench_kernels: matmul failed: %s\n", awl_last_error());
+        exit(1);
+    }
+}
+
+static void bench_matmul(const char *name, int64_t m, int64_t k, int64_t n, bool ta, bool tb)
+{
+    if (!selected("matmul")) return;
+    mm_case c = {.m = m, .k = k, .n = n, .ta = ta, .tb = tb};
+    c.a = random_floats(m * k);
+    c.b = random_floats(k * n);
+    c.c = random_floats(m * n);
+    c.va = ta ? view2(c.a, m, k, 1, m) : view2(c.a, m, k, k, 1);
+    c.vb = tb ? view2(c.b, k, n, 1, k) : view2(c.b, k, n, n, 1);
+    c.vc = view2(c.c, m, n, n, 1);
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    int inner = (int)(2e8 / flops) + 1;
+    double td, tb_;
+    time_pair(mm_direct, &c, mm_backend, &c, inner, &td, &tb_);
+    printf("{\"bench\":\"matmul\",\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\","
+           "\"b\":\"%s\",\"threads\":%d,\"cblas_gflops\":%.2f,\"backend_gflops\":%.2f,"
+           "\"ratio\":%.3f}\n",
+           name, (long long)m, (long long)k, (long long)n, ta ? "T" : "N", tb ? "T" : "N",
+           omp_get_max_threads(), flops / td * 1e-9, flops / tb_ * 1e-9, td / tb_);
+    fflush(stdout);
+    free(c.a);
+    free(c.b);
+    free(c.c);
+}
+
+/* Batched products, as attention's per-head scores: the ceiling is a loop of
+ * direct sgemm calls. */
+typedef struct bmm_case {
+    int64_t batch, m, k, n;
+    float *a, *b, *c;
+    awl_view va, vb, vc;
+} bmm_case;
+
+static void bmm_direct(void *p)
+{
+    bmm_case *c = p;
+    for (int64_t i = 0; i < c->batch; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->m, (int)c->n, (int)c->k, 1.0f,
+                    c->a + i * c->m * c->k, (int)c->k, c->b + i * c->n * c->k, (int)c->k, 0.0f,
+                    c->c + i * c->m * c->n, (int)c->n);
+}
+
+static void bmm_backend(void *p)
+{
+    bmm_case *c = p;
+    if (B->matmul(&c->vc, &c->va, &c->vb, false) != AWL_OK) exit(1);
+}
+
+static void bench_batched(int64_t batch, int64_t m, int64_t k, int64_t n)
+{
+    if (!selected("matmul_batched")) return;
+    bmm_case c = {.batch = batch, .m = m, .k = k, .n = n};
+    c.a = random_floats(batch * m * k);
+    c.b = random_floats(batch * k * n);
+    c.c = random_floats(batch * m * n);
+    awl_view *vs[3] = {&c.va, &c.vb, &c.vc};
+    float *data[3] = {c.a, c.b, c.c};
+    /* a (batch, m, k); b is k^T: (batch, k, n) over storage (batch, n, k). */
+    const int64_t shapes[3][3] = {{batch, m, k}, {batch, k, n}, {batch, m, n}};
+    const int64_t strides[3][3] = {{m * k, k, 1}, {n * k, 1, k}, {m * n, n, 1}};
+    for (int i = 0; i < 3; i++) {
+        memset(vs[i], 0, sizeof *vs[i]);
+        vs[i]->data = data[i];
+        vs[i]->ndim = 3;
+        vs[i]->dtype = AWL_F32;
+        memcpy(vs[i]->shape, shapes[i], sizeof shapes[i]);
+        memcpy(vs[i]->strides, strides[i], sizeof strides[i]);
+    }
+    double flops = 2.0 * (double)(batch * m * n * k);
+    double td, tb;
+    time_pair(bmm_direct, &c, bmm_backend, &c, (int)(1e8 / flops) + 1, &td, &tb);
+    printf("{\"bench\":\"matmul_batched\",\"batch\":%lld,\"m\":%lld,\"k\":%lld,\"n\":%lld,"
+           "\"threads\":%d,\"cblas_loop_gflops\":%.2f,\"backend_gflops\":%.2f,\"ratio\":%.3f}\n",
+           (long long)batch, (long long)m, (long long)k, (long long)n, omp_get_max_threads(),
+           flops / td * 1e-9, flops / tb * 1e-9, td / tb);
+    fflush(stdout);
+    free(c.a);
+    free(c.b);
+    free(c.c);
+}
+
+/* ---- memory-bound kernels ------------------------------------------------------------ */
+
+typedef struct mem_case {
+    int64_t n;
+    float *x, *y, *z;
+    awl_view vx, vy, vz, vr;
+    int kind; /* 0 add, 1 mul, 2 broadcast add, 3 exp, 4 sum all, 5 row sums, 6 column sums */
+    int64_t rows, cols;
+} mem_case;
+
+static void run_memcpy(void *p)
+{
+    mem_case *c = p;
+    memcpy(c->z, c->x, (size_t)c->n * sizeof(float));
+}
+
+static void run_kernel(void *p)
+{
+    mem_case *c = p;
+    int rc;
+    switch (c->kind) {
+    case 0: rc = B->binary(AWL_BINARY_ADD, &c->vz, &c->vx, &c->vy); break;
+    case 1: rc = B->binary(AWL_BINARY_MUL, &c->vz, &c->vx, &c->vy); break;
+    case 2: rc = B->binary(AWL_BINARY_ADD, &c->vz, &c->vx, &c->vr); break;
+    case 3: rc = B->unary(AWL_UNARY_EXP, &c->vz, &c->vx, 0); break;
+    default: rc = B->reduce(AWL_REDUCE_SUM, &c->vr, &c->vx);
+    }
+    if (rc != AWL_OK) exit(1);
+}
+
+/* bytes: moved by the kernel (read + written), against memcpy's 2n floats. */
+static void bench_memory(const char *name, int kind, int64_t rows, int64_t cols, double bytes)
+{
+    if (!selected(name)) return;
+    mem_case c;
+    memset(&c, 0, sizeof c);
+    c.n = rows * cols;
+    c.kind = kind;
+    c.x = random_floats(c.n);
+    c.y = random_floats(c.n);
+    c.z = random_floats(c.n);
+    c.vx = view2(c.x, rows, cols, cols, 1);
+    c.vy = view2(c.y, rows, cols, cols, 1);
+    c.vz = view2(c.z, rows, cols, cols, 1);
+    /* A (1, cols) row broadcast, or the reduction's output. */
+    switch (kind) {
+    case 2: c.vr = view2(c.y, rows, cols, 0, 1); break;
+    case 4: c.vr = view2(c.z, 1, 1, 1, 1); break;
+    case 5: c.vr = view2(c.z, rows, 1, 1, 1); break;
+    case 6: c.vr = view2(c.z, 1, cols, cols, 1); break;
+    default: break;
+    }
+    double tm, tk;
+    time_pair(run_memcpy, &c, run_kernel, &c, 3, &tm, &tk);
+    double memcpy_gbs = 2.0 * (double)c.n * 4 / tm * 1e-9, kernel_gbs = bytes / tk * 1e-9;
+    printf("{\"bench\":\"memory\",\"case\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"threads\":%d,"
+           "\"memcpy_gbs\":%.2f,\"backend_gbs\":%.2f,\"backend_ms\":%.3f,\"ratio\":%.3f}\n",
+           name, (long long)rows, (long long)cols, omp_get_max_threads(), memcpy_gbs, kernel_gbs,
+           tk * 1e3, kernel_gbs / memcpy_gbs);
+    fflush(stdout);
+    free(c.x);
+    free(c.y);
+    free(c.z);
+}
+
+/* Latency of an op too small to be worth a thread. */
+static void bench_tiny(void)
+{
+    if (!selected("tiny_add")) return;
+    mem_case c;
+    memset(&c, 0, sizeof c);
+    c.n = 64;
+    c.x = random_floats(64);
+    c.y = random_floats(64);
+    c.z = random_floats(64);
+    c.vx = view2(c.x, 8, 8, 8, 1);
+    c.vy = view2(c.y, 8, 8, 8, 1);
+    c.vz = view2(c.z, 8, 8, 8, 1);
+    double tm, tk;
+    time_pair(run_memcpy, &c, run_kernel, &c, 100000, &tm, &tk);
+    printf("{\"bench\":\"tiny_add\",\"elements\":64,\"ns_per_call\":%.1f}\n", tk * 1e9);
+    free(c.x);
+    free(c.y);
+    free(c.z);
+}
+
+int main(int argc, char **argv)
+{
+    bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    if (quick) repeats = 3;
+    if (argc > 2) only = argv[2];
+    B = awl_cpu_backend();
+    const int64_t big = quick ? (int64_t)1 << 20 : (int64_t)1 << 24;
+    const int64_t sq_max = quick ? 512 : 2048;
+    for (int64_t s = 256; s <= sq_max; s *= 2) bench_matmul("square", s, s, s, false, false);
+    /* A GPT block at B*T = 1024 tokens, C = 128: forward, then the two
+     * backward products of each (dX = dY W^T, dW = X^T dY). */
+    const int64_t shapes[3][3] = {{1024, 128, 384}, {1024, 512, 128}, {1024, 128, 512}};
+    for (int i = 0; i < (quick ? 1 : 3); i++) {
+        const int64_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
+        bench_matmul("transformer", m, k, n, false, false);
+        bench_matmul("transformer_dx", m, n, k, false, true);
+        bench_matmul("transformer_dw", k, m, n, true, false);
+    }
+    bench_batched(64, 64, 32, 64);
+    bench_batched(16, 256, 64, 256);
+
+    const int64_t cols = 4096, rows = big / cols;
+    bench_memory("add", 0, rows, cols, 3.0 * 4 * (double)big);
+    bench_memory("mul", 1, rows, cols, 3.0 * 4 * (double)big);
+    bench_memory("add_row_broadcast", 2, rows, cols, 2.0 * 4 * (double)big);
+    bench_memory("exp", 3, rows, cols, 2.0 * 4 * (double)big);
+    bench_memory("sum_all", 4, rows, cols, 4.0 * (double)big);
+    bench_memory("sum_rows", 5, rows, cols, 4.0 * (double)big);
+    bench_memory("sum_columns", 6, rows, cols, 4.0 * (double)big);
+    bench_tiny();
+    return 0;
+}
