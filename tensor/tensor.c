@@ -191,6 +191,24 @@ void awl_set_num_threads(int n)
 
 int awl_get_num_threads(void) { return num_threads; }
 
+int awl_set_float32_matmul_precision(const char *precision)
+{
+    bool fast;
+    if (precision && strcmp(precision, "highest") == 0) fast = false;
+    else if (precision && (strcmp(precision, "high") == 0 || strcmp(precision, "medium") == 0))
+        fast = true;
+    else
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_set_float32_matmul_precision: '%s' is not highest, high or medium",
+                         precision ? precision : "(null)");
+    const char *names[] = {"cpu", "cuda"};
+    for (int i = 0; i < 2; i++) {
+        const awl_backend *b = awl_backend_find(names[i]);
+        if (b && b->set_matmul_fast_fp32) b->set_matmul_fast_fp32(fast);
+    }
+    return AWL_OK;
+}
+
 int awl_synchronize(const char *device)
 {
     awl_device d;

@@ -120,6 +120,11 @@ const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size);
 void awl_set_num_threads(int n);
 int awl_get_num_threads(void);
 
+/* Like torch.set_float32_matmul_precision: "highest" (the default) computes
+ * float32 matmuls in float32; "high" lets backends use a faster, less exact
+ * mode (TF32 tensor cores on CUDA; no change on the CPU). */
+int awl_set_float32_matmul_precision(const char *precision);
+
 /* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
 int awl_synchronize(const char *device);
 
