@@ -691,21 +691,26 @@ END_TEST
 
 START_TEST(test_reduce_deterministic)
 {
+    /* One output (split across threads when they exist) and three. */
     if (!B->set_num_threads) return;
-    const int64_t shape[2] = {3, 400000}, oshape[2] = {3, 1};
-    tt in = tt_input(AWL_F32, 2, shape, L_CONTIG, GEN_ANY);
-    tt o = tt_new(AWL_F32, 2, oshape, L_CONTIG);
-    float first[3];
-    for (int threads = 1; threads <= 3; threads++) {
-        B->set_num_threads(threads);
-        ck_assert_int_eq(B->reduce(AWL_REDUCE_SUM, &o.v, &in.v), AWL_OK);
-        tt_download(&o);
-        if (threads == 1) memcpy(first, o.host, sizeof first);
-        ck_assert_mem_eq(first, o.host, sizeof first);
+    const int64_t shapes[2][2] = {{1, 1200000}, {3, 400000}};
+    for (int si = 0; si < 2; si++) {
+        const int64_t oshape[2] = {shapes[si][0], 1};
+        /* float64: a float32 result would round away a different order. */
+        tt in = tt_input(AWL_F64, 2, shapes[si], L_CONTIG, GEN_ANY);
+        tt o = tt_new(AWL_F64, 2, oshape, L_CONTIG);
+        double first[3];
+        for (int threads = 1; threads <= 4; threads++) {
+            B->set_num_threads(threads);
+            ck_assert_int_eq(B->reduce(AWL_REDUCE_SUM, &o.v, &in.v), AWL_OK);
+            tt_download(&o);
+            if (threads == 1) memcpy(first, o.host, (size_t)oshape[0] * sizeof *first);
+            ck_assert_mem_eq(first, o.host, (size_t)oshape[0] * sizeof *first);
+        }
+        tt_free(&in);
+        tt_free(&o);
     }
     B->set_num_threads(2);
-    tt_free(&in);
-    tt_free(&o);
 }
 END_TEST
 
@@ -949,7 +954,7 @@ START_TEST(test_random)
         for (int dt = 0; dt < 2; dt++)
             for (int l = 0; l < 3; l++) {
                 bool big = l == 2;
-                tt o = tt_new(dt, big ? 2 : 1, big ? n2 : n1, l == 1 ? L_SLICED : L_CONTIG);
+                tt o = tt_new(dt, big ? 2 : 1, big ? n2 : n1, l ? L_SLICED : L_CONTIG);
                 double a = normal ? 0.5 : -1, b = normal ? 2 : 3;
                 ck_assert_int_eq(B->random(&o.v, normal ? AWL_RANDOM_NORMAL : AWL_RANDOM_UNIFORM,
                                            seed, offset, a, b),
