@@ -794,7 +794,7 @@ static tt index_input(int nd, const int64_t *shape, enum layout l, int64_t range
 /* src[idx[i...], r...] for out index (i..., r...) with idx of rank 2. */
 static double selected(const tt *src, const tt *idx_t, const int64_t *idx, int ond)
 {
-    int64_t si[AWL_MAX_DIMS];
+    int64_t si[AWL_MAX_DIMS] = {0};
     si[0] = (int64_t)tt_at(idx_t, idx);
     for (int d = 2; d < ond; d++) si[d - 1] = idx[d];
     return tt_at(src, si);
