@@ -34,83 +34,8 @@
  */
 #include "autograd/checkpoint.h"
 
-#include <stdlib.h>
-
 #include "autograd/node.h"
 #include "tensor/tensor_internal.h"
-
-/* ---- keeping the outer pass's bookkeeping intact --------------------------------------- */
-
-/* A leaf's accumulate node is shared by every graph that uses the leaf, so a
- * parameter used both inside the segment and outside it (before it, say) has
- * one node in the outer backward pass and in the nested one. The engine keeps
- * per-pass scratch in the node (pending count, visit mark, gradient so far),
- * and the nested pass would overwrite the outer pass's: the outer gradient
- * would then never be delivered. So the nested pass runs with those fields
- * set aside and put back afterwards. Only accumulate nodes can be shared:
- * every other node of the recomputed graph is new. */
-typedef struct scratch {
-    awl_node *node;
-    awl_tensor *grad;
-    int pending, visit;
-} scratch;
-
-typedef struct scratch_list {
-    scratch *items;
-    int count, capacity;
-    awl_node **seen; /* nodes already walked */
-    int n_seen, seen_capacity;
-} scratch_list;
-
-static bool seen_before(scratch_list *l, awl_node *n)
-{
-    for (int i = 0; i < l->n_seen; i++)
-        if (l->seen[i] == n) return true;
-    if (l->n_seen == l->seen_capacity) {
-        l->seen_capacity = l->seen_capacity ? 2 * l->seen_capacity : 64;
-        l->seen = awl_xrealloc(l->seen, (size_t)l->seen_capacity * sizeof *l->seen);
-    }
-    l->seen[l->n_seen++] = n;
-    return false;
-}
-
-/* Sets aside the scratch of every accumulate node reachable from root. */
-static void set_aside(scratch_list *l, awl_node *root)
-{
-    awl_node **stack = awl_xmalloc(64 * sizeof *stack);
-    int top = 0, cap = 64;
-    if (root && !seen_before(l, root)) stack[top++] = root;
-    while (top > 0) {
-        awl_node *n = stack[--top];
-        if (n->leaf) {
-            if (l->count == l->capacity) {
-                l->capacity = l->capacity ? 2 * l->capacity : 16;
-                l->items = awl_xrealloc(l->items, (size_t)l->capacity * sizeof *l->items);
-            }
-            l->items[l->count++] = (scratch){n, n->grad, n->pending, n->visit};
-            n->grad = NULL;
-        }
-        for (int i = 0; i < n->n_inputs; i++) {
-            awl_node *next = n->inputs[i].node;
-            if (!next || seen_before(l, next)) continue;
-            if (top == cap) stack = awl_xrealloc(stack, (size_t)(cap *= 2) * sizeof *stack);
-            stack[top++] = next;
-        }
-    }
-    free(stack);
-}
-
-static void put_back(scratch_list *l)
-{
-    for (int i = 0; i < l->count; i++) {
-        awl_node *n = l->items[i].node;
-        n->grad = l->items[i].grad;
-        n->pending = l->items[i].pending;
-        n->visit = l->items[i].visit;
-    }
-    free(l->items);
-    free(l->seen);
-}
 
 /* ---- the checkpoint node ------------------------------------------------------------------ */
 
@@ -153,10 +78,10 @@ static int checkpoint_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
     if (status == AWL_OK && !out) status = AWL_ERR_INVALID; /* fn recorded why */
     if (status == AWL_OK && out->requires_grad) {
         awl_backward_options options = {.grad = grad};
-        scratch_list outer = {0};
-        set_aside(&outer, awl_grad_fn(out));
+        /* the engine keeps each pass's bookkeeping apart, so nodes this
+         * nested pass shares with the outer one (accumulate nodes of
+         * parameters used inside and outside the segment) stay intact */
         status = awl_backward_ex(out, &options);
-        put_back(&outer);
     }
     for (int i = 0; status == AWL_OK && i < n; i++)
         if (detached[i] && detached[i]->grad) grads[i] = awl_adopt(awl_retain(detached[i]->grad));

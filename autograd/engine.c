@@ -77,50 +77,96 @@ static awl_node *heap_pop(ready_heap *h)
 
 /* ---- one backward pass ------------------------------------------------------------------ */
 
+/* The engine's scratch fields of a node as they were before this pass
+ * reached it. A nested pass (activation checkpointing) can reach nodes an
+ * outer pass is still working on (the accumulate node of a parameter used
+ * inside and outside the segment), so every pass puts them back. */
+typedef struct scratch {
+    awl_node *node;
+    awl_tensor *grad;
+    int pending;
+    bool needed;
+} scratch;
+
 typedef struct pass {
     bool retain_graph, create_graph;
     /* awl_grad: capture the gradients arriving at these nodes instead of
-     * writing leaves' grad */
+     * writing leaves' grad, and run only the nodes that lead to them */
     int n_targets;
     awl_node **targets;
     awl_tensor **captured;
-    /* every node reached, for counting and cleanup */
-    awl_node **nodes;
+    /* every node reached, children before their consumers (post-order) */
+    scratch *nodes;
     int n_nodes, capacity;
 } pass;
 
 static int visit_mark; /* distinguishes passes without clearing node->visit */
 
-/* Collects the nodes reachable from root and counts, for each, the edges
- * arriving from other reachable nodes. Iterative: graphs can be deep. */
+static bool is_target(const pass *p, const awl_node *n)
+{
+    for (int i = 0; i < p->n_targets; i++)
+        if (p->targets[i] == n) return true;
+    return false;
+}
+
+/* Collects the nodes reachable from root in post-order (every node after
+ * its inputs' nodes), then decides which are needed (all of them for
+ * backward; for awl_grad those with a target at or below them) and counts,
+ * for each needed node, the edges arriving from needed consumers. Iterative:
+ * graphs can be deep. */
 static void collect(pass *p, awl_node *root)
 {
     int mark = ++visit_mark;
-    awl_node **stack = awl_xmalloc(64 * sizeof *stack);
+    typedef struct frame { awl_node *node; int next_input; } frame;
+    frame *stack = awl_xmalloc(64 * sizeof *stack);
     int top = 0, cap = 64;
     root->visit = mark;
-    root->pending = 0;
-    stack[top++] = root;
+    stack[top++] = (frame){root, 0};
     while (top > 0) {
-        awl_node *n = stack[--top];
+        frame *f = &stack[top - 1];
+        if (f->next_input < f->node->n_inputs) {
+            awl_node *next = f->node->inputs[f->next_input++].node;
+            if (next && next->visit != mark) {
+                next->visit = mark;
+                if (top == cap) stack = awl_xrealloc(stack, (size_t)(cap *= 2) * sizeof *stack);
+                stack[top++] = (frame){next, 0};
+            }
+            continue;
+        }
+        awl_node *n = f->node;
+        top--;
         if (p->n_nodes == p->capacity) {
             p->capacity = p->capacity ? 2 * p->capacity : 64;
             p->nodes = awl_xrealloc(p->nodes, (size_t)p->capacity * sizeof *p->nodes);
         }
-        p->nodes[p->n_nodes++] = n;
-        for (int i = 0; i < n->n_inputs; i++) {
-            awl_node *next = n->inputs[i].node;
-            if (!next) continue;
-            if (next->visit != mark) {
-                next->visit = mark;
-                next->pending = 0;
-                if (top == cap) stack = awl_xrealloc(stack, (size_t)(cap *= 2) * sizeof *stack);
-                stack[top++] = next;
-            }
-            next->pending++;
-        }
+        p->nodes[p->n_nodes++] = (scratch){n, n->grad, n->pending, n->needed};
+        n->grad = NULL;
+        n->pending = 0;
+        n->needed = !p->targets || is_target(p, n);
+        for (int i = 0; i < n->n_inputs && !n->needed; i++)
+            n->needed = n->inputs[i].node && n->inputs[i].node->needed;
     }
     free(stack);
+    for (int k = 0; k < p->n_nodes; k++) {
+        awl_node *n = p->nodes[k].node;
+        if (!n->needed) continue;
+        for (int i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i].node && n->inputs[i].node->needed) n->inputs[i].node->pending++;
+    }
+}
+
+/* Puts every reached node's scratch back as it was before the pass (after
+ * dropping what this pass left there, e.g. partial gradients after an
+ * error). */
+static void restore_scratch(pass *p)
+{
+    for (int k = 0; k < p->n_nodes; k++) {
+        scratch *s = &p->nodes[k];
+        awl_release(s->node->grad);
+        s->node->grad = s->grad;
+        s->node->pending = s->pending;
+        s->node->needed = s->needed;
+    }
 }
 
 /* Sums g over the axes along which the input was broadcast, giving the
@@ -187,18 +233,14 @@ static int accumulate_into_leaf(pass *p, awl_tensor *leaf, awl_tensor *g)
     return AWL_OK;
 }
 
-static int target_index(const pass *p, const awl_node *n)
-{
-    for (int i = 0; i < p->n_targets; i++)
-        if (p->targets[i] == n) return i;
-    return -1;
-}
-
 /* Runs one node: its backward function, then hands each input's gradient
  * to the input's node. The node's grad has been taken out of it (g). */
 static int run_node(pass *p, awl_node *n, awl_tensor *g)
 {
     if (n->leaf) return p->targets ? AWL_OK : accumulate_into_leaf(p, n->leaf, g);
+    bool any_needed = false; /* awl_grad stops at its targets */
+    for (int i = 0; i < n->n_inputs; i++) any_needed |= n->inputs[i].node && n->inputs[i].node->needed;
+    if (!any_needed) return AWL_OK;
     if (n->released)
         return awl_error(AWL_ERR_INVALID,
                          "awl_backward: backward through %s a second time, but its saved tensors "
@@ -215,7 +257,7 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
         status = awl_last_error_code() < 0 ? awl_last_error_code() : AWL_ERR_INVALID;
     for (int i = 0; status == AWL_OK && i < n->n_inputs; i++) {
         const awl_node_input *in = &n->inputs[i];
-        if (!in->node || !grads[i]) continue;
+        if (!in->node || !in->node->needed || !grads[i]) continue;
         awl_tensor *gi = sum_to_input_shape(grads[i], in);
         if (!gi || gi->ndim != in->ndim ||
             memcmp(gi->shape, in->shape, (size_t)in->ndim * sizeof(int64_t)) != 0) {
@@ -234,10 +276,23 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
     return status;
 }
 
+static int target_index(const pass *p, const awl_node *n)
+{
+    for (int i = 0; i < p->n_targets; i++)
+        if (p->targets[i] == n) return i;
+    return -1;
+}
+
 static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
 {
     bool previous_mode = awl_set_grad_enabled(p->create_graph);
     collect(p, root);
+    if (!root->needed) { /* awl_grad: no target below the root */
+        restore_scratch(p);
+        free(p->nodes);
+        awl_set_grad_enabled(previous_mode);
+        return AWL_OK;
+    }
     root->grad = awl_retain(root_grad);
     ready_heap ready = {0};
     heap_push(&ready, root);
@@ -254,13 +309,10 @@ static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
         awl_release(g);
         for (int i = 0; status == AWL_OK && i < n->n_inputs; i++) {
             awl_node *next = n->inputs[i].node;
-            if (next && --next->pending == 0) heap_push(&ready, next);
+            if (next && next->needed && --next->pending == 0) heap_push(&ready, next);
         }
     }
-    for (int i = 0; i < p->n_nodes; i++) { /* after an error, drop partial gradients */
-        awl_release(p->nodes[i]->grad);
-        p->nodes[i]->grad = NULL;
-    }
+    restore_scratch(p);
     free(ready.items);
     free(p->nodes);
     awl_set_grad_enabled(previous_mode);

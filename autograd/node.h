@@ -74,6 +74,7 @@ struct awl_node {
     awl_tensor *grad;
     int pending;
     int visit;
+    bool needed;
 };
 
 /* Records a node for `out`, made by an op from inputs[0..n_inputs), when

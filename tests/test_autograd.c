@@ -151,6 +151,30 @@ START_TEST(test_grad_function_and_higher_order)
 }
 END_TEST
 
+START_TEST(test_grad_stops_at_targets)
+{
+    /* awl_grad runs only what leads to its inputs: the graph below h keeps
+     * its saved tensors for a later backward */
+    awl_tensor *x = leaf((double[]){3}, 1);
+    awl_tensor *z = leaf((double[]){1}, 1);
+    awl_scope_begin();
+    awl_tensor *h = awl_mul(x, x);
+    awl_tensor *y = awl_sum_all(awl_mul(h, h));
+    awl_tensor *g[1];
+    ck_assert_int_eq(awl_grad(y, 1, &h, g, NULL), 0);
+    ck_assert_double_eq(at(g[0], 0), 2 * 9);
+    ck_assert_ptr_null(x->grad);
+    ck_assert_int_eq(awl_backward(awl_sum_all(h)), 0);
+    ck_assert_double_eq(at(x->grad, 0), 6);
+    /* an input the root does not depend on gets no gradient */
+    ck_assert_int_eq(awl_grad(awl_sum_all(awl_mul(x, x)), 1, &z, g, NULL), 0);
+    ck_assert_ptr_null(g[0]);
+    awl_scope_end();
+    awl_release(z);
+    awl_release(x);
+}
+END_TEST
+
 START_TEST(test_non_scalar_root)
 {
     awl_tensor *x = leaf((double[]){1, 2}, 2);
@@ -297,6 +321,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_hooks_fire_once_when_complete);
     tcase_add_test(tc, test_grad_function_and_higher_order);
+    tcase_add_test(tc, test_grad_stops_at_targets);
     tcase_add_test(tc, test_non_scalar_root);
     tcase_add_test(tc, test_null_propagates_first_error);
     tcase_add_test(tc, test_memory_flat_across_steps);
