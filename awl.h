@@ -14,6 +14,7 @@
 #define AWL_H
 
 #include "common/error.h"
+#include "common/philox.h"
 #include "tensor/tensor.h"
 #include "autograd/autograd.h"
 #include "autograd/checkpoint.h"

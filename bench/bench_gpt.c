@@ -1,0 +1,251 @@
+/*
+ * bench/bench_gpt.c - GPT training speed and memory, one JSON line per run.
+ *
+ *     ./build/bench_gpt                                   # cpu-small and cpu-medium
+ *     ./build/bench_gpt --configs cpu-medium --n-layer 8 --checkpoint-activations both
+ *     ./build/bench_gpt --device cuda --configs shakespeare-char,gpt2-124m --precisions fp32,tf32
+ *
+ * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
+ * backward, AdamW step (no clipping, dropout 0, constant LR), as the PyTorch
+ * peer script (../shared/peers/torch_gpt_*.py) times it; batches are drawn
+ * before the timer starts. Reported per run:
+ *
+ *   ms_per_step   median over the timed steps
+ *   tokens_per_s  batch * block / median step time
+ *   mfu           model FLOPs per second (6 N + 12 L T C per token) over the
+ *                 float32 matmul rate measured on the device in this
+ *                 process just before the run
+ *   peak_mb       highest bytes held by tensors on the device during the
+ *                 timed steps (awl_memory_get_stats)
+ *   rss_mb        the process's peak resident set (CPU runs: compare with
+ *                 PyTorch's figure, which is its peak RSS)
+ *
+ * Data: tokens of ../shared/data/tinyshakespeare.txt when it is there (char
+ * vocabulary, 65), otherwise uniformly random tokens: speed does not depend
+ * on which.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "awl.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct bench_options {
+    const char *configs, *device, *precisions, *checkpointing, *data;
+    int steps, warmup, threads, n_layer, batch;
+} bench_options;
+
+/* Float32 matmul FLOP/s on the device: the MFU ceiling. */
+static double matmul_ceiling(const char *device)
+{
+    const int64_t n = strcmp(device, "cpu") == 0 ? 1024 : 8192;
+    double best = 0;
+    awl_scope_begin();
+    awl_tensor *a = awl_randn(AWL_SHAPE(n, n), AWL_F32, device);
+    awl_tensor *b = awl_randn(AWL_SHAPE(n, n), AWL_F32, device);
+    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), AWL_F32, device);
+    for (int rep = 0; a && b && c && rep < 6; rep++) {
+        awl_synchronize(device);
+        double t0 = now();
+        awl_tensor_matmul_out(c, a, b, false);
+        awl_synchronize(device);
+        double rate = 2.0 * (double)n * (double)n * (double)n / (now() - t0);
+        if (rep > 0 && rate > best) best = rate;
+    }
+    awl_scope_end();
+    return best;
+}
+
+/* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
+static int make_batch(const int32_t *tokens, size_t n_tokens, int vocab, int B, int T,
+                      uint64_t draw, const char *device, awl_tensor **x, awl_tensor **y)
+{
+    int32_t *hx = malloc((size_t)B * T * sizeof *hx), *hy = malloc((size_t)B * T * sizeof *hy);
+    for (int b = 0; b < B; b++) {
+        awl_philox_block r = awl_philox4x32(draw, (uint64_t)b);
+        size_t start = tokens ? r.w[0] % (n_tokens - (size_t)T - 1) : 0;
+        for (int t = 0; t < T; t++) {
+            awl_philox_block q = awl_philox4x32(draw + 1, (uint64_t)b * T + t);
+            hx[b * T + t] = tokens ? tokens[start + t] : (int32_t)(q.w[0] % (uint32_t)vocab);
+            hy[b * T + t] = tokens ? tokens[start + t + 1] : (int32_t)(q.w[1] % (uint32_t)vocab);
+        }
+    }
+    *x = awl_from_data(hx, AWL_SHAPE(B, T), AWL_I32, device);
+    *y = awl_from_data(hy, AWL_SHAPE(B, T), AWL_I32, device);
+    free(hx);
+    free(hy);
+    return *x && *y ? 0 : -1;
+}
+
+static int run_one(const bench_options *o, const char *config, const char *precision,
+                   bool checkpointing, const int32_t *tokens, size_t n_tokens, int vocab)
+{
+    awl_gpt_config cfg;
+    if (awl_gpt_config_named(config, &cfg) < 0) return -1;
+    if (tokens && cfg.vocab < vocab) cfg.vocab = vocab;
+    if (tokens && strcmp(config, "gpt2-124m") != 0) cfg.vocab = vocab;
+    if (o->n_layer > 0) cfg.n_layer = o->n_layer;
+    if (o->batch > 0) cfg.batch = o->batch;
+    cfg.dropout = 0;
+    awl_set_float32_matmul_precision(strcmp(precision, "fp32") == 0 ? "highest" : "high");
+    double ceiling = matmul_ceiling(o->device);
+    awl_gpt *model = awl_gpt_new(&cfg, o->device, 1337);
+    if (!model) return -1;
+    awl_gpt_set_checkpointing(model, checkpointing);
+    awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
+    if (!opt) return -1;
+    int total = o->warmup + o->steps;
+    double *times = calloc((size_t)total, sizeof *times);
+    double loss_first = NAN, loss_last = NAN;
+    int status = 0;
+    for (int step = 0; step < total && status == 0; step++) {
+        if (step == o->warmup) awl_memory_reset_peak(o->device);
+        awl_scope_begin();
+        awl_tensor *x, *y;
+        status = make_batch(tokens, n_tokens, cfg.vocab, cfg.batch, cfg.block, 2 * (uint64_t)step,
+                            o->device, &x, &y);
+        awl_synchronize(o->device);
+        double t0 = now();
+        awl_optimizer_zero_grad(opt);
+        awl_tensor *loss = status == 0 ? awl_gpt_loss(model, x, y) : NULL;
+        if (!loss || awl_backward(loss) < 0 || awl_optimizer_step(opt) < 0) status = -1;
+        awl_synchronize(o->device);
+        times[step] = now() - t0;
+        double l = status == 0 ? awl_item(loss) : NAN;
+        if (step == 0) loss_first = l;
+        loss_last = l;
+        awl_scope_end();
+    }
+    if (status < 0) {
+        fprintf(stderr, "bench_gpt: %s: %s\n", config, awl_last_error());
+    } else {
+        qsort(times + o->warmup, (size_t)o->steps, sizeof *times, compare_doubles);
+        double median = times[o->warmup + o->steps / 2];
+        double tokens_per_s = (double)cfg.batch * cfg.block / median;
+        double flops = awl_gpt_flops_per_token(&cfg) * tokens_per_s;
+        awl_memory_stats mem;
+        awl_memory_get_stats(o->device, &mem);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("{\"bench\":\"gpt_train\",\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
+               "\"threads\":%d,\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"params\":%lld,"
+               "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
+               "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"mfu\":%.4f,"
+               "\"peak_mb\":%.1f,\"rss_mb\":%.1f,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+               config, o->device, precision, awl_get_num_threads(), cfg.n_layer, cfg.batch,
+               cfg.block, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
+               o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
+               ceiling > 0 ? flops / ceiling : 0, (double)mem.peak / 1048576.0,
+               (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
+        fflush(stdout);
+    }
+    free(times);
+    awl_optimizer_free(opt);
+    awl_gpt_free(model);
+    return status;
+}
+
+/* Calls fn on each comma-separated item of list. */
+static int for_each_item(const char *list, int (*fn)(const char *item, void *ctx), void *ctx)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    int status = 0;
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item && status == 0;
+         item = strtok_r(NULL, ",", &save))
+        status = fn(item, ctx);
+    return status;
+}
+
+typedef struct run_ctx {
+    const bench_options *o;
+    const char *config, *precision;
+    const int32_t *tokens;
+    size_t n_tokens;
+    int vocab;
+} run_ctx;
+
+static int run_checkpointing(const char *mode, void *p)
+{
+    run_ctx *c = p;
+    return run_one(c->o, c->config, c->precision, strcmp(mode, "on") == 0, c->tokens, c->n_tokens,
+                   c->vocab);
+}
+
+static int run_precision(const char *precision, void *p)
+{
+    run_ctx *c = p;
+    c->precision = precision;
+    const char *modes = strcmp(c->o->checkpointing, "both") == 0 ? "off,on" : c->o->checkpointing;
+    return for_each_item(modes, run_checkpointing, c);
+}
+
+static int run_config(const char *config, void *p)
+{
+    run_ctx *c = p;
+    c->config = config;
+    return for_each_item(c->o->precisions, run_precision, c);
+}
+
+static int parse_args(int argc, char **argv, bench_options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) goto usage;
+        if (strcmp(a, "--configs") == 0) o->configs = v;
+        else if (strcmp(a, "--device") == 0) o->device = v;
+        else if (strcmp(a, "--precisions") == 0) o->precisions = v;
+        else if (strcmp(a, "--checkpoint-activations") == 0) o->checkpointing = v;
+        else if (strcmp(a, "--data") == 0) o->data = v;
+        else if (strcmp(a, "--steps") == 0) o->steps = atoi(v);
+        else if (strcmp(a, "--warmup") == 0) o->warmup = atoi(v);
+        else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
+        else if (strcmp(a, "--n-layer") == 0) o->n_layer = atoi(v);
+        else if (strcmp(a, "--batch") == 0) o->batch = atoi(v);
+        else goto usage;
+        i++;
+    }
+    if (o->steps < 1 || o->warmup < 0) goto usage;
+    return 0;
+usage:
+    fprintf(stderr,
+            "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32]\n"
+            "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
+            "                 [--threads N] [--n-layer N] [--batch N] [--data PATH]\n");
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    bench_options o = {"cpu-small,cpu-medium", "cpu", "fp32", "off",
+                       "../shared/data/tinyshakespeare.txt", 30, 5, 2, 0, 0};
+    if (parse_args(argc, argv, &o) < 0) return 2;
+    awl_set_num_threads(o.threads);
+    run_ctx c = {.o = &o};
+    awl_text_dataset *ds = awl_text_dataset_open(o.data, NULL, 8, 1.0);
+    if (ds) {
+        c.tokens = awl_text_dataset_tokens(ds, AWL_SPLIT_TRAIN, &c.n_tokens);
+        c.vocab = awl_tokenizer_vocab_size(awl_text_dataset_tokenizer(ds));
+    } else {
+        awl_clear_error(); /* no corpus: random tokens */
+    }
+    int status = for_each_item(o.configs, run_config, &c);
+    awl_text_dataset_free(ds);
+    return status < 0 ? 1 : 0;
+}
