@@ -9,6 +9,8 @@
  *     transpose flags; the backend should reach >= 0.95x;
  *   - element-wise and reductions: memcpy bandwidth, counting bytes read plus
  *     bytes written for both; add should reach >= 0.6x.
+ * Fused attention has no ceiling here; its lines give time and GFLOP/s at the
+ * reference GPT configurations (docs/DESIGN.md) for comparison across changes.
  *
  *   ./bench_kernels                 all cases
  *   ./bench_kernels quick           smaller sizes, fewer repeats (a smoke run)
@@ -292,6 +294,75 @@ static void bench_tiny(void)
     free(c.z);
 }
 
+/* ---- fused kernels at the reference GPT shapes ----------------------------------------- */
+
+typedef struct attn_case {
+    awl_view q, k, v, out, lse, dq, dk, dv, dout;
+} attn_case;
+
+static void attn_forward(void *p)
+{
+    attn_case *c = p;
+    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true) != AWL_OK) exit(1);
+}
+
+static void attn_backward(void *p)
+{
+    attn_case *c = p;
+    if (B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
+                              &c->lse, 0.125, true) != AWL_OK)
+        exit(1);
+}
+
+/* A (B, H, T, D) view; qkv >= 0 picks q, k or v out of a (B, T, 3, H, D) buffer. */
+static awl_view heads_view(float *data, const int64_t *s, int qkv)
+{
+    const int64_t H = s[1], T = s[2], D = s[3];
+    awl_view v;
+    memset(&v, 0, sizeof v);
+    v.data = data;
+    v.ndim = 4;
+    v.dtype = AWL_F32;
+    memcpy(v.shape, s, 4 * sizeof *s);
+    const int64_t packed[4] = {T * 3 * H * D, D, 3 * H * D, 1}, plain[4] = {H * T * D, T * D, D, 1};
+    memcpy(v.strides, qkv >= 0 ? packed : plain, sizeof packed);
+    v.offset = qkv >= 0 ? qkv * H * D : 0;
+    return v;
+}
+
+/* Causal attention forward and backward, q, k, v sliced from one qkv buffer. */
+static void bench_attention(const char *config, int64_t Bn, int64_t H, int64_t T, int64_t D)
+{
+    if (!selected("attention")) return;
+    const int64_t s[4] = {Bn, H, T, D}, n = Bn * H * T * D, bht[3] = {Bn, H, T};
+    float *qkv = random_floats(3 * n), *dqkv = random_floats(3 * n);
+    float *out = random_floats(n), *dout = random_floats(n), *lse = random_floats(Bn * H * T);
+    attn_case c;
+    c.q = heads_view(qkv, s, 0), c.k = heads_view(qkv, s, 1), c.v = heads_view(qkv, s, 2);
+    c.dq = heads_view(dqkv, s, 0), c.dk = heads_view(dqkv, s, 1), c.dv = heads_view(dqkv, s, 2);
+    c.out = heads_view(out, s, -1), c.dout = heads_view(dout, s, -1);
+    memset(&c.lse, 0, sizeof c.lse);
+    c.lse.data = lse;
+    c.lse.ndim = 3;
+    c.lse.dtype = AWL_F32;
+    memcpy(c.lse.shape, bht, sizeof bht);
+    const int64_t lstrides[3] = {H * T, T, 1};
+    memcpy(c.lse.strides, lstrides, sizeof lstrides);
+    double tf, tb, flops = 4.0 * (double)(Bn * H * T * T * D);
+    time_pair(attn_forward, &c, attn_backward, &c, 3, &tf, &tb);
+    printf("{\"bench\":\"attention\",\"config\":\"%s\",\"B\":%lld,\"H\":%lld,\"T\":%lld,"
+           "\"D\":%lld,\"threads\":%d,\"forward_ms\":%.3f,\"forward_gflops\":%.2f,"
+           "\"backward_ms\":%.3f,\"backward_gflops\":%.2f}\n",
+           config, (long long)Bn, (long long)H, (long long)T, (long long)D, omp_get_max_threads(),
+           tf * 1e3, flops / tf * 1e-9, tb * 1e3, 2.5 * flops / tb * 1e-9);
+    fflush(stdout);
+    free(qkv);
+    free(dqkv);
+    free(out);
+    free(dout);
+    free(lse);
+}
+
 int main(int argc, char **argv)
 {
     bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
@@ -322,5 +393,8 @@ int main(int argc, char **argv)
     bench_memory("sum_rows", 5, rows, cols, 4.0 * (double)big);
     bench_memory("sum_columns", 6, rows, cols, 4.0 * (double)big);
     bench_tiny();
+    bench_attention("cpu-small", 16, 4, 64, 32);
+    bench_attention("cpu-medium", 16, 6, 128, 32);
+    if (!quick) bench_attention("shakespeare-char", 64, 6, 256, 64);
     return 0;
 }
