@@ -70,6 +70,17 @@ static int run_gather(const awl_view *out, const awl_view *in_like, const awl_vi
     return AWL_OK;
 }
 
+/* A view with the shape and strides of `shape_of` over the elements of
+ * `storage_of` (its data, offset and dtype); callers then set strides. */
+static awl_view retarget(const awl_view *shape_of, const awl_view *storage_of)
+{
+    awl_view v = *shape_of;
+    v.data = storage_of->data;
+    v.offset = storage_of->offset;
+    v.dtype = storage_of->dtype;
+    return v;
+}
+
 int cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx)
 {
     awl_view in_like = *in;
@@ -81,13 +92,7 @@ int cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view
 int cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx)
 {
     /* out is idx.shape + src.shape[1:]. */
-    awl_view src_like = *out, idx_like = *out;
-    src_like.data = src->data;
-    src_like.offset = src->offset;
-    src_like.dtype = src->dtype;
-    idx_like.data = idx->data;
-    idx_like.offset = idx->offset;
-    idx_like.dtype = idx->dtype;
+    awl_view src_like = retarget(out, src), idx_like = retarget(out, idx);
     for (int d = 0; d < out->ndim; d++) {
         bool row_axis = d >= idx->ndim;
         src_like.strides[d] = row_axis ? src->strides[d - idx->ndim + 1] : 0;
@@ -157,15 +162,13 @@ int cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
     if (rc) return rc;
     /* Row views: dst (V, R...) at row 0 and src (I..., R...) at index 0, both
      * of shape R. */
-    awl_view drow = *dst, srow = *dst;
+    awl_view drow = *dst, srow = retarget(dst, src);
     drow.ndim = srow.ndim = dst->ndim - 1;
     for (int d = 0; d < drow.ndim; d++) {
         drow.shape[d] = srow.shape[d] = dst->shape[d + 1];
         drow.strides[d] = dst->strides[d + 1];
         srow.strides[d] = src->strides[d + idx->ndim];
     }
-    srow.data = src->data;
-    srow.offset = src->offset;
     const awl_view *views[2] = {&drow, &srow};
     cpu_iter row;
     cpu_iter_init(&row, 2, views);
@@ -224,13 +227,7 @@ int cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const aw
 {
     int rc = check_add_dtype("scatter_add", out->dtype);
     if (rc) return rc;
-    awl_view o = *idx, i = *idx, x = *idx;
-    o.data = out->data;
-    o.offset = out->offset;
-    o.dtype = out->dtype;
-    x.data = src->data;
-    x.offset = src->offset;
-    x.dtype = src->dtype;
+    awl_view o = retarget(idx, out), i = *idx, x = retarget(idx, src);
     for (int d = 0; d < idx->ndim; d++) {
         o.strides[d] = out->strides[d];
         x.strides[d] = src->strides[d];
