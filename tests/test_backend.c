@@ -514,6 +514,32 @@ START_TEST(test_unary_in_place)
 }
 END_TEST
 
+START_TEST(test_unary_extremes)
+{
+    /* Saturated and near-zero arguments, where a careless formula overflows
+     * to NaN or cancels. */
+    const double xs[8] = {-100, -30, -10, -1e-3, 0, 1e-3, 10, 100};
+    const awl_unary_op ops[5] = {AWL_UNARY_GELU, AWL_UNARY_GELU_GRAD, AWL_UNARY_SIGMOID,
+                                 AWL_UNARY_TANH, AWL_UNARY_EXP};
+    const int64_t n = 8;
+    for (int dt = 0; dt < 2; dt++)
+        for (int k = 0; k < 5; k++) {
+            tt in = tt_new(dt, 1, &n, L_CONTIG), o = tt_new(dt, 1, &n, L_CONTIG);
+            double ref[8];
+            for (int64_t i = 0; i < n; i++) {
+                host_set(in.host, dt, i, xs[i]);
+                ref[i] = unary_ref(ops[k], xs[i], 0);
+                if (dt == AWL_F32) ref[i] = (float)ref[i];
+            }
+            tt_upload(&in);
+            ck_assert_int_eq(B->unary(ops[k], &o.v, &in.v, 0), AWL_OK);
+            expect_out(&o, ref, tol_for(dt), awl_unary_op_name(ops[k]));
+            tt_free(&in);
+            tt_free(&o);
+        }
+}
+END_TEST
+
 /* ---- binary and where ---------------------------------------------------------------- */
 
 static double binary_ref(awl_binary_op op, double a, double b, awl_dtype dt)
@@ -1392,6 +1418,7 @@ static Suite *backend_suite(const char *name)
         {"fill_copy", test_copy},
         {"unary", test_unary},
         {"unary", test_unary_in_place},
+        {"unary", test_unary_extremes},
         {"binary", test_binary},
         {"binary", test_where},
         {"binary", test_refusals},
