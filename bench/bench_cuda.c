@@ -295,9 +295,13 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         report_bytes(name, "softmax_backward (B*H*T,T)", time_ms(b_softmax_bwd, &vb), 3.0 * s.bytes);
         drop(&s); drop(&y); drop(&d);
     }
-    /* causal attention, f32 and bf16 */
-    for (int t = 0; t < 2; t++) {
+    /* causal attention: f32, bf16 on tensor cores, bf16 on CUDA cores */
+    const char *att_names[3][2] = {{"attention_forward f32", "attention_backward f32"},
+                                   {"attention_forward bf16", "attention_backward bf16"},
+                                   {"attention_forward bf16 simt", "attention_backward bf16 simt"}};
+    for (int t = 0; t < 3; t++) {
         awl_dtype dt = t ? AWL_BF16 : AWL_F32;
+        if (t == 2) setenv("AWL_CUDA_ATTENTION", "simt", 1);
         dbuf q = MAKE(dt, -1, 1, B, H, T, D), k = MAKE(dt, -1, 1, B, H, T, D),
              v = MAKE(dt, -1, 1, B, H, T, D), o = MAKE(dt, -1, 1, B, H, T, D),
              lse = MAKE(AWL_F32, 0, 1, B, H, T), dq = MAKE(dt, -1, 1, B, H, T, D),
@@ -305,13 +309,12 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
              dout = MAKE(dt, -1, 1, B, H, T, D);
         views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v}, .d0 = 1.0 / sqrt((double)D)};
         double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
-        report_flops(name, t ? "attention_forward bf16" : "attention_forward f32",
-                     time_ms(b_att, &f), flops, t ? 2 : 0);
+        report_flops(name, att_names[t][0], time_ms(b_att, &f), flops, t ? 2 : 0);
         be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true);
         views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v},
                    .d0 = f.d0};
-        report_flops(name, t ? "attention_backward bf16" : "attention_backward f32",
-                     time_ms(b_att_bwd, &g), 2.5 * flops, t ? 2 : 0);
+        report_flops(name, att_names[t][1], time_ms(b_att_bwd, &g), 2.5 * flops, t ? 2 : 0);
+        unsetenv("AWL_CUDA_ATTENTION");
         drop(&q); drop(&k); drop(&v); drop(&o); drop(&lse); drop(&dq); drop(&dk); drop(&dv);
         drop(&dout);
     }

@@ -453,7 +453,9 @@ START_TEST(test_device_and_memory)
 }
 END_TEST
 
-START_TEST(test_matmul_int_refused)
+/* int32 has no matmul, exp or division (as on the CPU backend): refused
+ * with a message naming the op, not computed with a silent rounding. */
+START_TEST(test_refusals)
 {
     awl_view v[3];
     awl_view *vp[3] = {&v[0], &v[1], &v[2]};
@@ -464,6 +466,12 @@ START_TEST(test_matmul_int_refused)
     awl_clear_error();
     ck_assert_int_eq(fn_matmul(cuda, vp, &m), AWL_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "int32"));
+    awl_clear_error();
+    ck_assert_int_eq(cuda->unary(AWL_UNARY_EXP, &v[0], &v[1], 0), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "exp"));
+    awl_clear_error();
+    ck_assert_int_eq(cuda->binary(AWL_BINARY_DIV, &v[0], &v[1], &v[2]), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "div"));
     cuda->free(0, d, 64);
 }
 END_TEST
@@ -1005,10 +1013,13 @@ static operand qkv_slice(role r, awl_dtype dt, int64_t B, int64_t H, int64_t T, 
 START_TEST(test_attention)
 {
     const int64_t shapes[][4] = {{2, 3, 100, 64}, {1, 2, 256, 128}, {2, 2, 67, 32}, {1, 1, 130, 80}};
-    for (int t = 0; t < 2; t++)
+    /* t: float32, bfloat16 on tensor cores, bfloat16 on the CUDA-core rung */
+    for (int t = 0; t < 3; t++)
         for (int s = 0; s < 4; s++)
             for (int causal = 0; causal < 2; causal++) {
                 awl_dtype dt = t ? AWL_BF16 : AWL_F32;
+                if (t == 2) setenv("AWL_CUDA_ATTENTION", "simt", 1);
+                else unsetenv("AWL_CUDA_ATTENTION");
                 int64_t B = shapes[s][0], H = shapes[s][1], T = shapes[s][2], D = shapes[s][3];
                 att_ctx a = {1.0 / sqrt((double)D), causal == 1};
                 bool strided = s % 2 == 0;
@@ -1018,9 +1029,9 @@ START_TEST(test_attention)
                 tcase f = {.n = 5,
                            .op = {OPND(OUT, dt, B, H, T, D), OPND(OUT, AWL_F32, B, H, T), q, k, v},
                            .fn = fn_att_fwd, .ctx = &a, .ref_f32 = true, .tol = t ? 1e-2 : 1e-5};
-                snprintf(f.name, sizeof f.name, "attention %s (%lld,%lld,%lld,%lld) causal %d%s",
-                         awl_dtype_name(dt), (long long)B, (long long)H, (long long)T,
-                         (long long)D, causal, strided ? " strided" : "");
+                snprintf(f.name, sizeof f.name, "attention %s%s (%lld,%lld,%lld,%lld) causal %d%s",
+                         awl_dtype_name(dt), t == 2 ? " simt" : "", (long long)B, (long long)H,
+                         (long long)T, (long long)D, causal, strided ? " strided" : "");
                 run_case(&f);
                 operand dq = strided ? qkv_slice(OUT, dt, B, H, T, D, 0) : OPND(OUT, dt, B, H, T, D);
                 tcase b = {.n = 9,
@@ -1029,11 +1040,13 @@ START_TEST(test_attention)
                                   ranged(OPND(IN, dt, B, H, T, D), -1, 1),
                                   ranged(OPND(IN, AWL_F32, B, H, T), 2.5, 3.5)},
                            .fn = fn_att_bwd, .ctx = &a, .ref_f32 = true, .tol = t ? 2e-2 : 1e-4};
-                snprintf(b.name, sizeof b.name, "attention_backward %s (%lld,%lld,%lld,%lld) causal %d%s",
-                         awl_dtype_name(dt), (long long)B, (long long)H, (long long)T,
-                         (long long)D, causal, strided ? " strided" : "");
+                snprintf(b.name, sizeof b.name,
+                         "attention_backward %s%s (%lld,%lld,%lld,%lld) causal %d%s",
+                         awl_dtype_name(dt), t == 2 ? " simt" : "", (long long)B, (long long)H,
+                         (long long)T, (long long)D, causal, strided ? " strided" : "");
                 run_case(&b);
             }
+    unsetenv("AWL_CUDA_ATTENTION");
 }
 END_TEST
 
@@ -1080,7 +1093,7 @@ static Suite *cuda_suite(void)
         const char *group;
         const TTest *test;
     } tests[] = {
-        {"memory", test_device_and_memory}, {"memory", test_matmul_int_refused},
+        {"memory", test_device_and_memory}, {"memory", test_refusals},
         {"elementwise", test_fill},          {"elementwise", test_copy},
         {"elementwise", test_unary},         {"elementwise", test_binary},
         {"elementwise", test_where},         {"reduce", test_reduce},

@@ -33,36 +33,16 @@
  * cores (mma.sync / wgmma) are the next rung. D up to 128 (tiles padded to 64
  * or 128 columns); float32 and bfloat16; anything else AWL_ERR_UNSUPPORTED.
  */
-#include "backends/cuda/cuda_common.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_attention.cuh"
 
 namespace {
 
 const int TILE = 64;
 const int ATT_THREADS = 256;
 const int PAD = 4;
-
-/* A (B, H, T, D) tensor: base pointer and strides along B, H, T. */
-template <typename T> struct heads {
-    T *p;
-    int64_t sb, sh, st;
-};
-
-struct lse_ref {
-    float *p;
-    int64_t sb, sh, st;
-};
-
-struct att_dims {
-    int B, H, T, D;
-    float scale;
-    bool causal;
-};
-
-template <typename T>
-__device__ __forceinline__ const T *row_ptr(const heads<T> &x, int b, int h, int t)
-{
-    return x.p + b * x.sb + h * x.sh + (int64_t)t * x.st;
-}
 
 /* Loads rows [t0, t0 + 64) of one head into tile[64][DP + PAD] as floats,
  * times mul; rows past T and columns past D are zero. */
@@ -165,11 +145,6 @@ __device__ __forceinline__ float row_sum16(float v)
     return v;
 }
 
-__device__ __forceinline__ bool visible(int q, int k, const att_dims &a)
-{
-    return k < a.T && q < a.T && (!a.causal || k <= q);
-}
-
 template <int DP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_fwd_kernel(heads<T> out, lse_ref lse, heads<T> q, heads<T> k, heads<T> v, att_dims a)
@@ -206,7 +181,7 @@ attn_fwd_kernel(heads<T> out, lse_ref lse, heads<T> q, heads<T> k, heads<T> v, a
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                if (!visible(qi, k0 + tc + 16 * j, a)) s[i][j] = -INFINITY;
+                if (!att_visible(qi, k0 + tc + 16 * j, a)) s[i][j] = -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             float mn = fmaxf(m[i], row_max16(mx));
@@ -303,7 +278,7 @@ attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 int key = tr + 16 * i, qr = tc + 16 * j;
-                float p = visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
+                float p = att_visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
                 Pt[key * (TILE + PAD) + qr] = p;
                 dSt[key * (TILE + PAD) + qr] = p * (dp[i][j] - ds[qr]);
             }
@@ -353,7 +328,7 @@ attn_dq_kernel(heads<T> dq, heads<T> dout, heads<T> q, heads<T> k, heads<T> v, l
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 int qr = tr + 16 * i, key = tc + 16 * j;
-                float p = visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
+                float p = att_visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
                 dS[qr * (TILE + PAD) + key] = p * (dp[i][j] - ds[qr]);
             }
         __syncthreads();
@@ -424,6 +399,42 @@ int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const hea
     return awlc_check_launch("attention_forward");
 }
 
+/* bfloat16 goes to the tensor-core kernels unless AWL_CUDA_ATTENTION=simt
+ * asks for the CUDA-core rung (for comparisons; read on every call). */
+template <typename T> bool tensor_cores(const heads<T> &) { return false; }
+template <> bool tensor_cores(const heads<awl_bf16> &)
+{
+    const char *env = getenv("AWL_CUDA_ATTENTION");
+    return !(env && strcmp(env, "simt") == 0);
+}
+
+/* The tensor-core kernels exist for bfloat16 only. */
+int mma_backward(const heads<float> &, const heads<float> &, const heads<float> &,
+                 const heads<float> &, const heads<float> &, const heads<float> &,
+                 const heads<float> &, const lse_ref &, const float *, const att_dims &)
+{
+    return AWL_ERR_UNSUPPORTED;
+}
+
+int mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk, const heads<awl_bf16> &dv,
+                 const heads<awl_bf16> &dout, const heads<awl_bf16> &q, const heads<awl_bf16> &k,
+                 const heads<awl_bf16> &v, const lse_ref &l, const float *Dv, const att_dims &a)
+{
+    return awlc_attention_mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
+}
+
+int mma_forward(const heads<float> &, const lse_ref &, const heads<float> &, const heads<float> &,
+                const heads<float> &, const att_dims &)
+{
+    return AWL_ERR_UNSUPPORTED;
+}
+
+int mma_forward(const heads<awl_bf16> &o, const lse_ref &l, const heads<awl_bf16> &q,
+                const heads<awl_bf16> &k, const heads<awl_bf16> &v, const att_dims &a)
+{
+    return awlc_attention_mma_forward(o, l, q, k, v, a);
+}
+
 template <int DP, typename T>
 int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const heads<T> &dout,
                const heads<T> &q, const heads<T> &k, const heads<T> &v, const heads<T> &out,
@@ -437,6 +448,11 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
     attn_rowdot_kernel<T><<<awlc_grid_for(rows * AWLC_WARP, 256), 256>>>(Dv, dout, out, a);
     st = awlc_check_launch("attention_backward rowdot");
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.H);
+    if (st == AWL_OK && tensor_cores(dout)) {
+        st = mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
+        awlc_scratch_free(Dv, dbytes);
+        return st;
+    }
     if (st == AWL_OK) st = allow_smem(attn_dkdv_kernel<DP, T>, dkdv_smem(DP));
     if (st == AWL_OK) {
         attn_dkdv_kernel<DP, T><<<grid, ATT_THREADS, dkdv_smem(DP)>>>(dk, dv, dout, q, k, v, l, Dv, a);
@@ -469,6 +485,7 @@ int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_v
             return AWL_ERR_UNSUPPORTED;
         AWLC_TRY_STATUS(awlc_enter(out->data));
         if (a.B * a.H * a.T == 0) return AWL_OK;
+        if (tensor_cores(hq)) return mma_forward(ho, l, hq, hk, hv, a);
         return a.D <= 64 ? fwd_launch<64>(ho, l, hq, hk, hv, a)
                          : fwd_launch<128>(ho, l, hq, hk, hv, a);
     };

@@ -252,10 +252,32 @@ __global__ void awlc_strided_kernel(awlc_layout<N> L, IndexT n, F f)
     }
 }
 
+/* Two coalesced dimensions (a bias broadcast over rows, a transpose):
+ * blockIdx.y walks rows and x walks columns, so no index divisions. */
+template <int N, typename F> __global__ void awlc_strided2_kernel(awlc_layout<N> L, F f)
+{
+    int64_t rows = L.shape[0], cols = L.shape[1];
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+             c += (int64_t)gridDim.x * blockDim.x) {
+            int64_t off[N];
+#pragma unroll
+            for (int op = 0; op < N; op++) off[op] = r * L.stride[op][0] + c * L.stride[op][1];
+            f(r * cols + c, off);
+        }
+}
+
 template <int N, typename F>
 static int awlc_launch_strided(const awlc_layout<N> &L, int64_t n, const F &f, const char *what)
 {
     const int threads = 256;
+    if (L.ndim == 2 && L.shape[1] >= threads / 2) {
+        int64_t cols = (L.shape[1] + threads - 1) / threads;
+        unsigned gy = (unsigned)(L.shape[0] < 65535 ? L.shape[0] : 65535);
+        unsigned gx = (unsigned)(cols < 1024 ? cols : 1024);
+        awlc_strided2_kernel<N><<<dim3(gx, gy), threads>>>(L, f);
+        return awlc_check_launch(what);
+    }
     unsigned grid = awlc_grid_for(n, threads);
     if (n < INT32_MAX)
         awlc_strided_kernel<N, uint32_t><<<grid, threads>>>(L, (uint32_t)n, f);

@@ -12,6 +12,8 @@
  *     per operand, with 32-bit divisions whenever the count fits. A zero
  *     stride is a broadcast and a permuted stride order a transpose; neither
  *     is ever copied.
+ * Two coalesced dimensions get their own kernel (cuda_common.cuh) that walks
+ * rows and columns on the grid's two axes, with no divisions at all.
  * The op code is a run-time switch inside the kernel: it is uniform across
  * the grid, costs a few instructions per element of a memory-bound loop, and
  * keeps the number of template instances (and the build time) small.
@@ -290,8 +292,25 @@ int awlc_copy(const awl_view *out, const awl_view *in)
     return AWLC_DISPATCH(out->dtype, run_out);
 }
 
+/* int32 has the ops with exact integer meaning only (as on the CPU): exp,
+ * division and the like are refused rather than given a silent rounding. */
+static bool int_unary(awl_unary_op op)
+{
+    switch (op) {
+    case AWL_UNARY_EXP: case AWL_UNARY_LOG: case AWL_UNARY_SQRT: case AWL_UNARY_RSQRT:
+    case AWL_UNARY_TANH: case AWL_UNARY_SIGMOID: case AWL_UNARY_GELU: case AWL_UNARY_GELU_GRAD:
+    case AWL_UNARY_RDIV_SCALAR: case AWL_UNARY_POW_SCALAR: return false;
+    default: return true;
+    }
+}
+
 int awlc_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
 {
+    if (op < 0 || op >= AWL_UNARY_OP_COUNT)
+        return awl_error(AWL_ERR_INVALID, "awl_cuda unary: unknown op %d", (int)op);
+    if (out->dtype == AWL_I32 && !int_unary(op))
+        return awl_error(AWL_ERR_INVALID, "awl_cuda unary %s: not defined for int32",
+                         awl_unary_op_name(op));
     AWLC_TRY_STATUS(awlc_enter(out->data));
     const awl_view *views[2] = {out, in};
     awlc_layout<2> L;
@@ -313,6 +332,11 @@ int awlc_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double 
 
 int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b)
 {
+    if (op < 0 || op >= AWL_BINARY_OP_COUNT)
+        return awl_error(AWL_ERR_INVALID, "awl_cuda binary: unknown op %d", (int)op);
+    if (out->dtype == AWL_I32 && (op == AWL_BINARY_DIV || op == AWL_BINARY_POW))
+        return awl_error(AWL_ERR_INVALID, "awl_cuda binary %s: not defined for int32",
+                         awl_binary_op_name(op));
     AWLC_TRY_STATUS(awlc_enter(out->data));
     const awl_view *views[3] = {out, a, b};
     awlc_layout<3> L;

@@ -19,6 +19,13 @@
  * over blocks in block order. The number of blocks is a constant, not a
  * function of the chip, so the result does not depend on the GPU either.
  *
+ * Rows that fit (C a multiple of 4 floats / 8 bf16, up to 1024 floats or
+ * 2048 bf16 forward, 768 floats or 192 x 8 bf16 backward, 16-byte aligned)
+ * take a register path: each lane loads its 16-byte packs of the row once,
+ * keeps them in registers for both reductions and the output, and, in the
+ * backward, keeps its columns' dweight/dbias partials in registers across
+ * all its rows. Other rows take the generic kernels, which re-read the row.
+ *
  * Dtypes: float32 and bfloat16 (x, out, weight, bias, dy, dx of one dtype;
  * arithmetic in float). mean and rstd are float32 by contract, too coarse for
  * float64 gradient checks, so float64 is AWL_ERR_UNSUPPORTED and composed.
@@ -70,6 +77,147 @@ __global__ void ln_fwd_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_
             if (b) a += awlc_cast<float>(b[j * v.sb]);
             y[j] = awlc_cast<T>(a);
         }
+    }
+}
+
+/* The register path: a row of C = 32 * NP * V elements at most (V per
+ * 16-byte pack), every pack loaded once into the lane that owns it; lane l
+ * owns packs l, l + 32, ... of every row. Needs 16-byte aligned rows and
+ * unit-stride weight and bias. */
+template <typename T, int NP>
+__global__ void __launch_bounds__(256)
+ln_fwd_reg_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C, float eps,
+                  ln_vecs v)
+{
+    const int V = 16 / sizeof(T);
+    typedef awlc_pack<T, V> P;
+    int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
+    int np = (int)(C / V);
+    for (int64_t r = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; r < rows;
+         r += (int64_t)gridDim.x * nw) {
+        const P *xr = (const P *)(x + r * sx);
+        float xv[NP][V];
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            int p = lane + AWLC_WARP * j;
+            P pk;
+            if (p < np) pk = xr[p];
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                xv[j][e] = p < np ? awlc_cast<float>(pk.v[e]) : 0.0f;
+                s += xv[j][e];
+            }
+        }
+        float m = awlc_warp_sum(s) / (float)C, ss = 0;
+#pragma unroll
+        for (int j = 0; j < NP; j++)
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float d = lane + AWLC_WARP * j < np ? xv[j][e] - m : 0.0f;
+                ss += d * d;
+            }
+        float rs = 1.0f / sqrtf(awlc_warp_sum(ss) / (float)C + eps);
+        if (lane == 0) {
+            v.mean[r * v.sm] = m;
+            v.rstd[r * v.sr] = rs;
+        }
+        P *yr = (P *)(out + r * so);
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            int p = lane + AWLC_WARP * j;
+            if (p >= np) continue;
+            P w, b, o;
+            if (v.w) w = ((const P *)v.w)[p];
+            if (v.b) b = ((const P *)v.b)[p];
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float a = (xv[j][e] - m) * rs;
+                if (v.w) a *= awlc_cast<float>(w.v[e]);
+                if (v.b) a += awlc_cast<float>(b.v[e]);
+                o.v[e] = awlc_cast<T>(a);
+            }
+            yr[p] = o;
+        }
+    }
+}
+
+/* Backward on the register path: dy and x of a row in registers, the
+ * warp's dweight/dbias partials too (a lane always owns the same columns),
+ * written to shared memory once at the end. */
+template <typename T, int NP>
+__global__ void __launch_bounds__(256)
+ln_bwd_reg_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int64_t sx,
+                  int64_t rows, int64_t C, ln_vecs v, float *partial)
+{
+    const int V = 16 / sizeof(T);
+    typedef awlc_pack<T, V> P;
+    extern __shared__ float acc[];
+    int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
+    int nw = blockDim.x / AWLC_WARP, np = (int)(C / V);
+    float w[NP][V], dw[NP][V], db[NP][V];
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        int p = lane + AWLC_WARP * j;
+        P pk;
+        if (v.w && p < np) pk = ((const P *)v.w)[p];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            w[j][e] = v.w && p < np ? awlc_cast<float>(pk.v[e]) : 1.0f;
+            dw[j][e] = db[j][e] = 0.0f;
+        }
+    }
+    for (int64_t r = (int64_t)blockIdx.x * nw + warp; r < rows; r += (int64_t)gridDim.x * nw) {
+        const P *gr = (const P *)(dy + r * sdy), *xr = (const P *)(x + r * sx);
+        float m = v.mean[r * v.sm], rs = v.rstd[r * v.sr];
+        float g[NP][V], xh[NP][V], sg = 0, sgx = 0;
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            int p = lane + AWLC_WARP * j;
+            P a, b;
+            if (p < np) {
+                a = gr[p];
+                b = xr[p];
+            }
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float d = p < np ? awlc_cast<float>(a.v[e]) : 0.0f;
+                xh[j][e] = p < np ? (awlc_cast<float>(b.v[e]) - m) * rs : 0.0f;
+                g[j][e] = d * w[j][e];
+                sg += g[j][e];
+                sgx += g[j][e] * xh[j][e];
+                dw[j][e] += d * xh[j][e];
+                db[j][e] += d;
+            }
+        }
+        float am = awlc_warp_sum(sg) / (float)C, bm = awlc_warp_sum(sgx) / (float)C;
+        P *outr = (P *)(dx + r * sdx);
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            int p = lane + AWLC_WARP * j;
+            if (p >= np) continue;
+            P o;
+#pragma unroll
+            for (int e = 0; e < V; e++) o.v[e] = awlc_cast<T>(rs * (g[j][e] - am - xh[j][e] * bm));
+            outr[p] = o;
+        }
+    }
+    if (!partial) return;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        int p = lane + AWLC_WARP * j;
+        if (p >= np) continue;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            acc[(size_t)warp * 2 * C + p * V + e] = dw[j][e];
+            acc[(size_t)warp * 2 * C + C + p * V + e] = db[j][e];
+        }
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+        float s = 0;
+        for (int k = 0; k < nw; k++) s += acc[(size_t)k * 2 * C + j];
+        partial[(size_t)blockIdx.x * 2 * C + j] = s;
     }
 }
 
@@ -133,6 +281,27 @@ __global__ void ln_sum_partials(const float *partial, int nblocks, int64_t C, T 
     }
 }
 
+/* Row starts of a (rows, C) view all 16-byte aligned. */
+bool reg_aligned(const awl_view *v, int64_t row_stride)
+{
+    size_t es = awl_dtype_size(v->dtype);
+    return (((uintptr_t)v->data + (uintptr_t)(v->offset * (int64_t)es)) & 15u) == 0 &&
+           (row_stride * (int64_t)es) % 16 == 0;
+}
+
+/* Packs per lane (1, 2, 3, 4, 6 or 8) when the register path applies: C a
+ * multiple of the 16-byte pack and at most 256 packs, x's rows, weight and
+ * bias 16-byte aligned with unit stride; else 0. */
+template <typename T> int reg_packs(int64_t C, const awl_view *x, int64_t sx, const ln_vecs &v)
+{
+    const int64_t V = 16 / sizeof(T);
+    if (C % V != 0 || C / V > 8 * AWLC_WARP || !reg_aligned(x, sx)) return 0;
+    if ((v.w && (v.sw != 1 || ((uintptr_t)v.w & 15u))) || (v.b && (v.sb != 1 || ((uintptr_t)v.b & 15u))))
+        return 0;
+    int np = (int)((C / V + AWLC_WARP - 1) / AWLC_WARP);
+    return np == 5 ? 6 : np == 7 ? 8 : np;
+}
+
 /* Views shared by forward and backward; AWL_ERR_UNSUPPORTED when a layout
  * or dtype is not handled. */
 int ln_setup(const awl_view *x, const awl_view *mean, const awl_view *rstd,
@@ -181,6 +350,25 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
     AWLC_TRY_STATUS(awlc_enter(out->data));
     if (rows == 0 || C == 0) return AWL_OK;
     unsigned grid = (unsigned)std::min<int64_t>((rows + LN_WARPS - 1) / LN_WARPS, 1 << 30);
+    auto reg = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        int np = reg_packs<T>(C, x, sx, v) && reg_aligned(out, so) ? reg_packs<T>(C, x, sx, v) : 0;
+        T *o = awlc_ptr<T>(out);
+        const T *xp = awlc_ptr<T>(x);
+        const unsigned th = LN_WARPS * AWLC_WARP;
+        switch (np) {
+        case 1: ln_fwd_reg_kernel<T, 1><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
+        case 2: ln_fwd_reg_kernel<T, 2><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
+        case 3: ln_fwd_reg_kernel<T, 3><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
+        case 4: ln_fwd_reg_kernel<T, 4><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
+        case 6: ln_fwd_reg_kernel<T, 6><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
+        case 8: ln_fwd_reg_kernel<T, 8><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
+        default: return AWL_ERR_UNSUPPORTED;
+        }
+        return awlc_check_launch("layernorm_forward");
+    };
+    int st = x->dtype == AWL_F32 ? reg(float()) : reg(awl_bf16());
+    if (st != AWL_ERR_UNSUPPORTED) return st;
     if (x->dtype == AWL_F32)
         ln_fwd_kernel<float><<<grid, LN_WARPS * AWLC_WARP>>>(awlc_ptr<float>(out), so,
                                                              awlc_ptr<float>(x), sx, rows, C,
@@ -222,8 +410,22 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
     }
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        ln_bwd_kernel<T><<<nblocks, warps * AWLC_WARP, smem>>>(
-            awlc_ptr<T>(dx), sdx, awlc_ptr<T>(dy), sdy, awlc_ptr<T>(x), sx, rows, C, v, partial);
+        /* Five register rows of NP * V floats each: past 24 the compiler
+         * spills, so wider rows take the generic kernel. */
+        int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy)
+                     ? reg_packs<T>(C, x, sx, v) : 0;
+        if (np * (int)(16 / sizeof(T)) > 24) np = 0;
+        T *d = awlc_ptr<T>(dx);
+        const T *gy = awlc_ptr<T>(dy), *xp = awlc_ptr<T>(x);
+        const unsigned th = warps * AWLC_WARP;
+        switch (np) {
+        case 1: ln_bwd_reg_kernel<T, 1><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
+        case 2: ln_bwd_reg_kernel<T, 2><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
+        case 3: ln_bwd_reg_kernel<T, 3><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
+        case 4: ln_bwd_reg_kernel<T, 4><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
+        case 6: ln_bwd_reg_kernel<T, 6><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
+        default: ln_bwd_kernel<T><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        }
         AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
         if (!partials) return AWL_OK;
         unsigned g = (unsigned)((C + 255) / 256);

@@ -7,8 +7,8 @@
  * kernels runs:
  *
  *   - lines: the reduced axes collapse to one axis of stride sr (sr == 1 is
- *     the row, last-axis, case: a block reads a contiguous run with all its
- *     threads and combines with warp shuffles);
+ *     the row, last-axis, case: a warp per row up to 4096 elements, 16-byte
+ *     loads and shuffles only; a block per row beyond);
  *   - columns: the reduced axes collapse to one axis and the innermost kept
  *     axis has stride 1 (summing a (rows, C) matrix over rows): 32 adjacent
  *     outputs per block so that each warp reads 128 contiguous bytes of a row,
@@ -135,6 +135,33 @@ __global__ void lines_kernel(const T *in, kept_map km, int64_t K, int64_t R, int
         acc = block_combine(dst.op, acc, scratch);
         if (threadIdx.x == 0) dst.put(line, out_off, acc);
         __syncthreads(); /* scratch is reused by the next line */
+    }
+}
+
+/* Unit-stride lines of at most LINE_WARP elements: one warp per line (8 per
+ * block), 16-byte loads, shuffles only. Short rows (a (B*T, C) -> (B*T, 1)
+ * mean) would leave most threads of a block-per-line idle behind barriers. */
+const int LINE_WARP = 4096;
+
+template <typename T, typename A, typename TO>
+__global__ void warp_lines_kernel(const T *in, kept_map km, int64_t K, int64_t R, int nsplit,
+                                  int64_t chunk, sink<A, TO> dst)
+{
+    int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
+    for (int64_t line = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; line < K * nsplit;
+         line += (int64_t)gridDim.x * nw) {
+        int64_t k = line / nsplit, s = line % nsplit;
+        int64_t in_off, out_off;
+        kept_offsets(km, k, &in_off, &out_off);
+        int64_t r0 = s * chunk, r1 = min(R, r0 + chunk);
+        A acc = identity<A>(dst.op);
+        int op = dst.op;
+        awlc_row_visit_by(in + in_off + r0, r1 - r0, lane, AWLC_WARP,
+                          [&](int64_t, T x) { acc = combine(op, acc, awlc_cast<A>(x)); });
+#pragma unroll
+        for (int o = AWLC_WARP / 2; o > 0; o >>= 1)
+            acc = combine(op, acc, __shfl_xor_sync(0xffffffffu, acc, o));
+        if (lane == 0) dst.put(line, out_off, acc);
     }
 }
 
@@ -272,6 +299,9 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
                   (unsigned)nsplit);
         columns_kernel<T, A, T><<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr,
                                                  chunk, first);
+    } else if (sr == 1 && chunk <= LINE_WARP) {
+        unsigned grid = (unsigned)std::min<int64_t>((K * nsplit + 7) / 8, 1 << 30);
+        warp_lines_kernel<T, A, T><<<grid, 256>>>(src, km, K, R, (int)nsplit, chunk, first);
     } else {
         unsigned threads = pow2_threads(chunk);
         unsigned grid = (unsigned)std::min<int64_t>(K * nsplit, 1 << 30);

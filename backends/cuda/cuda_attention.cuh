@@ -1,0 +1,57 @@
+/*
+ * backends/cuda/cuda_attention.cuh - what the two attention files share.
+ *
+ * cuda_attention.cu holds the entries, the float (CUDA-core) kernels and the
+ * backward's row dot product; cuda_attention_mma.cu the bfloat16 kernels on
+ * tensor cores. Both read q, k, v (B, H, T, D) through `heads` (strides along
+ * B, H, T; D contiguous) and the saved log-sum-exp through `lse_ref`.
+ */
+#ifndef AWL_BACKENDS_CUDA_ATTENTION_CUH
+#define AWL_BACKENDS_CUDA_ATTENTION_CUH
+
+#include "backends/cuda/cuda_common.cuh"
+
+/* A (B, H, T, D) tensor: base pointer and strides along B, H, T. */
+template <typename T> struct heads {
+    T *p;
+    int64_t sb, sh, st;
+};
+
+/* lse (B, H, T) float32. */
+struct lse_ref {
+    float *p;
+    int64_t sb, sh, st;
+};
+
+struct att_dims {
+    int B, H, T, D;
+    float scale;
+    bool causal;
+};
+
+template <typename T>
+static __device__ __forceinline__ const T *row_ptr(const heads<T> &x, int b, int h, int t)
+{
+    return x.p + b * x.sb + h * x.sh + (int64_t)t * x.st;
+}
+
+static __device__ __forceinline__ bool att_visible(int q, int k, const att_dims &a)
+{
+    return k < a.T && q < a.T && (!a.causal || k <= q);
+}
+
+/* bfloat16 forward on tensor cores: AWL_OK, AWL_ERR_UNSUPPORTED (D > 128),
+ * or a device error. */
+int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
+                               const heads<awl_bf16> &q, const heads<awl_bf16> &k,
+                               const heads<awl_bf16> &v, const att_dims &a);
+
+/* bfloat16 backward on tensor cores, given Dv[(b*H + h)*T + t] =
+ * rowsum(dout * out). */
+int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk,
+                                const heads<awl_bf16> &dv, const heads<awl_bf16> &dout,
+                                const heads<awl_bf16> &q, const heads<awl_bf16> &k,
+                                const heads<awl_bf16> &v, const lse_ref &lse, const float *Dv,
+                                const att_dims &a);
+
+#endif
