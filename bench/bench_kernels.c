@@ -241,7 +241,7 @@ static void run_kernel(void *p)
 /* bytes: moved by the kernel (read + written), against memcpy's 2n floats. */
 static void bench_memory(const char *name, int kind, int64_t rows, int64_t cols, double bytes)
 {
-    if (!selected(name)) return;
+    if (!selected("memory") && !selected(name)) return;
     mem_case c;
     memset(&c, 0, sizeof c);
     c.n = rows * cols;
