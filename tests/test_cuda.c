@@ -583,8 +583,13 @@ START_TEST(test_binary)
                 {o2, a2, broadcast(broadcast(a2, 0), 1)},
                 {OPND(OUT, all[t], 4, 5, 6), transposed(OPND(IN, all[t], 4, 5, 6), 1, 2),
                  broadcast(OPND(IN, all[t], 4, 5, 6), 1)},
+                /* a bias row on either side: the packed row-broadcast path */
+                {OPND(OUT, all[t], 33, 256), OPND(IN, all[t], 33, 256),
+                 broadcast(OPND(IN, all[t], 33, 256), 0)},
+                {OPND(OUT, all[t], 33, 256), broadcast(OPND(IN, all[t], 33, 256), 0),
+                 OPND(IN, all[t], 33, 256)},
             };
-            for (int l = 0; l < 6; l++) {
+            for (int l = 0; l < 8; l++) {
                 operand a = sets[l][1], b = sets[l][2];
                 if (all[t] == AWL_I32) {
                     a = ints(a, -20, 20);

@@ -272,9 +272,13 @@ static int awlc_launch_strided(const awlc_layout<N> &L, int64_t n, const F &f, c
 {
     const int threads = 256;
     if (L.ndim == 2 && L.shape[1] >= threads / 2) {
+        /* Enough blocks to fill the chip; each then loops over many rows,
+         * not one block per 256 elements. */
         int64_t cols = (L.shape[1] + threads - 1) / threads;
-        unsigned gy = (unsigned)(L.shape[0] < 65535 ? L.shape[0] : 65535);
         unsigned gx = (unsigned)(cols < 1024 ? cols : 1024);
+        int64_t want = (int64_t)awlc_sm_count() * 8 / gx + 1;
+        int64_t rows = L.shape[0] < want ? L.shape[0] : want;
+        unsigned gy = (unsigned)(rows < 65535 ? rows : 65535);
         awlc_strided2_kernel<N><<<dim3(gx, gy), threads>>>(L, f);
         return awlc_check_launch(what);
     }

@@ -12,8 +12,10 @@
  *     per operand, with 32-bit divisions whenever the count fits. A zero
  *     stride is a broadcast and a permuted stride order a transpose; neither
  *     is ever copied.
- * Two coalesced dimensions get their own kernel (cuda_common.cuh) that walks
- * rows and columns on the grid's two axes, with no divisions at all.
+ * A bias broadcast over rows (out and one operand contiguous, the other a
+ * single row) moves 16-byte packs too. Other two-dimensional layouts get a
+ * kernel (cuda_common.cuh) that walks rows and columns on the
+ * grid's two axes, with no divisions at all.
  * The op code is a run-time switch inside the kernel: it is uniform across
  * the grid, costs a few instructions per element of a memory-bound loop, and
  * keeps the number of template instances (and the build time) small.
@@ -71,6 +73,25 @@ __global__ void map2_kernel(T *out, const T *a, const T *b, int64_t n, Op op)
         reinterpret_cast<awlc_pack<T, V> *>(out)[i] = o;
     }
     for (int64_t i = nv * V + first; i < n; i += step) out[i] = op(a[i], b[i]);
+}
+
+/* out (rows, cols) = a op b with out and x contiguous and y one row
+ * broadcast over rows (a bias): 16-byte packs of all three; y_first says
+ * y is the left operand. cols is a multiple of V, all rows aligned. */
+template <int V, typename T, typename Op>
+__global__ void rowcast_kernel(T *out, const T *x, const T *y, int64_t npacks, uint32_t row_packs,
+                               bool y_first, Op op)
+{
+    typedef awlc_pack<T, V> P;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < npacks;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        P u = reinterpret_cast<const P *>(x)[i];
+        P w = reinterpret_cast<const P *>(y)[(uint32_t)(i % row_packs)];
+        P o;
+#pragma unroll
+        for (int j = 0; j < V; j++) o.v[j] = y_first ? op(w.v[j], u.v[j]) : op(u.v[j], w.v[j]);
+        reinterpret_cast<P *>(out)[i] = o;
+    }
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -347,6 +368,24 @@ int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const 
         binary_op<T> f = {(int)op};
         if (awlc_layout_contiguous<3>(&L))
             return launch_map2(awlc_ptr<T>(out), awlc_ptr<T>(a), awlc_ptr<T>(b), n, f, "binary");
+        /* A bias over rows: out and one operand contiguous (rows, cols), the
+         * other (0, 1). */
+        const int V = pack_width<T>::value;
+        int64_t cols = L.ndim == 2 ? L.shape[1] : 0;
+        bool plain = L.ndim == 2 && L.stride[0][0] == cols && L.stride[0][1] == 1;
+        bool bias_b = plain && L.stride[1][0] == cols && L.stride[1][1] == 1 &&
+                      L.stride[2][0] == 0 && L.stride[2][1] == 1;
+        bool bias_a = plain && L.stride[2][0] == cols && L.stride[2][1] == 1 &&
+                      L.stride[1][0] == 0 && L.stride[1][1] == 1;
+        if ((bias_a || bias_b) && cols % V == 0 && cols / V <= UINT32_MAX &&
+            aligned16(awlc_ptr<T>(out)) && aligned16(awlc_ptr<T>(a)) && aligned16(awlc_ptr<T>(b))) {
+            const T *x = bias_b ? awlc_ptr<T>(a) : awlc_ptr<T>(b);
+            const T *y = bias_b ? awlc_ptr<T>(b) : awlc_ptr<T>(a);
+            int64_t np = n / V;
+            rowcast_kernel<V><<<awlc_grid_for(np, THREADS), THREADS>>>(
+                awlc_ptr<T>(out), x, y, np, (uint32_t)(cols / V), bias_a, f);
+            return awlc_check_launch("binary");
+        }
         binary_fn<T> g = {awlc_ptr<T>(out), awlc_ptr<T>(a), awlc_ptr<T>(b), f};
         return awlc_launch_strided<3>(L, n, g, "binary");
     };

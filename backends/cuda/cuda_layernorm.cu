@@ -16,7 +16,7 @@
  * rows into its own slice of shared memory (columns lane, lane + 32, ...), a
  * block then sums its warps in warp order into one partial row of a scratch
  * buffer (LN_BLOCKS x 2C floats), and a second launch sums those partials
- * over blocks in block order. The number of blocks is a constant, not a
+ * over blocks in an order fixed by the shapes. The number of blocks is a constant, not a
  * function of the chip, so the result does not depend on the GPU either.
  *
  * Rows that fit (C a multiple of 4 floats / 8 bf16, up to 1024 floats or
@@ -264,20 +264,29 @@ __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, cons
     }
 }
 
-/* dweight[j], dbias[j] = sums of the blocks' partials, in block order. */
+/* dweight[j], dbias[j] = sums of the blocks' partials, in a fixed order:
+ * block (32, 16) on 32 of the 2C partial columns; thread y sums blocks
+ * y, y + 16, ..., then thread 0 of each column adds the 16 sums in y order.
+ * (One thread per column summing all blocks is 512 dependent loads deep.) */
+const int PS_Y = 16;
+
 template <typename T>
 __global__ void ln_sum_partials(const float *partial, int nblocks, int64_t C, T *dw, int64_t sdw,
                                 T *db, int64_t sdb)
 {
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
-         j += (int64_t)gridDim.x * blockDim.x) {
-        float sw = 0, sb = 0;
-        for (int k = 0; k < nblocks; k++) {
-            sw += partial[(size_t)k * 2 * C + j];
-            sb += partial[(size_t)k * 2 * C + C + j];
-        }
-        if (dw) dw[j * sdw] = awlc_cast<T>(sw);
-        if (db) db[j * sdb] = awlc_cast<T>(sb);
+    __shared__ float part[PS_Y][AWLC_WARP + 1];
+    int64_t j = (int64_t)blockIdx.x * AWLC_WARP + threadIdx.x;
+    float s = 0;
+    if (j < 2 * C)
+        for (int k = threadIdx.y; k < nblocks; k += PS_Y) s += partial[(size_t)k * 2 * C + j];
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= 2 * C) return;
+    for (int y = 1; y < PS_Y; y++) s += part[y][threadIdx.x];
+    if (j < C) {
+        if (dw) dw[j * sdw] = awlc_cast<T>(s);
+    } else if (db) {
+        db[(j - C) * sdb] = awlc_cast<T>(s);
     }
 }
 
@@ -428,9 +437,10 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
         }
         AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
         if (!partials) return AWL_OK;
-        unsigned g = (unsigned)((C + 255) / 256);
-        ln_sum_partials<T><<<g, 256>>>(partial, nblocks, C, dweight ? awlc_ptr<T>(dweight) : NULL,
-                                       sdw, dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
+        unsigned gs = (unsigned)((2 * C + AWLC_WARP - 1) / AWLC_WARP);
+        ln_sum_partials<T><<<gs, dim3(AWLC_WARP, PS_Y)>>>(
+            partial, nblocks, C, dweight ? awlc_ptr<T>(dweight) : NULL, sdw,
+            dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
         return awlc_check_launch("layernorm_backward partials");
     };
     int st = x->dtype == AWL_F32 ? run(float()) : run(awl_bf16());
