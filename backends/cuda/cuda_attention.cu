@@ -28,10 +28,12 @@
  *   instead of 5), the price of determinism: the usual single kernel adds dQ
  *   across key tiles with float atomics, whose order varies from run to run.
  *
- * This is the plain CUDA-core rung of the kernel ladder (docs/cuda.md): FFMA
- * on float tiles; bf16 inputs are widened to float in shared memory. Tensor
- * cores (mma.sync / wgmma) are the next rung. D up to 128 (tiles padded to 64
- * or 128 columns); float32 and bfloat16; anything else AWL_ERR_UNSUPPORTED.
+ * These are the CUDA-core rung of the kernel ladder (docs/cuda.md): FFMA on
+ * float tiles. float32 always runs here (exact float arithmetic, no TF32);
+ * bfloat16 runs on the tensor-core kernels of cuda_attention_mma.cu, or here
+ * (widened to float in shared memory) when AWL_CUDA_ATTENTION=simt, which
+ * the tests and the benchmark use to compare the two rungs. D up to 128
+ * (tiles padded to 64 or 128 columns); other dtypes AWL_ERR_UNSUPPORTED.
  */
 #include <stdlib.h>
 #include <string.h>
