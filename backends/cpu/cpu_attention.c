@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_math.h"
 
 /* A (B, H, T, D) float32 view: base pointer, strides along B, H, T, and the
  * row stride BLAS sees (ld). */
@@ -117,7 +118,7 @@ int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_vi
             for (int64_t j = 0; j < valid; j++) m = row[j] > m ? row[j] : m;
             double sum = 0;
             for (int64_t j = 0; j < valid; j++) {
-                row[j] = expf(row[j] - m);
+                row[j] = cpu_expf(row[j] - m);
                 sum += row[j];
             }
             const float inv = (float)(1.0 / sum);
@@ -161,7 +162,7 @@ int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vie
             float *row = P + r * T;
             const float l = hl.base[b * hl.sb + i * hl.sh + r * hl.st];
             const int64_t valid = causal ? r + 1 : T;
-            for (int64_t j = 0; j < valid; j++) row[j] = expf(row[j] - l);
+            for (int64_t j = 0; j < valid; j++) row[j] = cpu_expf(row[j] - l);
             for (int64_t j = valid; j < T; j++) row[j] = 0.0f;
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, P,

@@ -28,6 +28,7 @@
 #include <tgmath.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_math.h"
 
 #define SEGMENT_ARGS int64_t n, int64_t flat, char *const *p, const int64_t *s, const void *ctx
 
@@ -44,7 +45,7 @@
 static inline float gelu_f(float x)
 {
     float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
+    return x / (1.0f + cpu_expf(-2.0f * u));
 }
 
 static inline double gelu_d(double x)
@@ -56,7 +57,7 @@ static inline double gelu_d(double x)
 static inline float gelu_grad_f(float x)
 {
     float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    float s = 1.0f / (1.0f + expf(-2.0f * u));
+    float s = 1.0f / (1.0f + cpu_expf(-2.0f * u));
     return s + 2.0f * x * s * (1.0f - s) * (float)GELU_C * (1.0f + 3.0f * (float)GELU_A * x * x);
 }
 
@@ -66,6 +67,10 @@ static inline double gelu_grad_d(double x)
     double s = 1.0 / (1.0 + exp(-2.0 * u));
     return s + 2.0 * x * s * (1.0 - s) * GELU_C * (1.0 + 3.0 * GELU_A * x * x);
 }
+
+/* e^x: the vectorisable float32 version (cpu_math.h), libm's for float64. */
+static inline double exp_d(double x) { return exp(x); }
+#define VEXP(x) _Generic((x), float: cpu_expf, double: exp_d)(x)
 
 #define GELU(x) _Generic((x), float: gelu_f, double: gelu_d)(x)
 #define GELU_GRAD(x) _Generic((x), float: gelu_grad_f, double: gelu_grad_d)(x)
@@ -88,12 +93,12 @@ static inline double gelu_grad_d(double x)
     X(EQ_SCALAR, (double)x == alpha)
 
 #define UNARY_FLOAT_OPS(X)                                                                         \
-    X(EXP, exp(x))                                                                                 \
+    X(EXP, VEXP(x))                                                                                \
     X(LOG, log(x))                                                                                 \
     X(SQRT, sqrt(x))                                                                               \
     X(RSQRT, 1 / sqrt(x))                                                                          \
     X(TANH, tanh(x))                                                                               \
-    X(SIGMOID, 1 / (1 + exp(-x)))                                                                  \
+    X(SIGMOID, 1 / (1 + VEXP(-x)))                                                                  \
     X(GELU, GELU(x))                                                                               \
     X(GELU_GRAD, GELU_GRAD(x))                                                                     \
     X(RDIV_SCALAR, al / x)                                                                         \

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_math.h"
 
 /* (rows, n) float32, contiguous: the layout every row kernel here reads. */
 static bool rows_f32(const awl_view *v)
@@ -69,12 +70,12 @@ int cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log)
         const float m = row_max(x, n);
         double sum = 0;
         if (log) {
-            for (int64_t j = 0; j < n; j++) sum += expf(x[j] - m);
+            for (int64_t j = 0; j < n; j++) sum += cpu_expf(x[j] - m);
             const float shift = m + (float)logf((float)sum);
             for (int64_t j = 0; j < n; j++) y[j] = x[j] - shift;
         } else {
             for (int64_t j = 0; j < n; j++) {
-                y[j] = expf(x[j] - m);
+                y[j] = cpu_expf(x[j] - m);
                 sum += y[j];
             }
             const float inv = (float)(1.0 / sum);
@@ -101,7 +102,7 @@ int cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view 
         if (log) {
             for (int64_t j = 0; j < n; j++) acc += g[j];
             const float s = (float)acc;
-            for (int64_t j = 0; j < n; j++) d[j] = g[j] - expf(yr[j]) * s;
+            for (int64_t j = 0; j < n; j++) d[j] = g[j] - cpu_expf(yr[j]) * s;
         } else {
             for (int64_t j = 0; j < n; j++) acc += (double)g[j] * yr[j];
             const float s = (float)acc;
@@ -262,7 +263,7 @@ int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const a
         const float *x = x0 + i * V;
         const float m = row_max(x, V);
         double sum = 0;
-        for (int64_t j = 0; j < V; j++) sum += expf(x[j] - m);
+        for (int64_t j = 0; j < V; j++) sum += cpu_expf(x[j] - m);
         const float lz = m + logf((float)sum);
         const int32_t ti = t[i * st];
         z[i * sz] = lz;
@@ -311,7 +312,7 @@ int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
             continue;
         }
         const float gi = g[i * sg], lz = z[i * sz];
-        for (int64_t j = 0; j < V; j++) d[j] = gi * expf(x[j] - lz);
+        for (int64_t j = 0; j < V; j++) d[j] = gi * cpu_expf(x[j] - lz);
         d[ti] -= gi;
     }
     return AWL_OK;
