@@ -14,7 +14,10 @@
  *
  * Required primitives: memory, copies, fill, element-wise unary and binary
  * ops, where, reductions along axes, (batched) matmul, gather/scatter for
- * embeddings and cross-entropy, and random fill. With only these a backend
+ * embeddings and cross-entropy, and random fill, for float32, float64 and
+ * int32 (transcendental ops and division for the float types only).
+ * bfloat16 is required only in fill, copy (conversion) and where; bf16
+ * arithmetic is optional and refused with AWL_ERR_INVALID where absent. With only these a backend
  * runs every op in autograd/ and trains a GPT; the conformance suite
  * (tests/test_backend.c) checks each one against a float64 CPU reference.
  *

@@ -25,6 +25,10 @@
 
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Status codes. Every status-returning function returns 0 or one of these. */
 enum {
     AWL_OK = 0,
@@ -60,5 +64,9 @@ void awl_clear_error(void);
 
 /* Turns abort-on-error on or off (overrides AWL_ABORT_ON_ERROR). */
 void awl_set_abort_on_error(bool on);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

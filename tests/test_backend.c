@@ -624,9 +624,15 @@ START_TEST(test_refusals)
     awl_clear_error();
     ck_assert_int_eq(B->unary(AWL_UNARY_EXP, &i.v, &i.v, 0), AWL_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "exp"));
+    /* bf16 arithmetic is optional (backend.h): a backend without it must
+     * refuse with a message naming the dtype; one with it is checked by its
+     * own suite (tests/test_cuda.c) */
     awl_clear_error();
-    ck_assert_int_eq(B->binary(AWL_BINARY_ADD, &h.v, &h.v, &h.v), AWL_ERR_INVALID);
-    ck_assert_ptr_nonnull(strstr(awl_last_error(), "bfloat16"));
+    int status = B->binary(AWL_BINARY_ADD, &h.v, &h.v, &h.v);
+    if (status != AWL_OK) {
+        ck_assert_int_eq(status, AWL_ERR_INVALID);
+        ck_assert_ptr_nonnull(strstr(awl_last_error(), "bfloat16"));
+    }
     tt_free(&i);
     tt_free(&h);
 }
@@ -1475,6 +1481,8 @@ int main(void)
         }
         B = be;
         SRunner *sr = srunner_create(backend_suite(be->name));
+        /* a forked child cannot use a GPU its parent initialised */
+        if (strcmp(be->name, "cpu") != 0) srunner_set_fork_status(sr, CK_NOFORK);
         srunner_run_all(sr, CK_NORMAL);
         failed += srunner_ntests_failed(sr);
         srunner_free(sr);

@@ -25,11 +25,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* common/error.h has no extern "C" block of its own: included first, here,
- * its functions keep their C names (backend.h's later include is a no-op). */
-extern "C" {
-#include "common/error.h"
-}
 #include "backends/backend.h"
 #include "common/dtype.h"
 
