@@ -3,7 +3,7 @@
  *
  *     ./build/bench_gpt                                   # cpu-small and cpu-medium
  *     ./build/bench_gpt --configs cpu-medium --n-layer 8 --checkpoint-activations both
- *     ./build/bench_gpt --device cuda --configs shakespeare-char,gpt2-124m --precisions fp32,tf32
+ *     ./build/bench_gpt --device cuda --configs shakespeare-char,gpt2-124m --precisions fp32,tf32,bf16
  *
  * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
  * backward, AdamW step (no clipping, dropout 0, constant LR), as the PyTorch
@@ -13,10 +13,14 @@
  *   ms_per_step   median over the timed steps
  *   tokens_per_s  batch * block / median step time
  *   mfu           model FLOPs per second (6 N + 12 L T C per token) over the
- *                 float32 matmul rate measured on the device in this
- *                 process just before the run
+ *                 matmul rate of the run's precision (float32, TF32, or
+ *                 bfloat16 for bf16 mixed precision) measured on the
+ *                 device in this process just before the run
  *   peak_mb       highest bytes held by tensors on the device during the
  *                 timed steps (awl_memory_get_stats)
+ *   activation_peak_mb  that peak less what is held between steps
+ *                 (parameters, gradients, optimizer state): the memory
+ *                 activations and temporaries take, which checkpointing cuts
  *   rss_mb        the process's peak resident set (CPU runs: compare with
  *                 PyTorch's figure, which is its peak RSS)
  *
@@ -51,15 +55,15 @@ typedef struct bench_options {
     int steps, warmup, threads, n_layer, batch;
 } bench_options;
 
-/* Float32 matmul FLOP/s on the device: the MFU ceiling. */
-static double matmul_ceiling(const char *device)
+/* Matmul FLOP/s in dtype on the device: the MFU ceiling. */
+static double matmul_ceiling(const char *device, awl_dtype dtype)
 {
     const int64_t n = strcmp(device, "cpu") == 0 ? 1024 : 8192;
     double best = 0;
     awl_scope_begin();
-    awl_tensor *a = awl_randn(AWL_SHAPE(n, n), AWL_F32, device);
-    awl_tensor *b = awl_randn(AWL_SHAPE(n, n), AWL_F32, device);
-    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), AWL_F32, device);
+    awl_tensor *a = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
+    awl_tensor *b = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
+    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), dtype, device);
     for (int rep = 0; a && b && c && rep < 6; rep++) {
         awl_synchronize(device);
         double t0 = now();
@@ -103,10 +107,20 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     if (o->n_layer > 0) cfg.n_layer = o->n_layer;
     if (o->batch > 0) cfg.batch = o->batch;
     cfg.dropout = 0;
+    bool bf16 = strcmp(precision, "bf16") == 0;
+    if (!bf16 && strcmp(precision, "fp32") != 0 && strcmp(precision, "tf32") != 0) {
+        fprintf(stderr, "bench_gpt: unknown precision '%s' (fp32, tf32, bf16)\n", precision);
+        return -1;
+    }
     awl_set_float32_matmul_precision(strcmp(precision, "fp32") == 0 ? "highest" : "high");
-    double ceiling = matmul_ceiling(o->device);
     awl_gpt *model = awl_gpt_new(&cfg, o->device, 1337);
     if (!model) return -1;
+    if (bf16 && awl_gpt_set_autocast(model, AWL_BF16) < 0) {
+        fprintf(stderr, "bench_gpt: %s bf16: %s\n", config, awl_last_error());
+        awl_gpt_free(model);
+        return -1;
+    }
+    double ceiling = matmul_ceiling(o->device, bf16 ? AWL_BF16 : AWL_F32);
     awl_gpt_set_checkpointing(model, checkpointing);
     awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
     if (!opt) return -1;
@@ -114,8 +128,14 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     double *times = calloc((size_t)total, sizeof *times);
     double loss_first = NAN, loss_last = NAN;
     int status = 0;
+    int64_t resident = 0; /* parameters, gradients and optimizer state */
     for (int step = 0; step < total && status == 0; step++) {
-        if (step == o->warmup) awl_memory_reset_peak(o->device);
+        if (step == o->warmup) {
+            awl_memory_stats before;
+            awl_memory_get_stats(o->device, &before);
+            resident = before.in_use;
+            awl_memory_reset_peak(o->device);
+        }
         awl_scope_begin();
         awl_tensor *x, *y;
         status = make_batch(tokens, n_tokens, cfg.vocab, cfg.batch, cfg.block, 2 * (uint64_t)step,
@@ -147,12 +167,14 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                "\"threads\":%d,\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"params\":%lld,"
                "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"mfu\":%.4f,"
-               "\"peak_mb\":%.1f,\"rss_mb\":%.1f,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+               "\"peak_mb\":%.1f,\"activation_peak_mb\":%.1f,\"rss_mb\":%.1f,"
+               "\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
                config, o->device, precision, awl_get_num_threads(), cfg.n_layer, cfg.batch,
                cfg.block, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
                o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, (double)mem.peak / 1048576.0,
-               (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
+               (double)(mem.peak - resident) / 1048576.0, (double)ru.ru_maxrss / 1024.0,
+               loss_first, loss_last);
         fflush(stdout);
     }
     free(times);
@@ -225,7 +247,7 @@ static int parse_args(int argc, char **argv, bench_options *o)
     return 0;
 usage:
     fprintf(stderr,
-            "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32]\n"
+            "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32,bf16]\n"
             "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
             "                 [--threads N] [--n-layer N] [--batch N] [--data PATH]\n");
     return -1;
