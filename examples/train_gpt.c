@@ -102,7 +102,9 @@ static const option_spec options[] = {
     {"seed", "N", "seed for initialisation, dropout and batch sampling (default 1337)", OPT_LONG,
      FIELD(seed)},
     {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device)},
-    {"precision", "P", "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores)",
+    {"precision", "P", "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 "
+                       "(mixed precision: bfloat16 matmuls and activations, float32 weights; "
+                       "CUDA only)",
      OPT_STRING, FIELD(precision)},
     {"threads", "N", "CPU threads (default: all cores)", OPT_INT, FIELD(threads)},
     {"save", "PATH", "write a checkpoint (safetensors) at the end", OPT_STRING, FIELD(save)},
@@ -627,9 +629,10 @@ static int run(trainer *t)
     settings *s = &t->s;
     if (s->threads > 0) awl_set_num_threads(s->threads);
     else awl_set_num_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
-    if (strcmp(s->precision, "tf32") == 0) awl_set_float32_matmul_precision("high");
+    bool bf16 = strcmp(s->precision, "bf16") == 0;
+    if (strcmp(s->precision, "tf32") == 0 || bf16) awl_set_float32_matmul_precision("high");
     else if (strcmp(s->precision, "fp32") != 0) {
-        fprintf(stderr, "train_gpt: --precision must be fp32 or tf32\n");
+        fprintf(stderr, "train_gpt: --precision must be fp32, tf32 or bf16\n");
         return -1;
     }
     if (!awl_device_available(s->device)) {
@@ -655,6 +658,7 @@ static int run(trainer *t)
     t->model = awl_gpt_new(&t->cfg, s->device, (uint64_t)s->seed);
     if (!t->model) return fail("building the model");
     if (s->checkpoint_activations) awl_gpt_set_checkpointing(t->model, true);
+    if (bf16 && awl_gpt_set_autocast(t->model, AWL_BF16) < 0) return fail("--precision bf16");
     t->opt = awl_adamw_new(awl_gpt_parameters(t->model), s->lr, 0.9, 0.95, 1e-8, s->weight_decay);
     if (!t->opt) return fail("the optimizer");
     double min_lr = s->min_lr >= 0 ? s->min_lr : s->lr / 10;

@@ -12,6 +12,10 @@
  *     and backward, saving only what the kernels need (the log-sum-exp per
  *     row; the mean and 1/std per row).
  *
+ * Cross-entropy of bfloat16 logits (mixed precision, nn/autocast.c) returns
+ * a float32 loss, as under PyTorch's autocast: the per-row losses are summed
+ * in float32, and the gradient goes back to the logits in bfloat16.
+ *
  * The composed path (awl_fused_kernels_enabled() off, a backend without the
  * kernel, or a kernel answering AWL_ERR_UNSUPPORTED for a dtype) builds the
  * same function from autograd ops and is the reference the tests compare
@@ -115,8 +119,12 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
     awl_tensor *out = awl_tensor_new_on(x, x->ndim, shape, x->dtype);
     awl_tensor *out2 = awl_tensor_reshape(out, AWL_SHAPE(rows, out_f));
     awl_tensor *x2 = awl_tensor_reshape(x, AWL_SHAPE(rows, in_f));
-    int status = awl_tensor_matmul_out(out2, x2, awl_tensor_transpose(weight, 0, 1), false);
-    if (status == AWL_OK && bias) status = awl_tensor_binary_out(AWL_BINARY_ADD, out2, out2, bias);
+    /* With a bias, the output starts as the bias broadcast over the rows and
+     * the product is accumulated onto it: one pass over the output instead
+     * of the two that zeroing (BLAS's beta = 0) and a separate add take. */
+    int status = bias ? awl_tensor_copy_(out2, bias) : AWL_OK;
+    if (status == AWL_OK)
+        status = awl_tensor_matmul_out(out2, x2, awl_tensor_transpose(weight, 0, 1), bias != NULL);
     out = status == AWL_OK ? awl_keep(out) : NULL;
     awl_scope_end();
 
@@ -173,6 +181,9 @@ typedef struct ce_ctx {
     int ignore_index;
     int64_t count; /* rows not ignored */
 } ce_ctx;
+
+/* The loss's dtype: float32 for bfloat16 logits, else the logits'. */
+static awl_dtype ce_loss_dtype(awl_dtype logits) { return logits == AWL_BF16 ? AWL_F32 : logits; }
 
 /* Copies targets to the host, checks each is in [0, V) or ignore_index, and
  * counts the rows that are not ignored. Returns the host copy (free it) or
@@ -233,6 +244,8 @@ static awl_tensor *cross_entropy_composed(awl_tensor *logits2, const int32_t *ho
     if (ce_index_tensors(logits2, host, n, ignore_index, &idx, &mask) < 0) return NULL;
     awl_tensor *picked = awl_gather(awl_log_softmax(logits2, -1), 1, idx); /* (N, 1) */
     if (mask) picked = awl_mul(picked, mask);
+    if (picked && picked->dtype != ce_loss_dtype(picked->dtype))
+        picked = awl_cast(picked, ce_loss_dtype(picked->dtype));
     return awl_mul_scalar(awl_sum_all(picked), -1.0 / (double)count);
 }
 
@@ -257,7 +270,9 @@ static awl_tensor *cross_entropy_grad_composed(awl_tensor *logits, awl_tensor *t
         awl_tensor_scatter_add_(onehot, 1, idx, src) < 0)
         return NULL;
     if (mask) p = awl_mul(p, mask);
-    awl_tensor *d = awl_mul(awl_sub(p, onehot), awl_mul_scalar(grad, 1.0 / (double)c->count));
+    awl_tensor *scale = awl_mul_scalar(grad, 1.0 / (double)c->count);
+    if (scale && scale->dtype != logits->dtype) scale = awl_cast(scale, logits->dtype);
+    awl_tensor *d = awl_mul(awl_sub(p, onehot), scale);
     return awl_reshape(d, logits->ndim, logits->shape);
 }
 
@@ -272,7 +287,8 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
         int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets);
         awl_tensor *lc = awl_tensor_contiguous(logits), *tc = awl_tensor_contiguous(targets);
         awl_tensor *scaled = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
-        awl_tensor *dloss = awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n));
+        awl_tensor *dloss = awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)),
+                                            logits->dtype);
         awl_tensor *dl = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
         if (!lc || !tc || !dloss || !dl) return AWL_ERR_INVALID;
         awl_view vd = matrix_view(dl, n, V), vl = matrix_view(lc, n, V);
@@ -305,9 +321,11 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
         int status = awl_tensor_backend(logits)->cross_entropy_forward(&vr, &vlse, &vl, &vt,
                                                                         ignore_index);
         if (awl_nn_kernel_ok("awl_cross_entropy", status, unsupported))
-            loss = awl_tensor_unary(AWL_UNARY_MUL_SCALAR,
-                                    awl_tensor_reduce(AWL_REDUCE_SUM, rows, 0, NULL, false),
-                                    1.0 / (double)count);
+            loss = awl_tensor_unary(
+                AWL_UNARY_MUL_SCALAR,
+                awl_tensor_reduce(AWL_REDUCE_SUM, awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)),
+                                  0, NULL, false),
+                1.0 / (double)count);
     }
     awl_node *node = awl_node_record(loss, "cross_entropy", cross_entropy_backward, 1, &logits,
                                      sizeof(ce_ctx));

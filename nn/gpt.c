@@ -17,6 +17,14 @@
  * first T rows (positions are 0..T-1, so no index tensor and no gather), and
  * generation computes the head only for the last position.
  *
+ * Mixed precision: the model keeps an autocast dtype and sets the thread's
+ * autocast state (nn/autocast.c) around each of its forwards, restoring the
+ * caller's afterwards. A checkpointed block is recomputed during backward,
+ * outside that window, so each block's segment records the autocast dtype
+ * its forward ran under and re-establishes it when replayed (PyTorch's
+ * checkpoint does the same): the recomputed graph then has the dtypes the
+ * first one had.
+ *
  * Initialisation draws from the Philox stream (seed, 0) and then restores the
  * global generator: building a model does not disturb the randomness of
  * whatever runs around it. The layers' own default initialisation runs
@@ -32,12 +40,21 @@
 #include "common/philox.h"
 #include "tensor/tensor_internal.h"
 
+/* What a checkpointed block's replay needs: the block and the autocast
+ * dtype its forward ran under. */
+typedef struct block_segment_ctx {
+    awl_module *block;
+    awl_dtype autocast;
+} block_segment_ctx;
+
 struct awl_gpt {
     awl_module base; /* the root, type "GPT"; awl_gpt_free frees it */
     awl_gpt_config cfg;
     awl_module *wte, *wpe, *ln_f;
     awl_module **blocks;
+    block_segment_ctx *segments; /* one per block */
     bool checkpointing;
+    awl_dtype autocast; /* AWL_F32: off */
     awl_param_list params;
 };
 
@@ -101,6 +118,7 @@ static void gpt_destroy(awl_module *self)
     awl_gpt *g = (awl_gpt *)self;
     awl_param_list_clear(&g->params);
     free(g->blocks);
+    free(g->segments);
 }
 
 static awl_tensor *gpt_module_forward(awl_module *self, awl_tensor *idx)
@@ -140,7 +158,9 @@ static awl_gpt *gpt_build(const awl_gpt_config *c, const char *device)
 {
     awl_gpt *g = (awl_gpt *)awl_module_alloc(sizeof *g, "GPT", gpt_module_forward, gpt_destroy);
     g->cfg = *c;
+    g->autocast = AWL_F32;
     g->blocks = awl_xcalloc((size_t)c->n_layer, sizeof *g->blocks);
+    g->segments = awl_xcalloc((size_t)c->n_layer, sizeof *g->segments);
     awl_module *h = awl_module_container_new("ModuleList");
     for (int i = 0; i < c->n_layer && h; i++) {
         char name[16];
@@ -222,12 +242,57 @@ void awl_gpt_set_checkpointing(awl_gpt *model, bool on)
     if (model) model->checkpointing = on;
 }
 
+/* Whether the model's device computes in dtype: a 1x1 product is the probe,
+ * since the backend table has no capability query and a refusal is an
+ * ordinary error. */
+static int check_autocast_device(awl_gpt *g, awl_dtype dtype)
+{
+    char device[32], why[256];
+    awl_tensor_device_name(awl_module_get_param(g->wte, "weight"), device, sizeof device);
+    awl_scope_begin();
+    awl_tensor *one = awl_zeros(AWL_SHAPE(1, 1), dtype, device);
+    bool ok = awl_tensor_matmul(one, one) != NULL;
+    snprintf(why, sizeof why, "%s", ok ? "" : awl_last_error());
+    awl_scope_end();
+    if (ok) return AWL_OK;
+    return awl_error(AWL_ERR_UNSUPPORTED, "awl_gpt_set_autocast: the model's device %s cannot "
+                                          "compute in %s (use float32 there, or a CUDA device): %s",
+                     device, awl_dtype_name(dtype), why);
+}
+
+int awl_gpt_set_autocast(awl_gpt *model, awl_dtype dtype)
+{
+    if (!model) return AWL_ERR_INVALID;
+    if (dtype != AWL_F32 && dtype != AWL_BF16)
+        return awl_error(AWL_ERR_INVALID, "awl_gpt_set_autocast: %s is not an autocast dtype "
+                                          "(bfloat16, or float32 for off)",
+                         awl_dtype_name(dtype));
+    int status = dtype == AWL_F32 ? AWL_OK : check_autocast_device(model, dtype);
+    if (status == AWL_OK) model->autocast = dtype;
+    return status;
+}
+
+awl_dtype awl_gpt_get_autocast(const awl_gpt *model) { return model ? model->autocast : AWL_F32; }
+
+/* Enters the model's autocast (leaving the caller's state alone when the
+ * model's is off); returns the state to restore. */
+static awl_dtype autocast_enter(const awl_gpt *g)
+{
+    awl_dtype before = awl_autocast_get();
+    if (g->autocast != AWL_F32) awl_autocast_set(g->autocast);
+    return before;
+}
+
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static awl_tensor *block_segment(void *block, int n_inputs, awl_tensor *const *inputs)
+static awl_tensor *block_segment(void *ctx, int n_inputs, awl_tensor *const *inputs)
 {
     (void)n_inputs;
-    return awl_module_forward(block, inputs[0]);
+    const block_segment_ctx *s = ctx;
+    awl_dtype before = awl_autocast_set(s->autocast);
+    awl_tensor *out = awl_module_forward(s->block, inputs[0]);
+    awl_autocast_set(before);
+    return out;
 }
 
 /* idx (B, T) -> the final LayerNorm's output (B, T, C). */
@@ -248,18 +313,32 @@ static awl_tensor *gpt_hidden(awl_gpt *g, awl_tensor *idx)
     awl_tensor *x = awl_add(awl_embedding(wte, idx), awl_slice(wpe, 0, 0, T, 1));
     x = awl_dropout(x, g->cfg.dropout, g->base.training);
     bool checkpoint = g->checkpointing && awl_is_grad_enabled();
-    for (int i = 0; i < g->cfg.n_layer; i++)
-        x = checkpoint ? awl_checkpoint(block_segment, g->blocks[i], 1, &x)
+    for (int i = 0; i < g->cfg.n_layer; i++) {
+        g->segments[i] = (block_segment_ctx){g->blocks[i], awl_autocast_get()};
+        x = checkpoint ? awl_checkpoint(block_segment, &g->segments[i], 1, &x)
                        : awl_module_forward(g->blocks[i], x);
+    }
     return awl_module_forward(g->ln_f, x);
+}
+
+/* The tied head: h (..., C) -> logits (..., vocab), in the autocast dtype
+ * when autocast is on (the float32 embedding is cast for the product). */
+static awl_tensor *gpt_head(awl_gpt *g, awl_tensor *h)
+{
+    return awl_linear(awl_autocast(h), awl_autocast(awl_module_get_param(g->wte, "weight")), NULL);
 }
 
 awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx)
 {
     if (!model) return NULL;
-    return awl_linear(gpt_hidden(model, idx), awl_module_get_param(model->wte, "weight"), NULL);
+    awl_dtype before = autocast_enter(model);
+    awl_tensor *logits = gpt_head(model, gpt_hidden(model, idx));
+    awl_autocast_set(before);
+    return logits;
 }
 
+/* Under autocast the logits are bfloat16; the cross-entropy kernel
+ * accumulates in float32 and the loss comes back float32. */
 awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets)
 {
     if (!model || !targets) return NULL;
@@ -312,8 +391,10 @@ static int next_logits(awl_gpt *g, const int32_t *ids, int n, double *out)
     awl_scope_begin();
     awl_tensor *idx = awl_from_data(ids + start, AWL_SHAPE(1, T), AWL_I32,
                                     awl_tensor_device_name(wte, device, sizeof device));
+    awl_dtype before = autocast_enter(g);
     awl_tensor *last = awl_slice(gpt_hidden(g, idx), 1, T - 1, T, 1); /* (1, 1, C) */
-    awl_tensor *logits = awl_tensor_cast(awl_linear(last, wte, NULL), AWL_F64);
+    awl_tensor *logits = awl_tensor_cast(gpt_head(g, last), AWL_F64);
+    awl_autocast_set(before);
     int status = logits ? awl_to_host(logits, out, (size_t)g->cfg.vocab * sizeof *out)
                         : AWL_ERR_INVALID;
     awl_scope_end();

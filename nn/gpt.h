@@ -92,6 +92,19 @@ awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets);
  * are recomputed in backward instead of kept. Gradients are unchanged. */
 void awl_gpt_set_checkpointing(awl_gpt *model, bool on);
 
+/* Mixed precision (nn/autocast.c): with AWL_BF16, every forward of the
+ * model (loss, evaluation, generation, recomputed checkpoint segments) runs
+ * under bfloat16 autocast: Linear layers, attention and the head compute in
+ * bfloat16 with float32 accumulation, while the parameters, their gradients
+ * (and so the optimizer state), the residual stream, LayerNorm and the loss
+ * stay float32. AWL_F32 (the default) turns it off. Returns 0, or negative:
+ * for another dtype, or a device whose backend cannot compute in bfloat16
+ * (the CPU backend stores bf16 but refuses arithmetic on it). */
+int awl_gpt_set_autocast(awl_gpt *model, awl_dtype dtype);
+
+/* The model's autocast dtype (AWL_F32 when off). */
+awl_dtype awl_gpt_get_autocast(const awl_gpt *model);
+
 /* Samples n_new tokens after prompt[0..n_prompt) (n_prompt >= 1), in
  * no-grad and evaluation mode (the mode is restored afterwards), cropping
  * the context to the last `block` tokens. temperature <= 0 picks the most

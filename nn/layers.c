@@ -9,6 +9,10 @@
  * their hyper-parameters (eps, p) and read the training flag at forward
  * time, so train/eval needs no per-layer code.
  *
+ * Mixed precision lives here too, in two places: Linear casts to the
+ * autocast dtype (nn/autocast.c), and the residual additions cast a
+ * bfloat16 branch back to the float32 stream.
+ *
  * Names follow PyTorch and nanoGPT ("weight", "bias", "c_fc", "ln_1") so a
  * model built from these layers has the parameter names PyTorch would print.
  */
@@ -41,10 +45,11 @@ typedef struct linear_layer {
     awl_tensor *weight, *bias;
 } linear_layer;
 
+/* Under autocast (nn/autocast.c) the product runs in the autocast dtype. */
 static awl_tensor *linear_forward(awl_module *self, awl_tensor *x)
 {
     linear_layer *l = (linear_layer *)self;
-    return awl_linear(x, l->weight, l->bias);
+    return awl_linear(awl_autocast(x), awl_autocast(l->weight), awl_autocast(l->bias));
 }
 
 awl_module *awl_linear_new(int64_t in_features, int64_t out_features, bool bias,
@@ -145,6 +150,14 @@ awl_module *awl_gelu_new(void) { return awl_module_alloc(sizeof(awl_module), "GE
 
 /* ---- MLP and Block ------------------------------------------------------------------ */
 
+/* x + branch, the branch cast to x's dtype first: under autocast a bfloat16
+ * branch joins the float32 residual stream (PyTorch's type promotion). */
+static awl_tensor *residual_add(awl_tensor *x, awl_tensor *branch)
+{
+    if (x && branch && branch->dtype != x->dtype) branch = awl_cast(branch, x->dtype);
+    return awl_add(x, branch);
+}
+
 typedef struct mlp_layer {
     awl_module base;
     awl_module *c_fc, *c_proj;
@@ -179,8 +192,8 @@ typedef struct block_layer {
 static awl_tensor *block_forward(awl_module *self, awl_tensor *x)
 {
     block_layer *b = (block_layer *)self;
-    x = awl_add(x, awl_module_forward(b->attn, awl_module_forward(b->ln_1, x)));
-    return awl_add(x, awl_module_forward(b->mlp, awl_module_forward(b->ln_2, x)));
+    x = residual_add(x, awl_module_forward(b->attn, awl_module_forward(b->ln_1, x)));
+    return residual_add(x, awl_module_forward(b->mlp, awl_module_forward(b->ln_2, x)));
 }
 
 awl_module *awl_block_new(int64_t n_embd, int n_head, double dropout, bool bias,
@@ -233,7 +246,7 @@ awl_module *awl_sequential_new(int n, awl_module *const *modules)
 
 static awl_tensor *residual_forward(awl_module *self, awl_tensor *x)
 {
-    return awl_add(x, awl_module_forward(self->children[0].module, x));
+    return residual_add(x, awl_module_forward(self->children[0].module, x));
 }
 
 awl_module *awl_residual_new(awl_module *inner)

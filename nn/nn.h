@@ -214,6 +214,32 @@ int awl_init_xavier_normal_(awl_tensor *t, double gain);
 int awl_init_kaiming_uniform_(awl_tensor *t, double a, awl_fan_mode mode);
 int awl_init_kaiming_normal_(awl_tensor *t, double a, awl_fan_mode mode);
 
+/* ---- autocast: mixed precision (nn/autocast.c) ------------------------------------ */
+/* While this thread's autocast dtype is AWL_BF16, Linear layers cast their
+ * float32 input, weight and bias to bfloat16 (differentiably: the float32
+ * parameters receive float32 gradients), so matrix products, attention and
+ * the activations between them run in bfloat16, while Block's residual
+ * additions cast the branch back to the float32 stream. Functional ops
+ * (awl_linear, ...) are not affected: they compute in the dtype they are
+ * given. AWL_F32 (the default) turns autocast off.
+ *
+ *     awl_dtype before = awl_autocast_set(AWL_BF16);
+ *     awl_tensor *loss = awl_cross_entropy(awl_module_forward(net, x), y, -1);
+ *     awl_autocast_set(before);
+ *
+ * The CPU backend stores bfloat16 but refuses arithmetic on it, so autocast
+ * to AWL_BF16 needs a CUDA device (awl_gpt_set_autocast checks this). */
+
+/* Sets the autocast dtype (a float dtype; AWL_F32 is off) and returns the
+ * previous one, for restoring. A non-float dtype records an error and
+ * changes nothing. */
+awl_dtype awl_autocast_set(awl_dtype dtype);
+/* This thread's autocast dtype (AWL_F32 when off). */
+awl_dtype awl_autocast_get(void);
+/* t cast to the autocast dtype (awl_cast, owned by the current scope) when
+ * autocast is on and t is float32; otherwise t itself. NULL for NULL. */
+awl_tensor *awl_autocast(awl_tensor *t);
+
 /* ---- functional layers (differentiable) ------------------------------------------ */
 
 /* x (..., in), weight (out, in), bias (out) or NULL -> (..., out).
