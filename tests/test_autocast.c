@@ -102,13 +102,12 @@ static double loss_and_grads(awl_gpt *model, awl_tensor *x, awl_tensor *y)
 {
     awl_module_zero_grad(awl_gpt_module(model));
     awl_scope_begin();
-    awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));
-    awl_scope_end();
+    awl_tensor *loss = awl_gpt_loss(model, x, y);
     ck_assert_msg(loss != NULL, "%s", awl_last_error());
     ck_assert_msg(loss->dtype == AWL_F32, "the loss is %s", awl_dtype_name(loss->dtype));
     ck_assert_msg(awl_backward(loss) == 0, "%s", awl_last_error());
     double value = awl_item(loss);
-    awl_release(loss);
+    awl_scope_end();
     return value;
 }
 
