@@ -36,19 +36,8 @@
 #include <time.h>
 
 #include "awl.h"
+#include "bench/bench_util.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
@@ -66,10 +55,10 @@ static double matmul_ceiling(const char *device, awl_dtype dtype)
     awl_tensor *c = awl_empty(AWL_SHAPE(n, n), dtype, device);
     for (int rep = 0; a && b && c && rep < 6; rep++) {
         awl_synchronize(device);
-        double t0 = now();
+        double t0 = bench_now();
         awl_tensor_matmul_out(c, a, b, false);
         awl_synchronize(device);
-        double rate = 2.0 * (double)n * (double)n * (double)n / (now() - t0);
+        double rate = 2.0 * (double)n * (double)n * (double)n / (bench_now() - t0);
         if (rep > 0 && rate > best) best = rate;
     }
     awl_scope_end();
@@ -141,12 +130,12 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         status = make_batch(tokens, n_tokens, cfg.vocab, cfg.batch, cfg.block, 2 * (uint64_t)step,
                             o->device, &x, &y);
         awl_synchronize(o->device);
-        double t0 = now();
+        double t0 = bench_now();
         awl_optimizer_zero_grad(opt);
         awl_tensor *loss = status == 0 ? awl_gpt_loss(model, x, y) : NULL;
         if (!loss || awl_backward(loss) < 0 || awl_optimizer_step(opt) < 0) status = -1;
         awl_synchronize(o->device);
-        times[step] = now() - t0;
+        times[step] = bench_now() - t0;
         double l = status == 0 ? awl_item(loss) : NAN;
         if (step == 0) loss_first = l;
         loss_last = l;
@@ -155,8 +144,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     if (status < 0) {
         fprintf(stderr, "bench_gpt: %s: %s\n", config, awl_last_error());
     } else {
-        qsort(times + o->warmup, (size_t)o->steps, sizeof *times, compare_doubles);
-        double median = times[o->warmup + o->steps / 2];
+        double median = bench_median(times + o->warmup, o->steps);
         double tokens_per_s = (double)cfg.batch * cfg.block / median;
         double flops = awl_gpt_flops_per_token(&cfg) * tokens_per_s;
         awl_memory_stats mem;

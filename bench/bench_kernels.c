@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "bench/bench_util.h"
 
 static const awl_backend *B;
 static int repeats = 7;
@@ -31,24 +32,6 @@ static const char *only; /* run only benches whose name contains this */
 
 static bool selected(const char *name) { return !only || strstr(name, only); }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 typedef void (*bench_fn)(void *ctx);
 
@@ -60,16 +43,16 @@ static void time_pair(bench_fn f, void *fc, bench_fn g, void *gc, int inner, dou
     f(fc);
     g(gc);
     for (int r = 0; r < repeats; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < inner; i++) f(fc);
-        double t1 = now();
+        double t1 = bench_now();
         for (int i = 0; i < inner; i++) g(gc);
-        double t2 = now();
+        double t2 = bench_now();
         a[r] = (t1 - t0) / inner;
         b[r] = (t2 - t1) / inner;
     }
-    *tf = median(a, repeats);
-    *tg = median(b, repeats);
+    *tf = bench_median(a, repeats);
+    *tg = bench_median(b, repeats);
 }
 
 static float *random_floats(int64_t n)

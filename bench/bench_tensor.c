@@ -22,19 +22,8 @@
 #include <time.h>
 
 #include "awl.h"
+#include "bench/bench_util.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median seconds of `reps` runs of fn after one warm-up. */
 typedef void (*bench_fn)(void *ctx);
@@ -45,12 +34,11 @@ static double median_time(bench_fn fn, void *ctx, int reps)
     if (reps > 64) reps = 64;
     fn(ctx);
     for (int i = 0; i < reps; i++) {
-        double t0 = now();
+        double t0 = bench_now();
         fn(ctx);
-        t[i] = now() - t0;
+        t[i] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, compare_doubles);
-    return t[reps / 2];
+    return bench_median(t, reps);
 }
 
 /* ---- matmul ------------------------------------------------------------------------ */
@@ -168,9 +156,9 @@ static double op_cost(bool record, int iters)
     double best = 1e9;
     for (int round = 0; round < 5; round++) {
         awl_scope_begin();
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < iters; i++) awl_mul(x, y);
-        double t = (now() - t0) / iters;
+        double t = (bench_now() - t0) / iters;
         awl_scope_end(); /* frees the results (and their graph nodes) outside the timing */
         if (t < best) best = t;
     }

@@ -1,0 +1,35 @@
+/*
+ * bench/bench_util.h - the clock and the median every benchmark uses.
+ *
+ * Benchmarks report medians: on a shared machine the distribution of run
+ * times has a long right tail (another process took the core), and the
+ * median ignores it where the mean would not.
+ */
+#ifndef AWL_BENCH_UTIL_H
+#define AWL_BENCH_UTIL_H
+
+#include <stdlib.h>
+#include <time.h>
+
+/* Seconds on a monotonic clock. */
+static inline double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int bench_compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of t[0..n) (sorts t in place). */
+static inline double bench_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, bench_compare_doubles);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+#endif
