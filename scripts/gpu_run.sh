@@ -1,0 +1,264 @@
+#!/bin/bash
+# scripts/gpu_run.sh - build awl on a GPU machine and run its GPU stages.
+#
+#     STAGES=tests,bench,train bash scripts/gpu_run.sh      # STAGES=all is the same
+#
+# Made for the lent H200 machine (the `device` tool: one `run` with carry
+# [".cudadev"]), whose image has nvcc, gcc and PyTorch but no pkg-config,
+# OpenBLAS, Check or zlib headers. So the build is no CMake: every .c is
+# compiled with gcc and every .cu with nvcc -arch=sm_90, all in parallel,
+# against what the git-ignored folder .cudadev carries from a dev machine:
+#     .cudadev/include   cblas.h openblas_config.h check.h check_stdint.h zlib.h zconf.h
+#     .cudadev/lib       libopenblas.so.0 (+ libgfortran, libquadmath, libgomp),
+#                        libcheck.a libsubunit.a libz.a
+#     .cudadev/data/tinyshakespeare.txt      (from ../shared/data)
+#     .cudadev/torch_gpt_gpu.py              (from ../shared/peers: the PyTorch peer)
+# Only the checkout travels to the device, not ../shared: hence the copies.
+#
+# Stages (each writes its logs under $OUT and adds rows to the summary,
+# printed at the end and kept in $OUT/summary.txt; at most 8 files come
+# back from $OUT, so logs are concatenated):
+#   tests  test_cuda, test_backend on cuda, test_autocast, the op/nn/gradcheck
+#          suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only suites, all at
+#          once (one process each, CK_FORK=no), each under TEST_TIMEOUT;
+#   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
+#          for the pairs in TORCH_COMPILE) on shakespeare-char and gpt2-124m
+#          in fp32, tf32 and bf16; JSON lines in $OUT/bench.jsonl;
+#   train  train_gpt on tinyshakespeare, shakespeare-char with nanoGPT's
+#          settings (lr 1e-3 warmup 100 cosine to 1e-4, dropout 0.2, batch
+#          64, block 256, clip 1, wd 0.1) in TRAIN_PRECISION; prints the final
+#          validation loss and the wall time.
+#
+# Knobs (environment), with their defaults: STAGES=all, BENCH_STEPS=10,
+# BENCH_WARMUP=3, BENCH_CONFIGS="shakespeare-char gpt2-124m",
+# BENCH_PRECISIONS="fp32 tf32 bf16", TORCH_COMPILE="shakespeare-char:bf16
+# gpt2-124m:bf16" ("" for none), TRAIN_STEPS=5000, TRAIN_PRECISION=bf16,
+# EVAL_INTERVAL=1000, EVAL_ITERS=50, TEST_TIMEOUT=150.
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+D=$ROOT/.cudadev
+OUT=${OUT:-$ROOT/gpu_out}
+B=${AWL_GPU_BUILD:-/tmp/awl-gpu}
+STAGES=${STAGES:-all}
+[ "$STAGES" = all ] && STAGES=tests,bench,train
+BENCH_STEPS=${BENCH_STEPS:-10}
+BENCH_WARMUP=${BENCH_WARMUP:-3}
+BENCH_CONFIGS=${BENCH_CONFIGS:-shakespeare-char gpt2-124m}
+BENCH_PRECISIONS=${BENCH_PRECISIONS:-fp32 tf32 bf16}
+TORCH_COMPILE=${TORCH_COMPILE-shakespeare-char:bf16 gpt2-124m:bf16}
+TRAIN_STEPS=${TRAIN_STEPS:-5000}
+TRAIN_PRECISION=${TRAIN_PRECISION:-bf16}
+EVAL_INTERVAL=${EVAL_INTERVAL:-1000}
+EVAL_ITERS=${EVAL_ITERS:-50}
+TEST_TIMEOUT=${TEST_TIMEOUT:-150}
+JOBS=$(nproc)
+DATA=$D/data/tinyshakespeare.txt
+SUMMARY=$OUT/summary.txt
+T_START=$(date +%s)
+
+mkdir -p "$OUT" "$B/obj" "$B/bin" "$B/log"
+: > "$SUMMARY"
+elapsed() { echo $(( $(date +%s) - T_START )); }
+row() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
+has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+for f in include/cblas.h include/check.h include/zlib.h lib/libopenblas.so.0 lib/libcheck.a \
+         lib/libz.a data/tinyshakespeare.txt torch_gpt_gpu.py; do
+    [ -e "$D/$f" ] || { echo "gpu_run: missing .cudadev/$f (see the header of this script)"; exit 1; }
+done
+
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+CUBLAS_DIR=$(dirname "$(ls "$CUDA_HOME"/lib64/libcublas.so* /usr/local/cuda*/lib*/libcublas.so* 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$D/lib:$CUBLAS_DIR:$CUDA_HOME/lib64:$LD_LIBRARY_PATH
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | sed 's/^/gpu: /' | tee -a "$SUMMARY"
+
+# ---- build ---------------------------------------------------------------------------
+CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -fopenmp -Wall -Wextra
+        -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include"
+NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo"
+LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lm -lrt
+      -lpthread"
+
+# Compiles $1 to $B/obj/<path with / as _>.o; a failure leaves $B/FAILED.
+compile() {
+    local src=$1 obj=$B/obj/${1//\//_}.o log=$B/log/${1//\//_}.log
+    case $src in
+        *.cu) nvcc $NVFLAGS -c "$src" -o "$obj" ;;
+        # as CMake: the CPU kernels promise no FP exceptions nor errno
+        backends/cpu/*) gcc $CFLAGS -fno-trapping-math -fno-math-errno -c "$src" -o "$obj" ;;
+        *) gcc $CFLAGS -c "$src" -o "$obj" ;;
+    esac > "$log" 2>&1 || { echo "compile failed: $src"; touch "$B/FAILED"; }
+}
+
+# Runs "$@" in the background, at most JOBS at once.
+spawn() {
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    "$@" &
+}
+
+shopt -s nullglob
+LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c
+         backends/cuda/*.cu)
+TEST_SRC=(tests/test_*.c)
+PROG_SRC=(tests/helpers/*.c examples/train_gpt.c bench/bench_gpt.c "${TEST_SRC[@]}")
+echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
+rm -f "$B/FAILED"
+t0=$(date +%s)
+for src in "${LIB_SRC[@]}" "${PROG_SRC[@]}"; do spawn compile "$src"; done
+wait
+LIB_OBJ=()
+for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
+HELPERS=()
+for src in tests/helpers/*.c; do HELPERS+=("$B/obj/${src//\//_}.o"); done
+link() { # name, objects...
+    local name=$1; shift
+    nvcc -arch=sm_90 -o "$B/bin/$name" "$@" "${LIB_OBJ[@]}" $LIBS > "$B/log/link_$name.log" 2>&1 ||
+        { echo "link failed: $name"; cat "$B/log/link_$name.log"; touch "$B/FAILED"; }
+}
+if [ ! -e "$B/FAILED" ]; then
+    spawn link train_gpt "$B/obj/examples_train_gpt.c.o"
+    spawn link bench_gpt "$B/obj/bench_bench_gpt.c.o"
+    for src in "${TEST_SRC[@]}"; do
+        name=$(basename "$src" .c)
+        spawn link "$name" "$B/obj/${src//\//_}.o" "${HELPERS[@]}"
+    done
+    wait
+fi
+cat "$B"/log/*.log > "$OUT/build.log"
+grep -h -E "warning|error" "$B"/log/*.log | head -20
+if [ -e "$B/FAILED" ]; then
+    row "build: FAILED after $(( $(date +%s) - t0 )) s (see build.log)"
+    exit 1
+fi
+row "build: $(( $(date +%s) - t0 )) s"
+BIN=$B/bin
+
+# ---- tests ------------------------------------------------------------------------------
+# Runs one suite: name, then env assignments; output to $B/log/run_<name>.log.
+run_suite() {
+    local name=$1 t0=$(date +%s); shift
+    env OMP_NUM_THREADS=2 CK_FORK=no "$@" timeout "$TEST_TIMEOUT" "$BIN/$name" \
+        > "$B/log/run_$name.log" 2>&1
+    local rc=$? result=pass
+    [ $rc = 124 ] && result=TIMEOUT
+    [ $rc != 0 ] && [ $rc != 124 ] && result="FAIL(rc=$rc)"
+    echo "$name|$result|$(( $(date +%s) - t0 ))" > "$B/log/result_$name"
+}
+
+stage_tests() {
+    echo "== tests (each under ${TEST_TIMEOUT} s, all at once)"
+    local t0=$(date +%s) gpu_suites=(test_ops_convert test_ops_elementwise test_ops_index
+        test_ops_matmul test_ops_reduce test_ops_shape test_nn test_gpt test_checkpoint
+        test_higher_order test_errors)
+    local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors)
+    rm -f "$B"/log/result_* "$B"/log/run_*
+    run_suite test_cuda &
+    run_suite test_backend AWL_TEST_BACKEND=cuda &
+    run_suite test_autocast &
+    for s in "${gpu_suites[@]}"; do run_suite "$s" AWL_TEST_DEVICE=cuda:0 & done
+    for s in "${cpu_suites[@]}"; do run_suite "$s" & done
+    wait
+    : > "$OUT/tests.log"
+    for f in "$B"/log/run_*.log; do
+        { echo "######## $(basename "$f" .log | sed 's/^run_//')"; cat "$f"; } >> "$OUT/tests.log"
+    done
+    row ""
+    row "suite                  device   result       s   checks"
+    for f in "$B"/log/result_*; do
+        IFS='|' read -r name result secs < "$f"
+        local dev=cpu checks
+        case " test_cuda test_backend test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
+        checks=$(grep -h -E "^[0-9]+%: Checks" "$B/log/run_$name.log" | tr '\n' ' ')
+        [ -z "$checks" ] && checks=$(grep -h "skipped" "$B/log/run_$name.log" | head -1)
+        row "$(printf '%-22s %-8s %-12s %3s  %s' "$name" "$dev" "$result" "$secs" "$checks")"
+    done
+    grep -h "bf16 vs fp32\|checkpointed blocks\|AdamW steps on one batch" "$B/log/run_test_autocast.log" |
+        sed 's/^/autocast: /' | tee -a "$SUMMARY"
+    row "tests: $(( $(date +%s) - t0 )) s"
+}
+
+# ---- bench ------------------------------------------------------------------------------
+stage_bench() {
+    echo "== bench: $BENCH_STEPS steps after $BENCH_WARMUP warm-up"
+    local t0=$(date +%s) cfg p
+    : > "$OUT/bench.jsonl"
+    : > "$OUT/bench.log"
+    for cfg in $BENCH_CONFIGS; do
+        for p in $BENCH_PRECISIONS; do
+            timeout 120 "$BIN/bench_gpt" --device cuda --configs "$cfg" --precisions "$p" \
+                --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" --data "$DATA" \
+                2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl" ||
+                echo "{\"bench\":\"gpt_train\",\"config\":\"$cfg\",\"precision\":\"$p\",\"error\":\"rc $?\"}" >> "$OUT/bench.jsonl"
+        done
+        echo "awl $cfg done at $(elapsed) s"
+    done
+    local precs=${BENCH_PRECISIONS// /,}
+    for cfg in $BENCH_CONFIGS; do
+        PYTHONUNBUFFERED=1 timeout 240 python3 "$D/torch_gpt_gpu.py" --configs "$cfg" \
+            --precisions "$precs" --modes eager --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
+            2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl"
+        echo "torch eager $cfg done at $(elapsed) s"
+    done
+    local pair
+    for pair in $TORCH_COMPILE; do
+        PYTHONUNBUFFERED=1 timeout 240 python3 "$D/torch_gpt_gpu.py" --configs "${pair%%:*}" \
+            --precisions "${pair##*:}" --modes compile --steps "$BENCH_STEPS" \
+            --warmup "$BENCH_WARMUP" 2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl"
+        echo "torch compile $pair done at $(elapsed) s"
+    done
+    row ""
+    python3 - "$OUT/bench.jsonl" <<'EOF' | tee -a "$SUMMARY"
+import json, sys
+awl, torch = {}, {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    key = (r.get("config"), r.get("precision"))
+    if r.get("peer") == "pytorch":
+        torch[key + (r["mode"],)] = r
+    elif "tokens_per_s" in r:
+        awl[key] = r
+    elif "error" in r and "mode" not in r:
+        awl[key] = {"tokens_per_s": 0, "ms_per_step": 0, "mfu": 0, "peak_mb": 0}
+def tok(r): return r.get("tokens_s") or r.get("tokens_per_s") or 0
+print(f"{'config':17} {'prec':5} {'awl tok/s':>10} {'ms/step':>8} {'MFU':>6} {'peak MB':>8} "
+      f"{'torch eager':>11} {'ms':>7} {'compile':>9} {'awl/eager':>9} {'awl/compile':>11}")
+for key in sorted(set(awl) | {k[:2] for k in torch}):
+    a = awl.get(key, {})
+    e, c = torch.get(key + ("eager",), {}), torch.get(key + ("compile",), {})
+    ratio = lambda t: f"{tok(a) / tok(t):.2f}" if tok(a) and tok(t) else "-"
+    print(f"{key[0]:17} {key[1]:5} {tok(a):>10.0f} {a.get('ms_per_step', 0):>8.2f} "
+          f"{a.get('mfu', 0):>6.3f} {a.get('peak_mb', 0):>8.0f} {tok(e):>11.0f} "
+          f"{e.get('ms_step', 0):>7.2f} {tok(c):>9.0f} {ratio(e):>9} {ratio(c):>11}")
+print("(awl MFU: against the matmul rate of its precision measured in-process; "
+      "torch's MFU in bench.jsonl is against 989 TFLOP/s)")
+EOF
+    row "bench: $(( $(date +%s) - t0 )) s"
+}
+
+# ---- train ------------------------------------------------------------------------------
+stage_train() {
+    echo "== train: shakespeare-char, $TRAIN_STEPS steps, $TRAIN_PRECISION"
+    local t0=$(date +%s)
+    "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
+        --precision "$TRAIN_PRECISION" --steps "$TRAIN_STEPS" --lr 1e-3 --min-lr 1e-4 \
+        --warmup 100 --dropout 0.2 --batch 64 --block 256 --grad-clip 1.0 --weight-decay 0.1 \
+        --eval-interval "$EVAL_INTERVAL" --eval-iters "$EVAL_ITERS" --log-interval 250 \
+        --log "$OUT/train_log.csv" --sample-tokens 200 --seed 1337 2>&1 | tee "$OUT/train.log"
+    local rc=$? wall=$(( $(date +%s) - t0 ))
+    row ""
+    row "train: rc $rc, wall $wall s; $(grep -h '^done:' "$OUT/train.log")"
+    row "train: final $(grep -h -E "step $TRAIN_STEPS: train loss" "$OUT/train.log" | tail -1)"
+    row "train: $(grep -h -E '^step [0-9]+/' "$OUT/train.log" | tail -1)"
+}
+
+has_stage tests && stage_tests
+has_stage bench && stage_bench
+has_stage train && stage_train
+row ""
+row "total: $(elapsed) s (stages: $STAGES)"
+echo "==================== summary"
+cat "$SUMMARY"
