@@ -44,7 +44,7 @@ typedef struct settings {
     int n_layer, n_head, n_embd, block, batch; /* 0: the configuration's */
     double dropout;                            /* < 0: the configuration's */
     int steps, warmup, grad_accum;
-    double lr, min_lr, weight_decay, grad_clip;
+    double lr, min_lr, beta1, beta2, weight_decay, grad_clip;
     const char *schedule;
     int eval_interval, eval_iters, log_interval;
     long seed;
@@ -89,6 +89,9 @@ static const option_spec options[] = {
     {"warmup", "N", "linear warmup steps (default 100)", OPT_INT, FIELD(warmup)},
     {"schedule", "KIND", "cosine (default: warmup then cosine decay to min-lr) or constant",
      OPT_STRING, FIELD(schedule)},
+    {"beta1", "X", "AdamW beta1 (default 0.9)", OPT_DOUBLE, FIELD(beta1)},
+    {"beta2", "X", "AdamW beta2 (default 0.95; nanoGPT uses 0.99 for shakespeare-char)",
+     OPT_DOUBLE, FIELD(beta2)},
     {"weight-decay", "X", "AdamW weight decay on 2-D weights (default 0.1)", OPT_DOUBLE,
      FIELD(weight_decay)},
     {"grad-clip", "X", "clip the global gradient norm (default 1.0; 0: off)", OPT_DOUBLE,
@@ -141,6 +144,8 @@ static settings default_settings(void)
     s.grad_accum = 1;
     s.lr = 1e-3;
     s.min_lr = -1;
+    s.beta1 = 0.9;
+    s.beta2 = 0.95;
     s.weight_decay = 0.1;
     s.grad_clip = 1.0;
     s.schedule = "cosine";
@@ -659,7 +664,8 @@ static int run(trainer *t)
     if (!t->model) return fail("building the model");
     if (s->checkpoint_activations) awl_gpt_set_checkpointing(t->model, true);
     if (bf16 && awl_gpt_set_autocast(t->model, AWL_BF16) < 0) return fail("--precision bf16");
-    t->opt = awl_adamw_new(awl_gpt_parameters(t->model), s->lr, 0.9, 0.95, 1e-8, s->weight_decay);
+    t->opt = awl_adamw_new(awl_gpt_parameters(t->model), s->lr, s->beta1, s->beta2, 1e-8,
+                           s->weight_decay);
     if (!t->opt) return fail("the optimizer");
     double min_lr = s->min_lr >= 0 ? s->min_lr : s->lr / 10;
     t->schedule = strcmp(s->schedule, "constant") == 0

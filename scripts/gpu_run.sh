@@ -265,6 +265,7 @@ stage_train() {
     "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
         --precision "$TRAIN_PRECISION" --steps "$TRAIN_STEPS" --lr 1e-3 --min-lr 1e-4 \
         --warmup 100 --dropout 0.2 --batch 64 --block 256 --grad-clip 1.0 --weight-decay 0.1 \
+        --beta2 0.99 \
         --eval-interval "$EVAL_INTERVAL" --eval-iters "$EVAL_ITERS" --log-interval 250 \
         --log "$OUT/train_log.csv" --sample-tokens 200 --seed 1337 2>&1 | tee "$OUT/train.log"
     local rc=$? wall=$(( $(date +%s) - t0 ))

@@ -229,7 +229,7 @@ START_TEST(test_module_errors_and_ties)
     ck_assert_ptr_eq(awl_module_get_param(pair, "0.weight"), awl_module_get_param(pair, "1.tied"));
     ck_assert_int_eq(awl_module_get_param(pair, "1.tied")->dtype, AWL_F64);
     ck_assert(awl_module_get_param(pair, "1.weight")->requires_grad);
-    ck_assert_int_eq(awl_module_to(pair, "cpu"), 0); /* already there: a no-op */
+    ck_assert_int_eq(awl_module_to(pair, dev), 0); /* already there: a no-op */
     ck_assert_int_lt(awl_module_cast(pair, AWL_I32), 0);
     if (!awl_device_available("cuda:0")) ck_assert_int_lt(awl_module_to(pair, "cuda:0"), 0);
     ck_assert_int_eq(awl_module_get_param(pair, "0.weight")->dtype, AWL_F64);
