@@ -367,9 +367,10 @@ static int32_t sample_token(double *logits, double *scratch, int V, double tempe
         qsort(scratch, (size_t)V, sizeof *scratch, compare_desc);
         cutoff = scratch[top_k - 1];
     }
+    const double max = logits[best]; /* read once: the loop overwrites logits[best] */
     double total = 0.0;
     for (int i = 0; i < V; i++) {
-        logits[i] = logits[i] < cutoff ? 0.0 : exp((logits[i] - logits[best]) / temperature);
+        logits[i] = logits[i] < cutoff ? 0.0 : exp((logits[i] - max) / temperature);
         total += logits[i];
     }
     double target = u * total, acc = 0.0;

@@ -10,7 +10,9 @@
  *   parameter (the tied embedding gets both its gradients);
  * - a tiny GPT trained with a plain Adam loop written here memorises a
  *   synthetic corpus within seconds, after which greedy generation recites
- *   it; sampling is reproducible from its seed.
+ *   it; sampling is reproducible from its seed;
+ * - sampled frequencies match the model's softmax(logits / temperature),
+ *   with and without top-k.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -339,8 +341,60 @@ START_TEST(test_overfit_and_generate)
 }
 END_TEST
 
+/* Sampling draws from softmax(logits / temperature) and top-k keeps only
+ * the k most likely: the frequencies of many one-token samples, one seed
+ * each, match the model's own distribution. */
+START_TEST(test_sampling_distribution)
+{
+    awl_gc_begin(23);
+    enum { V = 6, N = 6000 };
+    awl_gpt_config cfg = tiny_config(V, 4, 1, 8);
+    awl_gpt *model = awl_gpt_new(&cfg, awl_gc_device(), 5);
+    ck_assert_ptr_nonnull(model);
+    /* spread the logits: scale the tied embedding up */
+    awl_tensor *wte = awl_module_get_param(awl_gpt_module(model), "transformer.wte.weight");
+    ck_assert_int_eq(awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, wte, wte, 60.0), 0);
+    int32_t prompt[2] = {1, 4};
+    double logits[V], p[V], q[V];
+    awl_scope_begin();
+    awl_module_train(awl_gpt_module(model), false);
+    awl_tensor *idx = awl_from_data(prompt, AWL_SHAPE(1, 2), AWL_I32, awl_gc_device());
+    awl_tensor *out = awl_gpt_forward(model, idx);
+    awl_tensor *last = awl_cast(awl_reshape(awl_slice(out, 1, 1, 2, 1), AWL_SHAPE(V)), AWL_F64);
+    ck_assert_int_eq(awl_to_host(last, logits, sizeof logits), 0);
+    awl_scope_end();
+    for (int top_k = 0; top_k <= 3; top_k += 3) {
+        const double temperature = 0.7;
+        double max = logits[0], total = 0, sorted[V];
+        for (int i = 0; i < V; i++) max = logits[i] > max ? logits[i] : max;
+        memcpy(sorted, logits, sizeof sorted);
+        for (int i = 0; i < V; i++) /* descending, for the k-th largest */
+            for (int j = i + 1; j < V; j++)
+                if (sorted[j] > sorted[i]) { double t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t; }
+        for (int i = 0; i < V; i++) {
+            p[i] = top_k && logits[i] < sorted[top_k - 1] ? 0 : exp((logits[i] - max) / temperature);
+            total += p[i];
+        }
+        for (int i = 0; i < V; i++) p[i] /= total, q[i] = 0;
+        for (int n = 0; n < N; n++) {
+            int32_t s[3];
+            ck_assert_int_eq(awl_gpt_generate(model, prompt, 2, 1, temperature, top_k, (uint64_t)n, s), 3);
+            q[s[2]] += 1.0 / N;
+        }
+        for (int i = 0; i < V; i++) {
+            double sigma = sqrt(p[i] * (1 - p[i]) / N) + 1e-9;
+            ck_assert_msg(fabs(q[i] - p[i]) < 5 * sigma + 1e-3,
+                          "top_k %d token %d: sampled %.4f, model %.4f", top_k, i, q[i], p[i]);
+        }
+    }
+    awl_gpt_free(model);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("gpt", test_configs_and_names, test_init, test_forward_and_errors,
-                            test_gradcheck_tiny_gpt, test_overfit_and_generate);
+                            test_gradcheck_tiny_gpt, test_overfit_and_generate,
+                            test_sampling_distribution);
 }
