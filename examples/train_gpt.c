@@ -583,6 +583,8 @@ static int train(trainer *t)
     progress p = {tty, t->step, s->steps, now()};
     double window_start = now();
     int window_steps = 0;
+    double best_val = INFINITY; /* small corpora overfit: the best is what to keep */
+    int best_step = 0;
     double tok_s = 0, mfu = 0;
     for (; t->step < s->steps; t->step++) {
         double lr = awl_lr_at(&t->schedule, t->step);
@@ -608,6 +610,10 @@ static int train(trainer *t)
             val = evaluate(t, AWL_SPLIT_VAL);
             printf("%sstep %d: train loss %.4f, val loss %.4f (%.0f s)\n", tty ? "\r\033[K" : "",
                    t->step + 1, train_eval, val, now() - p.start_time);
+            if (val < best_val) {
+                best_val = val;
+                best_step = t->step + 1;
+            }
             window_start = now(); /* evaluation time is not training speed */
             window_steps = 0;
         }
@@ -625,7 +631,9 @@ static int train(trainer *t)
         }
     }
     if (tty) printf("\n");
-    printf("done: %d steps in %.1f s\n", s->steps - p.start_step, now() - p.start_time);
+    printf("done: %d steps in %.1f s", s->steps - p.start_step, now() - p.start_time);
+    if (best_step) printf("; best val loss %.4f at step %d", best_val, best_step);
+    printf("\n");
     return 0;
 }
 
