@@ -6,34 +6,43 @@
  * (slices of (B, T, 3, H, D) with H and T swapped) without a copy; lse
  * (B, H, T) float32, the log of each softmax row's denominator.
  *
- * Each (b, h) is an independent problem done with three BLAS calls and a T x T
- * scratch: S = scale q k^T, row softmax with the causal mask (entries j > i
- * are exactly 0), out = P v. The backward pass recomputes P from q, k and lse
- * instead of saving it (T x T per head would dominate a GPT's activation
- * memory), then, with dO the output gradient:
- *   dv = P^T dO,  dP = dO v^T,  dS = P (dP - rowsum(dO o)) * scale,
- *   dq = dS k,    dk = dS^T q.
- * rowsum(dO o) equals rowsum(P dP), the softmax backward's dot product,
- * without a pass over the T x T matrix.
+ * Each (b, h) is an independent problem, and the (b, h) problems are split
+ * between OpenMP threads. Within one, the work goes a query row at a time:
  *
- * The (b, h) problems are split between OpenMP threads, each with its own
- * scratch and single-threaded BLAS; with a single head (B = H = 1) the loop
- * runs on one thread and OpenBLAS threads each product instead.
+ *   forward, row r:   s_j = scale q_r . k_j            for the keys j it sees
+ *                     p = softmax(s), lse_r = log sum exp(s)
+ *                     out_r = sum_j p_j v_j
+ *   backward, row r:  p_j = exp(scale q_r . k_j - lse_r)   (recomputed, not saved)
+ *                     dv_j += p_j dO_r,   dp_j = dO_r . v_j
+ *                     ds_j = p_j (dp_j - dO_r . out_r) scale
+ *                     dq_r = sum_j ds_j k_j,   dk_j += ds_j q_r
+ *
+ * (dO_r . out_r equals sum_j p_j dp_j, the softmax backward's dot product,
+ * without a pass over the row.) With the causal mask row r sees keys 0..r
+ * only, so half of the T x T work is skipped outright, and no T x T matrix
+ * exists anywhere: per head the scratch is k and v transposed (D x T, so the
+ * dot products with every key vectorise over the keys), one row of scores,
+ * and the dk, dv accumulators (T x D).
+ *
+ * Why not three BLAS calls per head: at a GPT's head sizes (T = 64..256,
+ * D = 32..64) each product is tiny, BLAS spends its time packing operands
+ * and zeroing outputs, and it cannot skip the masked half. These loops are
+ * plain C that the compiler vectorises (omp simd, cpu_math.h's expf).
  * Float32 only: other dtypes return AWL_ERR_UNSUPPORTED and are composed.
  */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_math.h"
 
-/* A (B, H, T, D) float32 view: base pointer, strides along B, H, T, and the
- * row stride BLAS sees (ld). */
+/* A (B, H, T, D) float32 view: base pointer and strides along B, H, T (D is
+ * contiguous). */
 typedef struct heads {
     char *base;
-    int64_t sb, sh, st, ld;
+    int64_t sb, sh, st;
 } heads;
 
 static bool heads_of(const awl_view *v, const int64_t *shape, heads *h)
@@ -41,19 +50,18 @@ static bool heads_of(const awl_view *v, const int64_t *shape, heads *h)
     if (!v || v->dtype != AWL_F32 || v->ndim != 4) return false;
     for (int d = 0; d < 4; d++)
         if (v->shape[d] != shape[d]) return false;
-    const int64_t T = shape[2], D = shape[3];
-    if (D != 1 && v->strides[3] != 1) return false;
+    if (shape[3] != 1 && v->strides[3] != 1) return false;
     h->base = cpu_view_ptr(v);
     h->sb = v->strides[0];
     h->sh = v->strides[1];
     h->st = v->strides[2];
-    h->ld = T == 1 ? (D > 1 ? D : 1) : v->strides[2];
-    return h->ld >= D && h->ld >= 1;
+    return true;
 }
 
-static float *head(const heads *h, int64_t b, int64_t i)
+/* Row t of head (b, i). */
+static float *row_of(const heads *h, int64_t b, int64_t i, int64_t t)
 {
-    return (float *)h->base + b * h->sb + i * h->sh;
+    return (float *)h->base + b * h->sb + i * h->sh + t * h->st;
 }
 
 /* lse (B, H, T) float32, any strides. */
@@ -74,6 +82,68 @@ static bool lse_of(const awl_view *v, const int64_t *shape, lse_view *l)
     return true;
 }
 
+static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
+{
+    return l->base + b * l->sb + i * l->sh + t * l->st;
+}
+
+/* Keys (or values) transposed to D x Tp, Tp = T rounded up to BLOCK, the
+ * padding zeroed: the dot products of one query with a block of keys then
+ * read BLOCK consecutive floats per dimension. */
+#define BLOCK 16
+
+static int64_t padded(int64_t T) { return (T + BLOCK - 1) / BLOCK * BLOCK; }
+
+static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, int64_t D,
+                           float scale, float *dst)
+{
+    const int64_t Tp = padded(T);
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t t = T; t < Tp; t++) dst[d * Tp + t] = 0.0f;
+    for (int64_t t = 0; t < T; t++) {
+        const float *r = row_of(src, b, i, t);
+        for (int64_t d = 0; d < D; d++) dst[d * Tp + t] = r[d] * scale;
+    }
+}
+
+/* s[j] = x . yt[:, j] for j < n (and up to n rounded up to BLOCK, which
+ * the caller ignores), yt (D x Tp). A block of BLOCK sums stays in
+ * registers while the loop walks the D dimensions. */
+static void row_dots(const float *x, const float *yt, int64_t n, int64_t Tp, int64_t D, float *s)
+{
+    for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {
+        float acc[BLOCK] = {0};
+        for (int64_t d = 0; d < D; d++) {
+            const float xd = x[d], *y = yt + d * Tp + j0;
+#pragma omp simd
+            for (int jj = 0; jj < BLOCK; jj++) acc[jj] += xd * y[jj];
+        }
+        memcpy(s + j0, acc, sizeof acc);
+    }
+}
+
+/* out = sum_{j<n} w[j * w_stride] * rows[j], rows[j] = base + j * stride (D
+ * floats): a weighted sum of rows, D / BLOCK register blocks at a time. */
+static void weighted_rows(const float *w, int64_t w_stride, int64_t n, const float *base,
+                          int64_t stride, int64_t D, float *out)
+{
+    int64_t d0 = 0;
+    for (; d0 + BLOCK <= D; d0 += BLOCK) {
+        float acc[BLOCK] = {0};
+        for (int64_t j = 0; j < n; j++) {
+            const float wj = w[j * w_stride], *r = base + j * stride + d0;
+#pragma omp simd
+            for (int dd = 0; dd < BLOCK; dd++) acc[dd] += wj * r[dd];
+        }
+        memcpy(out + d0, acc, sizeof acc);
+    }
+    for (; d0 < D; d0++) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n; j++) acc += w[j * w_stride] * base[j * stride + d0];
+        out[d0] = acc;
+    }
+}
+
 /* Threads for B*H problems of cost T*T*D each, and the scratch they need. */
 static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, int *nt)
 {
@@ -81,13 +151,6 @@ static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, in
     if (*nt > BH) *nt = (int)BH;
     if (*nt < 1) *nt = 1;
     return malloc((size_t)(*nt * per_head) * sizeof(float));
-}
-
-static void scores(const heads *q, const heads *k, int64_t b, int64_t i, int64_t T, int64_t D,
-                   double scale, float *S)
-{
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, (float)scale,
-                head(q, b, i), (int)q->ld, head(k, b, i), (int)k->ld, 0.0f, S, (int)T);
 }
 
 int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
@@ -99,35 +162,36 @@ int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_vi
     if (!heads_of(q, shape, &hq) || !heads_of(k, shape, &hk) || !heads_of(v, shape, &hv) ||
         !heads_of(out, shape, &ho) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
-    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3];
+    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = padded(T);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    float *scratch = scratch_for(B * H, T, D, T * T, &nt);
+    const int64_t per_head = D * Tp + Tp; /* k transposed, one row of scores */
+    float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
-        return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory for %d x %lld^2",
-                         nt, (long long)T);
+        return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory (%d x %lld floats)",
+                         nt, (long long)per_head);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
-        float *S = scratch + (int64_t)omp_get_thread_num() * T * T;
-        scores(&hq, &hk, b, i, T, D, scale, S);
+        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *p = kt + D * Tp;
+        transpose_head(&hk, b, i, T, D, (float)scale, kt);
         for (int64_t r = 0; r < T; r++) {
-            float *row = S + r * T;
-            const int64_t valid = causal ? r + 1 : T;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < valid; j++) m = row[j] > m ? row[j] : m;
-            double sum = 0;
-            for (int64_t j = 0; j < valid; j++) {
-                row[j] = cpu_expf(row[j] - m);
-                sum += row[j];
+            const int64_t n = causal ? r + 1 : T;
+            row_dots(row_of(&hq, b, i, r), kt, n, Tp, D, p);
+            float m = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : m)
+            for (int64_t j = 0; j < n; j++) m = p[j] > m ? p[j] : m;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; j++) {
+                p[j] = cpu_expf(p[j] - m);
+                sum += p[j];
             }
-            const float inv = (float)(1.0 / sum);
-            for (int64_t j = 0; j < valid; j++) row[j] *= inv;
-            for (int64_t j = valid; j < T; j++) row[j] = 0.0f;
-            hl.base[b * hl.sb + i * hl.sh + r * hl.st] = m + logf((float)sum);
+            *lse_at(&hl, b, i, r) = m + logf(sum);
+            const float inv = 1.0f / sum;
+#pragma omp simd
+            for (int64_t j = 0; j < n; j++) p[j] *= inv;
+            weighted_rows(p, 1, n, row_of(&hv, b, i, 0), hv.st, D, row_of(&ho, b, i, r));
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, S,
-                    (int)T, head(&hv, b, i), (int)hv.ld, 0.0f, head(&ho, b, i), (int)ho.ld);
     }
     free(scratch);
     return AWL_OK;
@@ -145,41 +209,52 @@ int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vie
         !heads_of(out, shape, &ho) || !heads_of(dq, shape, &hdq) || !heads_of(dk, shape, &hdk) ||
         !heads_of(dv, shape, &hdv) || !heads_of(dout, shape, &hdo) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
-    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3];
+    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = padded(T);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    float *scratch = scratch_for(B * H, T, D, 2 * T * T, &nt);
+    /* k and v transposed; P and dS (T x Tp each, row r filled up to the
+     * keys it sees), kept so that dk and dv can be summed column by column
+     * after all rows are done */
+    const int64_t per_head = 2 * D * Tp + 2 * T * Tp;
+    float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
-        return awl_error(AWL_ERR_OOM, "awl_cpu attention_backward: out of memory for %d x %lld^2",
-                         nt, (long long)T);
+        return awl_error(AWL_ERR_OOM, "awl_cpu attention_backward: out of memory (%d x %lld floats)",
+                         nt, (long long)per_head);
+    const float sc = (float)scale;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
-        float *P = scratch + (int64_t)omp_get_thread_num() * 2 * T * T, *dS = P + T * T;
-        const float *g = head(&hdo, b, i), *o = head(&ho, b, i);
-        scores(&hq, &hk, b, i, T, D, scale, P);
+        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * Tp;
+        float *P = vt + D * Tp, *dS = P + T * Tp;
+        transpose_head(&hk, b, i, T, D, sc, kt);
+        transpose_head(&hv, b, i, T, D, 1.0f, vt);
+        /* rows: P, dS and dq */
         for (int64_t r = 0; r < T; r++) {
-            float *row = P + r * T;
-            const float l = hl.base[b * hl.sb + i * hl.sh + r * hl.st];
-            const int64_t valid = causal ? r + 1 : T;
-            for (int64_t j = 0; j < valid; j++) row[j] = cpu_expf(row[j] - l);
-            for (int64_t j = valid; j < T; j++) row[j] = 0.0f;
+            const int64_t n = causal ? r + 1 : T;
+            const float *qr = row_of(&hq, b, i, r), *gr = row_of(&hdo, b, i, r);
+            const float *orow = row_of(&ho, b, i, r), l = *lse_at(&hl, b, i, r);
+            float *p = P + r * Tp, *ds = dS + r * Tp;
+            row_dots(qr, kt, n, Tp, D, p);
+            row_dots(gr, vt, n, Tp, D, ds); /* dp, overwritten by ds below */
+            float delta = 0.0f;
+#pragma omp simd reduction(+ : delta)
+            for (int64_t d = 0; d < D; d++) delta += gr[d] * orow[d];
+#pragma omp simd
+            for (int64_t j = 0; j < n; j++) {
+                p[j] = cpu_expf(p[j] - l);
+                ds[j] = p[j] * (ds[j] - delta) * sc;
+            }
+            weighted_rows(ds, 1, n, row_of(&hk, b, i, 0), hk.st, D, row_of(&hdq, b, i, r));
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, P,
-                    (int)T, g, (int)hdo.ld, 0.0f, head(&hdv, b, i), (int)hdv.ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)D, 1.0f, g,
-                    (int)hdo.ld, head(&hv, b, i), (int)hv.ld, 0.0f, dS, (int)T);
-        for (int64_t r = 0; r < T; r++) {
-            double dot = 0;
-            for (int64_t d = 0; d < D; d++) dot += (double)g[r * hdo.st + d] * o[r * ho.st + d];
-            const float delta = (float)dot, s = (float)scale;
-            float *pr = P + r * T, *dr = dS + r * T;
-            for (int64_t j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - delta) * s;
+        /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r over
+         * the rows that see key j */
+        for (int64_t j = 0; j < T; j++) {
+            const int64_t r0 = causal ? j : 0;
+            weighted_rows(dS + r0 * Tp + j, Tp, T - r0, row_of(&hq, b, i, r0), hq.st, D,
+                          row_of(&hdk, b, i, j));
+            weighted_rows(P + r0 * Tp + j, Tp, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
+                          row_of(&hdv, b, i, j));
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, dS,
-                    (int)T, head(&hk, b, i), (int)hk.ld, 0.0f, head(&hdq, b, i), (int)hdq.ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)D, (int)T, 1.0f, dS,
-                    (int)T, head(&hq, b, i), (int)hq.ld, 0.0f, head(&hdk, b, i), (int)hdk.ld);
     }
     free(scratch);
     return AWL_OK;
