@@ -81,7 +81,7 @@ static const option_spec options[] = {
     {"tokenizer", "KIND", "char (default) or bpe", OPT_STRING, FIELD(tokenizer)},
     {"vocab-size", "N", "vocabulary size of the bpe tokenizer (default 512)", OPT_INT,
      FIELD(vocab_size)},
-    {"steps", "N", "train until this many optimizer steps are done (default 2000)", OPT_INT,
+    {"steps", "N", "train until this many optimizer steps are done (default 1500)", OPT_INT,
      FIELD(steps)},
     {"lr", "X", "peak learning rate (default 1e-3)", OPT_DOUBLE, FIELD(lr)},
     {"min-lr", "X", "learning rate at the end of the cosine decay (default lr/10)", OPT_DOUBLE,
@@ -97,7 +97,7 @@ static const option_spec options[] = {
     {"grad-clip", "X", "clip the global gradient norm (default 1.0; 0: off)", OPT_DOUBLE,
      FIELD(grad_clip)},
     {"grad-accum", "N", "micro-batches per optimizer step (default 1)", OPT_INT, FIELD(grad_accum)},
-    {"eval-interval", "N", "evaluate every N steps (default 250; 0: only at the end)", OPT_INT,
+    {"eval-interval", "N", "evaluate every N steps (default 500; 0: only at the end)", OPT_INT,
      FIELD(eval_interval)},
     {"eval-iters", "N", "batches per evaluation (default 20)", OPT_INT, FIELD(eval_iters)},
     {"log-interval", "N", "print a line every N steps when not on a terminal (default 50)",
@@ -139,7 +139,7 @@ static settings default_settings(void)
     s.precision = "fp32";
     s.vocab_size = 512;
     s.dropout = -1;
-    s.steps = 2000;
+    s.steps = 1500;
     s.warmup = 100;
     s.grad_accum = 1;
     s.lr = 1e-3;
@@ -149,7 +149,7 @@ static settings default_settings(void)
     s.weight_decay = 0.1;
     s.grad_clip = 1.0;
     s.schedule = "cosine";
-    s.eval_interval = 250;
+    s.eval_interval = 500;
     s.eval_iters = 20;
     s.log_interval = 50;
     s.seed = 1337;
