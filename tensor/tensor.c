@@ -594,24 +594,29 @@ awl_tensor *awl_arange(double start, double stop, double step, awl_dtype dtype, 
     return t;
 }
 
-awl_tensor *awl_rand(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
+static int fill_random(const char *op, awl_tensor *dst, awl_random_kind kind, double a, double b);
+
+/* A new tensor drawn from the global generator: U[0, 1) or N(0, 1) (both
+ * kinds take a = 0, b = 1 for these). */
+static awl_tensor *create_random(const char *op, awl_random_kind kind, int ndim,
+                                 const int64_t *shape, awl_dtype dtype, const char *device)
 {
-    awl_tensor *t = create("awl_rand", ndim, shape, dtype, device);
-    if (t && awl_tensor_uniform_(t, 0.0, 1.0) < 0) {
+    awl_tensor *t = create(op, ndim, shape, dtype, device);
+    if (t && fill_random(op, t, kind, 0.0, 1.0) < 0) {
         awl_discard(t);
         return NULL;
     }
     return t;
 }
 
+awl_tensor *awl_rand(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
+{
+    return create_random("awl_rand", AWL_RANDOM_UNIFORM, ndim, shape, dtype, device);
+}
+
 awl_tensor *awl_randn(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
 {
-    awl_tensor *t = create("awl_randn", ndim, shape, dtype, device);
-    if (t && awl_tensor_normal_(t, 0.0, 1.0) < 0) {
-        awl_discard(t);
-        return NULL;
-    }
-    return t;
+    return create_random("awl_randn", AWL_RANDOM_NORMAL, ndim, shape, dtype, device);
 }
 
 awl_tensor *awl_from_data(const void *data, int ndim, const int64_t *shape, awl_dtype dtype,
