@@ -91,13 +91,13 @@ awl_tensor *awl_div(awl_tensor *a, awl_tensor *b);
 awl_tensor *awl_maximum(awl_tensor *a, awl_tensor *b);
 awl_tensor *awl_minimum(awl_tensor *a, awl_tensor *b);
 
-awl_tensor *awl_add_scalar(awl_tensor *x, double s);   /* x + s */
-awl_tensor *awl_sub_scalar(awl_tensor *x, double s);   /* x - s */
-awl_tensor *awl_rsub_scalar(double s, awl_tensor *x);  /* s - x */
-awl_tensor *awl_mul_scalar(awl_tensor *x, double s);   /* x * s */
-awl_tensor *awl_div_scalar(awl_tensor *x, double s);   /* x / s */
-awl_tensor *awl_rdiv_scalar(double s, awl_tensor *x);  /* s / x */
-awl_tensor *awl_pow(awl_tensor *x, double exponent);   /* x ^ exponent */
+awl_tensor *awl_add_scalar(awl_tensor *x, double s);  /* x + s */
+awl_tensor *awl_sub_scalar(awl_tensor *x, double s);  /* x - s */
+awl_tensor *awl_rsub_scalar(double s, awl_tensor *x); /* s - x */
+awl_tensor *awl_mul_scalar(awl_tensor *x, double s);  /* x * s */
+awl_tensor *awl_div_scalar(awl_tensor *x, double s);  /* x / s */
+awl_tensor *awl_rdiv_scalar(double s, awl_tensor *x); /* s / x */
+awl_tensor *awl_pow(awl_tensor *x, double exponent);  /* x ^ exponent */
 
 awl_tensor *awl_neg(awl_tensor *x);
 awl_tensor *awl_exp(awl_tensor *x);

@@ -117,7 +117,10 @@ static bool is_target(const pass *p, const awl_node *n)
 static void collect(pass *p, awl_node *root)
 {
     int mark = ++visit_mark;
-    typedef struct frame { awl_node *node; int next_input; } frame;
+    typedef struct frame {
+        awl_node *node;
+        int next_input;
+    } frame;
     frame *stack = awl_xmalloc(64 * sizeof *stack);
     int top = 0, cap = 64;
     root->visit = mark;
@@ -239,7 +242,8 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
 {
     if (n->leaf) return p->targets ? AWL_OK : accumulate_into_leaf(p, n->leaf, g);
     bool any_needed = false; /* awl_grad stops at its targets */
-    for (int i = 0; i < n->n_inputs; i++) any_needed |= n->inputs[i].node && n->inputs[i].node->needed;
+    for (int i = 0; i < n->n_inputs; i++)
+        any_needed |= n->inputs[i].node && n->inputs[i].node->needed;
     if (!any_needed) return AWL_OK;
     if (n->released)
         return awl_error(AWL_ERR_INVALID,
@@ -247,8 +251,8 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
                          "were freed; pass retain_graph to the first backward",
                          n->base.name);
     awl_tensor *grads_small[4] = {NULL};
-    awl_tensor **grads = n->n_inputs <= 4 ? grads_small
-                                          : awl_xcalloc((size_t)n->n_inputs, sizeof *grads);
+    awl_tensor **grads =
+        n->n_inputs <= 4 ? grads_small : awl_xcalloc((size_t)n->n_inputs, sizeof *grads);
     unsigned long errors_before = awl_error_count();
     int status = n->backward(n, g, grads);
     /* a backward function built from ops may return 0 with a NULL gradient
@@ -339,8 +343,9 @@ static awl_tensor *seed_gradient(const char *op, awl_tensor *root, const awl_bac
 {
     char s1[160], s2[160];
     if (!root->requires_grad) {
-        awl_error(AWL_ERR_INVALID, "%s: the tensor does not require grad: no input of its "
-                                   "computation requires grad (or it was computed in no-grad mode)",
+        awl_error(AWL_ERR_INVALID,
+                  "%s: the tensor does not require grad: no input of its "
+                  "computation requires grad (or it was computed in no-grad mode)",
                   op);
         return NULL;
     }
@@ -353,8 +358,9 @@ static awl_tensor *seed_gradient(const char *op, awl_tensor *root, const awl_bac
         return o->grad;
     }
     if (awl_numel(root) != 1) {
-        awl_error(AWL_ERR_INVALID, "%s: a gradient can be implied only for a scalar; this tensor "
-                                   "has shape %s, so pass options.grad",
+        awl_error(AWL_ERR_INVALID,
+                  "%s: a gradient can be implied only for a scalar; this tensor "
+                  "has shape %s, so pass options.grad",
                   op, awl_shape_str(root, s1, sizeof s1));
         return NULL;
     }

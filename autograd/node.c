@@ -101,8 +101,7 @@ static void node_destroy(awl_node_base *base)
     free(n);
 }
 
-static awl_node *node_new(const char *name, awl_backward_fn backward, int n_inputs,
-                          size_t ctx_size)
+static awl_node *node_new(const char *name, awl_backward_fn backward, int n_inputs, size_t ctx_size)
 {
     /* the context lives in the same block, after the node, aligned for any type */
     size_t head = (sizeof(awl_node) + 15) & ~(size_t)15;
@@ -139,8 +138,8 @@ bool awl_needs_grad(int n, awl_tensor *const *inputs)
     return false;
 }
 
-awl_node *awl_node_record(awl_tensor *out, const char *name, awl_backward_fn backward,
-                          int n_inputs, awl_tensor *const *inputs, size_t ctx_size)
+awl_node *awl_node_record(awl_tensor *out, const char *name, awl_backward_fn backward, int n_inputs,
+                          awl_tensor *const *inputs, size_t ctx_size)
 {
     if (!out || !awl_needs_grad(n_inputs, inputs)) return NULL;
     awl_node *n = node_new(name, backward, n_inputs, ctx_size);
@@ -221,8 +220,9 @@ awl_tensor *awl_requires_grad_(awl_tensor *t, bool on)
 {
     if (!t) return NULL;
     if (t->grad_fn) {
-        awl_error(AWL_ERR_INVALID, "awl_requires_grad_: only leaves can be marked; this tensor "
-                                   "was made by %s (use awl_detach first)",
+        awl_error(AWL_ERR_INVALID,
+                  "awl_requires_grad_: only leaves can be marked; this tensor "
+                  "was made by %s (use awl_detach first)",
                   t->grad_fn->name);
         return NULL;
     }
@@ -243,8 +243,9 @@ int awl_register_grad_hook(awl_tensor *leaf, awl_grad_hook_fn fn, void *user)
 {
     if (!leaf || !fn) return AWL_ERR_INVALID;
     if (leaf->grad_fn)
-        return awl_error(AWL_ERR_INVALID, "awl_register_grad_hook: hooks go on leaves; this "
-                                          "tensor was made by %s",
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_register_grad_hook: hooks go on leaves; this "
+                         "tensor was made by %s",
                          leaf->grad_fn->name);
     leaf->hooks = awl_xrealloc(leaf->hooks, (size_t)(leaf->n_hooks + 1) * sizeof *leaf->hooks);
     leaf->hooks[leaf->n_hooks++] = (awl_grad_hook){fn, user};

@@ -57,18 +57,18 @@ typedef struct awl_node_input {
 } awl_node_input;
 
 struct awl_node {
-    awl_node_base base;      /* reference count and op name ("mul"), shared
-                                with the tensor layer */
+    awl_node_base base; /* reference count and op name ("mul"), shared
+                           with the tensor layer */
     awl_backward_fn backward;
     int n_inputs;
     awl_node_input *inputs;
     int n_saved;
     awl_tensor *saved[AWL_NODE_MAX_SAVED];
     bool saved_is_output[AWL_NODE_MAX_SAVED];
-    bool released;           /* saved tensors already dropped */
-    awl_tensor *leaf;        /* accumulate-grad nodes: the leaf (retained) */
-    uint64_t sequence;       /* creation order */
-    void *ctx;               /* op-specific, ctx_size bytes, zeroed */
+    bool released;     /* saved tensors already dropped */
+    awl_tensor *leaf;  /* accumulate-grad nodes: the leaf (retained) */
+    uint64_t sequence; /* creation order */
+    void *ctx;         /* op-specific, ctx_size bytes, zeroed */
 
     /* engine scratch, valid during one backward pass */
     awl_tensor *grad;
@@ -81,8 +81,8 @@ struct awl_node {
  * grad mode is on and some input requires grad; returns NULL (recording
  * nothing) otherwise, or when out is NULL. Sets out->grad_fn and
  * out->requires_grad. */
-awl_node *awl_node_record(awl_tensor *out, const char *name, awl_backward_fn backward,
-                          int n_inputs, awl_tensor *const *inputs, size_t ctx_size);
+awl_node *awl_node_record(awl_tensor *out, const char *name, awl_backward_fn backward, int n_inputs,
+                          awl_tensor *const *inputs, size_t ctx_size);
 
 /* Whether some input requires grad and grad mode is on (what
  * awl_node_record tests), for ops that prepare something before recording. */
@@ -106,10 +106,7 @@ awl_node *awl_grad_accumulator(awl_tensor *leaf);
 void awl_node_free_saved(awl_node *node);
 
 /* The autograd node of a tensor, or NULL for a leaf. */
-static inline awl_node *awl_grad_fn(const awl_tensor *t)
-{
-    return (awl_node *)t->grad_fn;
-}
+static inline awl_node *awl_grad_fn(const awl_tensor *t) { return (awl_node *)t->grad_fn; }
 
 #ifdef __cplusplus
 }

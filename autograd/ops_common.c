@@ -15,15 +15,13 @@ unsigned awl_ops_axes_mask(int ndim, int ndims, const int *dims)
 {
     if (ndims == 0) return (1u << ndim) - 1;
     unsigned mask = 0;
-    for (int i = 0; i < ndims; i++)
-        mask |= 1u << (dims[i] < 0 ? dims[i] + ndim : dims[i]);
+    for (int i = 0; i < ndims; i++) mask |= 1u << (dims[i] < 0 ? dims[i] + ndim : dims[i]);
     return mask;
 }
 
 int awl_ops_keepdim_shape(int ndim, const int64_t *shape, unsigned mask, int64_t *out)
 {
-    for (int d = 0; d < ndim; d++)
-        out[d] = (mask & (1u << d)) ? 1 : shape[d];
+    for (int d = 0; d < ndim; d++) out[d] = (mask & (1u << d)) ? 1 : shape[d];
     return ndim;
 }
 

@@ -53,10 +53,7 @@ static awl_tensor *unary_forward(awl_unary_op op, awl_tensor *x, double alpha, c
     return out;
 }
 
-static double node_alpha(awl_node *node)
-{
-    return *(double *)awl_node_ctx(node);
-}
+static double node_alpha(awl_node *node) { return *(double *)awl_node_ctx(node); }
 
 /* ---- add, sub: a, b broadcast; out has the broadcast shape ------------------- */
 
@@ -202,10 +199,7 @@ awl_tensor *awl_add_scalar(awl_tensor *x, double s)
     return unary_forward(AWL_UNARY_ADD_SCALAR, x, s, "add_scalar", identity_backward, SAVE_NOTHING);
 }
 
-awl_tensor *awl_sub_scalar(awl_tensor *x, double s)
-{
-    return awl_add_scalar(x, -s);
-}
+awl_tensor *awl_sub_scalar(awl_tensor *x, double s) { return awl_add_scalar(x, -s); }
 
 static int neg_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
@@ -233,10 +227,7 @@ awl_tensor *awl_mul_scalar(awl_tensor *x, double s)
 
 /* Multiplies by the reciprocal: one rounding more than a true division, in
  * exchange for needing no extra kernel. */
-awl_tensor *awl_div_scalar(awl_tensor *x, double s)
-{
-    return awl_mul_scalar(x, 1.0 / s);
-}
+awl_tensor *awl_div_scalar(awl_tensor *x, double s) { return awl_mul_scalar(x, 1.0 / s); }
 
 /* out = s / x; dx = grad * (-s / x^2). Saved: x. */
 static int rdiv_scalar_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
@@ -457,17 +448,8 @@ awl_tensor *awl_masked_fill(awl_tensor *x, awl_tensor *mask, double value)
 
 /* ---- comparisons: 1 or 0 in the inputs' dtype; no gradient ------------------------ */
 
-awl_tensor *awl_eq(awl_tensor *a, awl_tensor *b)
-{
-    return awl_tensor_binary(AWL_BINARY_EQ, a, b);
-}
+awl_tensor *awl_eq(awl_tensor *a, awl_tensor *b) { return awl_tensor_binary(AWL_BINARY_EQ, a, b); }
 
-awl_tensor *awl_gt(awl_tensor *a, awl_tensor *b)
-{
-    return awl_tensor_binary(AWL_BINARY_GT, a, b);
-}
+awl_tensor *awl_gt(awl_tensor *a, awl_tensor *b) { return awl_tensor_binary(AWL_BINARY_GT, a, b); }
 
-awl_tensor *awl_lt(awl_tensor *a, awl_tensor *b)
-{
-    return awl_tensor_binary(AWL_BINARY_LT, a, b);
-}
+awl_tensor *awl_lt(awl_tensor *a, awl_tensor *b) { return awl_tensor_binary(AWL_BINARY_LT, a, b); }

@@ -116,15 +116,9 @@ awl_tensor *awl_max(awl_tensor *x, int ndims, const int *dims, bool keepdim)
     return reduce_forward("max", AWL_REDUCE_MAX, max_backward, x, ndims, dims, keepdim);
 }
 
-awl_tensor *awl_sum_all(awl_tensor *x)
-{
-    return awl_sum(x, 0, NULL, false);
-}
+awl_tensor *awl_sum_all(awl_tensor *x) { return awl_sum(x, 0, NULL, false); }
 
-awl_tensor *awl_mean_all(awl_tensor *x)
-{
-    return awl_mean(x, 0, NULL, false);
-}
+awl_tensor *awl_mean_all(awl_tensor *x) { return awl_mean(x, 0, NULL, false); }
 
 /* ---- softmax, log_softmax: x (...), out x's shape, over axis dim ------------- */
 

@@ -58,14 +58,11 @@ awl_tensor *awl_flatten(awl_tensor *x, int start_dim, int end_dim)
     }
     int64_t shape[AWL_MAX_DIMS];
     int n = 0;
-    for (int d = 0; d < s; d++)
-        shape[n++] = x->shape[d];
+    for (int d = 0; d < s; d++) shape[n++] = x->shape[d];
     shape[n] = 1;
-    for (int d = s; d <= e; d++)
-        shape[n] *= x->shape[d];
+    for (int d = s; d <= e; d++) shape[n] *= x->shape[d];
     n++;
-    for (int d = e + 1; d < x->ndim; d++)
-        shape[n++] = x->shape[d];
+    for (int d = e + 1; d < x->ndim; d++) shape[n++] = x->shape[d];
     return awl_reshape(x, n, shape);
 }
 
@@ -320,8 +317,7 @@ awl_tensor *awl_stack(int n, awl_tensor *const *ts, int dim)
         return NULL;
     }
     awl_scope_begin(); /* the unsqueezed views die here; the graph keeps what it needs */
-    for (int i = 0; i < n; i++)
-        rows[i] = awl_unsqueeze(ts[i], d);
+    for (int i = 0; i < n; i++) rows[i] = awl_unsqueeze(ts[i], d);
     awl_tensor *out = awl_keep(awl_concat(n, rows, d));
     awl_scope_end();
     free(rows);

@@ -88,27 +88,27 @@ static inline bool awl_view_is_contiguous(const awl_view *v)
 
 /* out = f(in) element-wise; `alpha` is the scalar of the *_SCALAR ops. */
 typedef enum awl_unary_op {
-    AWL_UNARY_NEG,        /* -x                                   */
-    AWL_UNARY_EXP,        /* e^x                                  */
-    AWL_UNARY_LOG,        /* ln x                                 */
-    AWL_UNARY_SQRT,       /* sqrt x                               */
-    AWL_UNARY_RSQRT,      /* 1 / sqrt x                           */
-    AWL_UNARY_TANH,       /* tanh x                               */
-    AWL_UNARY_SIGMOID,    /* 1 / (1 + e^-x)                        */
-    AWL_UNARY_RELU,       /* max(x, 0)                            */
-    AWL_UNARY_GELU,       /* tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    AWL_UNARY_GELU_GRAD,  /* d gelu / dx                          */
-    AWL_UNARY_ABS,        /* |x|                                  */
-    AWL_UNARY_SIGN,       /* -1, 0 or 1                           */
-    AWL_UNARY_STEP,       /* 1 where x > 0, else 0 (relu's slope) */
-    AWL_UNARY_ADD_SCALAR, /* x + alpha                            */
-    AWL_UNARY_MUL_SCALAR, /* x * alpha                            */
-    AWL_UNARY_RSUB_SCALAR,/* alpha - x                            */
-    AWL_UNARY_RDIV_SCALAR,/* alpha / x                            */
-    AWL_UNARY_POW_SCALAR, /* x ^ alpha                            */
-    AWL_UNARY_GT_SCALAR,  /* 1 where x > alpha, else 0            */
-    AWL_UNARY_LT_SCALAR,  /* 1 where x < alpha, else 0            */
-    AWL_UNARY_EQ_SCALAR,  /* 1 where x == alpha, else 0           */
+    AWL_UNARY_NEG,         /* -x                                   */
+    AWL_UNARY_EXP,         /* e^x                                  */
+    AWL_UNARY_LOG,         /* ln x                                 */
+    AWL_UNARY_SQRT,        /* sqrt x                               */
+    AWL_UNARY_RSQRT,       /* 1 / sqrt x                           */
+    AWL_UNARY_TANH,        /* tanh x                               */
+    AWL_UNARY_SIGMOID,     /* 1 / (1 + e^-x)                        */
+    AWL_UNARY_RELU,        /* max(x, 0)                            */
+    AWL_UNARY_GELU,        /* tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    AWL_UNARY_GELU_GRAD,   /* d gelu / dx                          */
+    AWL_UNARY_ABS,         /* |x|                                  */
+    AWL_UNARY_SIGN,        /* -1, 0 or 1                           */
+    AWL_UNARY_STEP,        /* 1 where x > 0, else 0 (relu's slope) */
+    AWL_UNARY_ADD_SCALAR,  /* x + alpha                            */
+    AWL_UNARY_MUL_SCALAR,  /* x * alpha                            */
+    AWL_UNARY_RSUB_SCALAR, /* alpha - x                            */
+    AWL_UNARY_RDIV_SCALAR, /* alpha / x                            */
+    AWL_UNARY_POW_SCALAR,  /* x ^ alpha                            */
+    AWL_UNARY_GT_SCALAR,   /* 1 where x > alpha, else 0            */
+    AWL_UNARY_LT_SCALAR,   /* 1 where x < alpha, else 0            */
+    AWL_UNARY_EQ_SCALAR,   /* 1 where x == alpha, else 0           */
     AWL_UNARY_OP_COUNT
 } awl_unary_op;
 

@@ -55,16 +55,26 @@ const awl_backend *awl_cuda_backend(void) { return NULL; }
 const char *awl_unary_op_name(awl_unary_op op)
 {
     static const char *names[AWL_UNARY_OP_COUNT] = {
-        [AWL_UNARY_NEG] = "neg",           [AWL_UNARY_EXP] = "exp",
-        [AWL_UNARY_LOG] = "log",           [AWL_UNARY_SQRT] = "sqrt",
-        [AWL_UNARY_RSQRT] = "rsqrt",       [AWL_UNARY_TANH] = "tanh",
-        [AWL_UNARY_SIGMOID] = "sigmoid",   [AWL_UNARY_RELU] = "relu",
-        [AWL_UNARY_GELU] = "gelu",         [AWL_UNARY_GELU_GRAD] = "gelu_grad",
-        [AWL_UNARY_ABS] = "abs",           [AWL_UNARY_SIGN] = "sign",
-        [AWL_UNARY_STEP] = "step",         [AWL_UNARY_ADD_SCALAR] = "add_scalar",
-        [AWL_UNARY_MUL_SCALAR] = "mul_scalar", [AWL_UNARY_RSUB_SCALAR] = "rsub_scalar",
-        [AWL_UNARY_RDIV_SCALAR] = "rdiv_scalar", [AWL_UNARY_POW_SCALAR] = "pow",
-        [AWL_UNARY_GT_SCALAR] = "gt_scalar", [AWL_UNARY_LT_SCALAR] = "lt_scalar",
+        [AWL_UNARY_NEG] = "neg",
+        [AWL_UNARY_EXP] = "exp",
+        [AWL_UNARY_LOG] = "log",
+        [AWL_UNARY_SQRT] = "sqrt",
+        [AWL_UNARY_RSQRT] = "rsqrt",
+        [AWL_UNARY_TANH] = "tanh",
+        [AWL_UNARY_SIGMOID] = "sigmoid",
+        [AWL_UNARY_RELU] = "relu",
+        [AWL_UNARY_GELU] = "gelu",
+        [AWL_UNARY_GELU_GRAD] = "gelu_grad",
+        [AWL_UNARY_ABS] = "abs",
+        [AWL_UNARY_SIGN] = "sign",
+        [AWL_UNARY_STEP] = "step",
+        [AWL_UNARY_ADD_SCALAR] = "add_scalar",
+        [AWL_UNARY_MUL_SCALAR] = "mul_scalar",
+        [AWL_UNARY_RSUB_SCALAR] = "rsub_scalar",
+        [AWL_UNARY_RDIV_SCALAR] = "rdiv_scalar",
+        [AWL_UNARY_POW_SCALAR] = "pow",
+        [AWL_UNARY_GT_SCALAR] = "gt_scalar",
+        [AWL_UNARY_LT_SCALAR] = "lt_scalar",
         [AWL_UNARY_EQ_SCALAR] = "eq_scalar",
     };
     return (op >= 0 && op < AWL_UNARY_OP_COUNT && names[op]) ? names[op] : "unary?";
@@ -87,8 +97,10 @@ const char *awl_binary_op_name(awl_binary_op op)
 const char *awl_reduce_op_name(awl_reduce_op op)
 {
     static const char *names[AWL_REDUCE_OP_COUNT] = {
-        [AWL_REDUCE_SUM] = "sum", [AWL_REDUCE_MEAN] = "mean",
-        [AWL_REDUCE_MAX] = "max", [AWL_REDUCE_MIN] = "min",
+        [AWL_REDUCE_SUM] = "sum",
+        [AWL_REDUCE_MEAN] = "mean",
+        [AWL_REDUCE_MAX] = "max",
+        [AWL_REDUCE_MIN] = "min",
     };
     return (op >= 0 && op < AWL_REDUCE_OP_COUNT && names[op]) ? names[op] : "reduce?";
 }

@@ -143,13 +143,41 @@ typedef struct views {
     awl_view *list[4];
 } views;
 
-static int b_copy(const void *c) { const views *x = c; return be->copy(x->v[0], x->v[1]); }
-static int b_matmul(const void *c) { const views *x = c; return be->matmul(x->v[0], x->v[1], x->v[2], false); }
-static int b_binary(const void *c) { const views *x = c; return be->binary(AWL_BINARY_ADD, x->v[0], x->v[1], x->v[2]); }
-static int b_gelu(const void *c) { const views *x = c; return be->unary(AWL_UNARY_GELU, x->v[0], x->v[1], 0); }
-static int b_reduce(const void *c) { const views *x = c; return be->reduce(AWL_REDUCE_SUM, x->v[0], x->v[1]); }
-static int b_softmax(const void *c) { const views *x = c; return be->softmax_forward(x->v[0], x->v[1], false); }
-static int b_softmax_bwd(const void *c) { const views *x = c; return be->softmax_backward(x->v[0], x->v[1], x->v[2], false); }
+static int b_copy(const void *c)
+{
+    const views *x = c;
+    return be->copy(x->v[0], x->v[1]);
+}
+static int b_matmul(const void *c)
+{
+    const views *x = c;
+    return be->matmul(x->v[0], x->v[1], x->v[2], false);
+}
+static int b_binary(const void *c)
+{
+    const views *x = c;
+    return be->binary(AWL_BINARY_ADD, x->v[0], x->v[1], x->v[2]);
+}
+static int b_gelu(const void *c)
+{
+    const views *x = c;
+    return be->unary(AWL_UNARY_GELU, x->v[0], x->v[1], 0);
+}
+static int b_reduce(const void *c)
+{
+    const views *x = c;
+    return be->reduce(AWL_REDUCE_SUM, x->v[0], x->v[1]);
+}
+static int b_softmax(const void *c)
+{
+    const views *x = c;
+    return be->softmax_forward(x->v[0], x->v[1], false);
+}
+static int b_softmax_bwd(const void *c)
+{
+    const views *x = c;
+    return be->softmax_backward(x->v[0], x->v[1], x->v[2], false);
+}
 static int b_ln(const void *c)
 {
     const views *x = c;
@@ -158,7 +186,8 @@ static int b_ln(const void *c)
 static int b_ln_bwd(const void *c)
 {
     const views *x = c;
-    return be->layernorm_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6], x->v[7]);
+    return be->layernorm_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
+                                  x->v[7]);
 }
 static int b_ce(const void *c)
 {
@@ -181,7 +210,11 @@ static int b_att_bwd(const void *c)
     return be->attention_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
                                   x->v[7], x->v[8], x->d0, true);
 }
-static int b_index_add(const void *c) { const views *x = c; return be->index_add(x->v[0], x->v[1], x->v[2]); }
+static int b_index_add(const void *c)
+{
+    const views *x = c;
+    return be->index_add(x->v[0], x->v[1], x->v[2]);
+}
 static int b_adamw(const void *c)
 {
     const views *x = c;
@@ -197,7 +230,8 @@ static void ceilings(void)
     views x = {.v = {&b.v, &a.v}};
     double ms = time_ms(b_copy, &x);
     copy_gbps = 2.0 * (double)n * 4 / (ms * 1e-3) / 1e9;
-    printf("{\"bench\":\"cuda\",\"name\":\"copy_ceiling\",\"ms\":%.4f,\"GBps\":%.1f}\n", ms, copy_gbps);
+    printf("{\"bench\":\"cuda\",\"name\":\"copy_ceiling\",\"ms\":%.4f,\"GBps\":%.1f}\n", ms,
+           copy_gbps);
     drop(&a);
     drop(&b);
 
@@ -212,8 +246,9 @@ static void ceilings(void)
         ms = time_ms(b_matmul, &y);
         be->set_matmul_fast_fp32(false);
         gemm_tflops[t] = 2.0 * m * m * m / (ms * 1e-3) / 1e12;
-        printf("{\"bench\":\"cuda\",\"name\":\"%s_ceiling\",\"m\":%lld,\"ms\":%.4f,\"TFLOPs\":%.1f}\n",
-               names[t], (long long)m, ms, gemm_tflops[t]);
+        printf(
+            "{\"bench\":\"cuda\",\"name\":\"%s_ceiling\",\"m\":%lld,\"ms\":%.4f,\"TFLOPs\":%.1f}\n",
+            names[t], (long long)m, ms, gemm_tflops[t]);
         drop(&A);
         drop(&B);
         drop(&C);
@@ -252,9 +287,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         w.shape[0] = C;
         w.strides[0] = 4 * C;
         views vm = {.v = {&out, &a, &w}};
-        report_flops(name, "matmul f32 (B*T,C)@(C,4C)", time_ms(b_matmul, &vm), 2.0 * N * C * 4 * C, 0);
+        report_flops(name, "matmul f32 (B*T,C)@(C,4C)", time_ms(b_matmul, &vm), 2.0 * N * C * 4 * C,
+                     0);
         be->set_matmul_fast_fp32(true);
-        report_flops(name, "matmul tf32 (B*T,C)@(C,4C)", time_ms(b_matmul, &vm), 2.0 * N * C * 4 * C, 1);
+        report_flops(name, "matmul tf32 (B*T,C)@(C,4C)", time_ms(b_matmul, &vm),
+                     2.0 * N * C * 4 * C, 1);
         be->set_matmul_fast_fp32(false);
         drop(&x);
         drop(&y);
@@ -265,13 +302,22 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
     {
         dbuf x = MAKE(AWL_F32, -1, 1, N, C), o = MAKE(AWL_F32, -1, 1, N, C),
              dy = MAKE(AWL_F32, -1, 1, N, C), m = MAKE(AWL_F32, -1, 1, N),
-             r = MAKE(AWL_F32, 0.5, 1.5, N), w = MAKE(AWL_F32, -1, 1, C), b = MAKE(AWL_F32, -1, 1, C),
-             dw = MAKE(AWL_F32, -1, 1, C), db = MAKE(AWL_F32, -1, 1, C);
+             r = MAKE(AWL_F32, 0.5, 1.5, N), w = MAKE(AWL_F32, -1, 1, C),
+             b = MAKE(AWL_F32, -1, 1, C), dw = MAKE(AWL_F32, -1, 1, C),
+             db = MAKE(AWL_F32, -1, 1, C);
         views v = {.v = {&o.v, &m.v, &r.v, &x.v, &w.v, &b.v}};
         report_bytes(name, "layernorm_forward", time_ms(b_ln, &v), 2.0 * x.bytes);
         views vb = {.v = {&o.v, &dw.v, &db.v, &dy.v, &x.v, &w.v, &m.v, &r.v}};
         report_bytes(name, "layernorm_backward", time_ms(b_ln_bwd, &vb), 3.0 * x.bytes);
-        drop(&x); drop(&o); drop(&dy); drop(&m); drop(&r); drop(&w); drop(&b); drop(&dw); drop(&db);
+        drop(&x);
+        drop(&o);
+        drop(&dy);
+        drop(&m);
+        drop(&r);
+        drop(&w);
+        drop(&b);
+        drop(&dw);
+        drop(&db);
     }
     /* cross-entropy over the vocabulary */
     {
@@ -283,7 +329,12 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         be->cross_entropy_forward(&loss.v, &lse.v, &lg.v, &t.v, -1);
         views vb = {.v = {&dl.v, &g.v, &lg.v, &lse.v, &t.v}};
         report_bytes(name, "cross_entropy_backward", time_ms(b_ce_bwd, &vb), 2.0 * lg.bytes);
-        drop(&lg); drop(&dl); drop(&loss); drop(&lse); drop(&t); drop(&g);
+        drop(&lg);
+        drop(&dl);
+        drop(&loss);
+        drop(&lse);
+        drop(&t);
+        drop(&g);
     }
     /* softmax over attention rows (the composed path's shape) */
     if (B * H * T * T <= ((int64_t)1 << 31)) {
@@ -292,8 +343,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         views v = {.v = {&y.v, &s.v}};
         report_bytes(name, "softmax_forward (B*H*T,T)", time_ms(b_softmax, &v), 2.0 * s.bytes);
         views vb = {.v = {&d.v, &s.v, &y.v}};
-        report_bytes(name, "softmax_backward (B*H*T,T)", time_ms(b_softmax_bwd, &vb), 3.0 * s.bytes);
-        drop(&s); drop(&y); drop(&d);
+        report_bytes(name, "softmax_backward (B*H*T,T)", time_ms(b_softmax_bwd, &vb),
+                     3.0 * s.bytes);
+        drop(&s);
+        drop(&y);
+        drop(&d);
     }
     /* causal attention: f32, bf16 on tensor cores, bf16 on CUDA cores */
     const char *att_names[3][2] = {{"attention_forward f32", "attention_backward f32"},
@@ -311,11 +365,17 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
         report_flops(name, att_names[t][0], time_ms(b_att, &f), flops, t ? 2 : 0);
         be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true);
-        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v},
-                   .d0 = f.d0};
+        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v}, .d0 = f.d0};
         report_flops(name, att_names[t][1], time_ms(b_att_bwd, &g), 2.5 * flops, t ? 2 : 0);
         unsetenv("AWL_CUDA_ATTENTION");
-        drop(&q); drop(&k); drop(&v); drop(&o); drop(&lse); drop(&dq); drop(&dk); drop(&dv);
+        drop(&q);
+        drop(&k);
+        drop(&v);
+        drop(&o);
+        drop(&lse);
+        drop(&dq);
+        drop(&dk);
+        drop(&dv);
         drop(&dout);
     }
     /* embedding backward: index_add of B*T rows of C onto V rows */
@@ -325,7 +385,9 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         views v = {.v = {&dst.v, &idx.v, &src.v}};
         report_bytes(name, "index_add (embedding backward)", time_ms(b_index_add, &v),
                      (double)src.bytes + 2.0 * dst.bytes);
-        drop(&dst); drop(&idx); drop(&src);
+        drop(&dst);
+        drop(&idx);
+        drop(&src);
     }
     /* AdamW over the model's parameters, grouped as four tensors of the
      * model's sizes: embeddings, attention, MLP, and the small vectors. */
@@ -346,12 +408,15 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
             total += (double)sizes[i];
         }
         float wd[4] = {0.1f, 0.1f, 0.1f, 0.0f};
-        views v = {.n = 4, .list = {pv, gv, mv, sv}, .wd = wd,
-                   .adam = {1e-3f, 0.9f, 0.95f, 1e-8f, 1}};
+        views v = {
+            .n = 4, .list = {pv, gv, mv, sv}, .wd = wd, .adam = {1e-3f, 0.9f, 0.95f, 1e-8f, 1}};
         /* reads p, g, m, v; writes p, m, v */
         report_bytes(name, "adamw_step (all parameters)", time_ms(b_adamw, &v), 7.0 * 4 * total);
         for (int i = 0; i < 4; i++) {
-            drop(&p[i]); drop(&g[i]); drop(&m[i]); drop(&s[i]);
+            drop(&p[i]);
+            drop(&g[i]);
+            drop(&m[i]);
+            drop(&s[i]);
         }
     }
 }

@@ -3,7 +3,8 @@
  *
  *     ./build/bench_gpt                                   # cpu-small and cpu-medium
  *     ./build/bench_gpt --configs cpu-medium --n-layer 8 --checkpoint-activations both
- *     ./build/bench_gpt --device cuda --configs shakespeare-char,gpt2-124m --precisions fp32,tf32,bf16
+ *     ./build/bench_gpt --device cuda --configs shakespeare-char,gpt2-124m --precisions
+ * fp32,tf32,bf16
  *
  * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
  * backward, AdamW step (no clipping, dropout 0, constant LR), as the PyTorch
@@ -37,7 +38,6 @@
 
 #include "awl.h"
 #include "bench/bench_util.h"
-
 
 typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
@@ -161,8 +161,8 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                cfg.block, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
                o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, (double)mem.peak / 1048576.0,
-               (double)(mem.peak - resident) / 1048576.0, (double)ru.ru_maxrss / 1024.0,
-               loss_first, loss_last);
+               (double)(mem.peak - resident) / 1048576.0, (double)ru.ru_maxrss / 1024.0, loss_first,
+               loss_last);
         fflush(stdout);
     }
     free(times);
@@ -218,17 +218,28 @@ static int parse_args(int argc, char **argv, bench_options *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
-        if (strcmp(a, "--configs") == 0) o->configs = v;
-        else if (strcmp(a, "--device") == 0) o->device = v;
-        else if (strcmp(a, "--precisions") == 0) o->precisions = v;
-        else if (strcmp(a, "--checkpoint-activations") == 0) o->checkpointing = v;
-        else if (strcmp(a, "--data") == 0) o->data = v;
-        else if (strcmp(a, "--steps") == 0) o->steps = atoi(v);
-        else if (strcmp(a, "--warmup") == 0) o->warmup = atoi(v);
-        else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
-        else if (strcmp(a, "--n-layer") == 0) o->n_layer = atoi(v);
-        else if (strcmp(a, "--batch") == 0) o->batch = atoi(v);
-        else goto usage;
+        if (strcmp(a, "--configs") == 0)
+            o->configs = v;
+        else if (strcmp(a, "--device") == 0)
+            o->device = v;
+        else if (strcmp(a, "--precisions") == 0)
+            o->precisions = v;
+        else if (strcmp(a, "--checkpoint-activations") == 0)
+            o->checkpointing = v;
+        else if (strcmp(a, "--data") == 0)
+            o->data = v;
+        else if (strcmp(a, "--steps") == 0)
+            o->steps = atoi(v);
+        else if (strcmp(a, "--warmup") == 0)
+            o->warmup = atoi(v);
+        else if (strcmp(a, "--threads") == 0)
+            o->threads = atoi(v);
+        else if (strcmp(a, "--n-layer") == 0)
+            o->n_layer = atoi(v);
+        else if (strcmp(a, "--batch") == 0)
+            o->batch = atoi(v);
+        else
+            goto usage;
         i++;
     }
     if (o->steps < 1 || o->warmup < 0) goto usage;
@@ -243,8 +254,16 @@ usage:
 
 int main(int argc, char **argv)
 {
-    bench_options o = {"cpu-small,cpu-medium", "cpu", "fp32", "off",
-                       "../shared/data/tinyshakespeare.txt", 30, 5, 2, 0, 0};
+    bench_options o = {"cpu-small,cpu-medium",
+                       "cpu",
+                       "fp32",
+                       "off",
+                       "../shared/data/tinyshakespeare.txt",
+                       30,
+                       5,
+                       2,
+                       0,
+                       0};
     if (parse_args(argc, argv, &o) < 0) return 2;
     awl_set_num_threads(o.threads);
     run_ctx c = {.o = &o};

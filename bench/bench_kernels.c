@@ -32,7 +32,6 @@ static const char *only; /* run only benches whose name contains this */
 
 static bool selected(const char *name) { return !only || strstr(name, only); }
 
-
 typedef void (*bench_fn)(void *ctx);
 
 /* Median seconds per call of f and g, timed alternately; each timing runs

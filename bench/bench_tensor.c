@@ -24,7 +24,6 @@
 #include "awl.h"
 #include "bench/bench_util.h"
 
-
 /* Median seconds of `reps` runs of fn after one warm-up. */
 typedef void (*bench_fn)(void *ctx);
 
@@ -52,7 +51,7 @@ typedef struct matmul_case {
 typedef struct matmul_ctx {
     const matmul_case *c;
     awl_tensor *a, *b, *out; /* a, b as the kernel sees them (maybe views) */
-    float *pa, *pb, *pc;      /* the underlying buffers */
+    float *pa, *pb, *pc;     /* the underlying buffers */
 } matmul_ctx;
 
 static void run_awl_matmul(void *p)
@@ -124,8 +123,13 @@ static void bench_elementwise(int reps)
 {
     const int64_t n = 16 << 20;
     awl_scope_begin();
-    ew_ctx e = {awl_randn(AWL_SHAPE(n), AWL_F32, "cpu"), awl_randn(AWL_SHAPE(n), AWL_F32, "cpu"),
-                awl_empty(AWL_SHAPE(n), AWL_F32, "cpu"), AWL_BINARY_ADD, NULL, NULL, 0};
+    ew_ctx e = {awl_randn(AWL_SHAPE(n), AWL_F32, "cpu"),
+                awl_randn(AWL_SHAPE(n), AWL_F32, "cpu"),
+                awl_empty(AWL_SHAPE(n), AWL_F32, "cpu"),
+                AWL_BINARY_ADD,
+                NULL,
+                NULL,
+                0};
     awl_tensor *copy_dst = awl_empty(AWL_SHAPE(2 * n), AWL_F32, "cpu");
     e.src = copy_dst->storage->data;
     e.dst = (char *)copy_dst->storage->data + (size_t)n * 4;
@@ -182,8 +186,10 @@ int main(int argc, char **argv)
     int threads = 2;
     bool quick = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--quick") == 0) quick = true;
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = true;
         else {
             fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
             return 2;

@@ -54,7 +54,9 @@ static inline int awl_dtype_is_float(awl_dtype dtype) { return dtype != AWL_I32;
 
 /* bfloat16 is the top half of a float32. Conversion rounds to nearest even;
  * NaN stays NaN. */
-typedef struct awl_bf16 { uint16_t bits; } awl_bf16;
+typedef struct awl_bf16 {
+    uint16_t bits;
+} awl_bf16;
 
 static inline AWL_HOST_DEVICE float awl_bf16_to_float(awl_bf16 h)
 {

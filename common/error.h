@@ -44,8 +44,7 @@ enum {
 /* Records a printf-style message as the thread's last error and returns
  * `code` (so `return awl_error(AWL_ERR_INVALID, "...")` reads naturally).
  * Aborts instead when abort-on-error is on. */
-int awl_error(int code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int awl_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The thread's last error message, or "" when none has been recorded since
  * the last awl_clear_error(). The pointer stays valid until the next error. */

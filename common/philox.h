@@ -31,7 +31,9 @@
 
 #include "common/dtype.h"
 
-typedef struct awl_philox_block { uint32_t w[4]; } awl_philox_block;
+typedef struct awl_philox_block {
+    uint32_t w[4];
+} awl_philox_block;
 
 static inline AWL_HOST_DEVICE uint32_t awl_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi)
 {
@@ -54,7 +56,10 @@ static inline AWL_HOST_DEVICE awl_philox_block awl_philox4x32(uint64_t seed, uin
         uint32_t n1 = lo1;
         uint32_t n2 = hi0 ^ c3 ^ k1;
         uint32_t n3 = lo0;
-        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
@@ -69,14 +74,16 @@ static inline AWL_HOST_DEVICE double awl_philox_uniform(uint32_t w)
 }
 
 /* Element i (counted from the fill's start) of a uniform stream. */
-static inline AWL_HOST_DEVICE double awl_philox_uniform_at(uint64_t seed, uint64_t offset, uint64_t i)
+static inline AWL_HOST_DEVICE double awl_philox_uniform_at(uint64_t seed, uint64_t offset,
+                                                           uint64_t i)
 {
     awl_philox_block b = awl_philox4x32(seed, offset + i / 4);
     return awl_philox_uniform(b.w[i % 4]);
 }
 
 /* Element i of a standard normal stream (see the layout above). */
-static inline AWL_HOST_DEVICE double awl_philox_normal_at(uint64_t seed, uint64_t offset, uint64_t i)
+static inline AWL_HOST_DEVICE double awl_philox_normal_at(uint64_t seed, uint64_t offset,
+                                                          uint64_t i)
 {
     awl_philox_block b = awl_philox4x32(seed, offset + i / 4);
     unsigned pair = (unsigned)(i % 4) / 2;

@@ -49,8 +49,7 @@ static size_t pair_slot(const awl_pair_map *m, uint64_t key)
 {
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     size_t mask = m->capacity - 1, i = (size_t)(h ^ (h >> 32)) & mask;
-    while (m->keys[i] != PAIR_MAP_EMPTY && m->keys[i] != key)
-        i = (i + 1) & mask;
+    while (m->keys[i] != PAIR_MAP_EMPTY && m->keys[i] != key) i = (i + 1) & mask;
     return i;
 }
 
@@ -75,8 +74,7 @@ static int pair_map_alloc(awl_pair_map *m, size_t capacity, const char *op)
 int awl_pair_map_init(awl_pair_map *m, size_t capacity_hint, const char *op)
 {
     size_t capacity = 16;
-    while (capacity < 2 * capacity_hint)
-        capacity *= 2;
+    while (capacity < 2 * capacity_hint) capacity *= 2;
     return pair_map_alloc(m, capacity, op);
 }
 
@@ -103,8 +101,7 @@ static int pair_map_grow(awl_pair_map *m, const char *op)
         return AWL_ERR_OOM;
     }
     for (size_t i = 0; i < old.capacity; i++) {
-        if (old.keys[i] == PAIR_MAP_EMPTY)
-            continue;
+        if (old.keys[i] == PAIR_MAP_EMPTY) continue;
         size_t j = pair_slot(m, old.keys[i]);
         m->keys[j] = old.keys[i];
         m->values[j] = old.values[i];
@@ -116,8 +113,7 @@ static int pair_map_grow(awl_pair_map *m, const char *op)
 
 int awl_pair_map_put(awl_pair_map *m, int32_t left, int32_t right, int32_t value, const char *op)
 {
-    if (2 * (m->count + 1) > m->capacity && pair_map_grow(m, op) != 0)
-        return AWL_ERR_OOM;
+    if (2 * (m->count + 1) > m->capacity && pair_map_grow(m, op) != 0) return AWL_ERR_OOM;
     uint64_t key = pair_key(left, right);
     size_t i = pair_slot(m, key);
     if (m->keys[i] != key) {
@@ -138,18 +134,15 @@ awl_tokenizer *awl_bpe_from_merges(const int32_t *merges, int n_merges, const ch
 {
     awl_tokenizer *tok = calloc(1, sizeof *tok);
     int vocab = 256 + n_merges;
-    if (!tok)
-        goto oom;
+    if (!tok) goto oom;
     tok->kind = TOKENIZER_BPE;
     tok->vocab_size = vocab;
     tok->n_merges = n_merges;
     tok->merges = malloc(((size_t)n_merges * 2 + 1) * sizeof *tok->merges);
     tok->offsets = malloc(((size_t)vocab + 1) * sizeof *tok->offsets);
-    if (!tok->merges || !tok->offsets)
-        goto oom;
+    if (!tok->merges || !tok->offsets) goto oom;
     memcpy(tok->merges, merges, (size_t)n_merges * 2 * sizeof *merges);
-    if (awl_pair_map_init(&tok->merge_rank, (size_t)n_merges, op) != 0)
-        goto fail;
+    if (awl_pair_map_init(&tok->merge_rank, (size_t)n_merges, op) != 0) goto fail;
 
     /* offsets[t + 1] - offsets[t] is token t's length: 1 for a byte, the sum
      * of its two parts for a merge. */
@@ -171,8 +164,7 @@ awl_tokenizer *awl_bpe_from_merges(const int32_t *merges, int n_merges, const ch
         tok->offsets[t + 1] = (uint32_t)total;
     }
     tok->bytes = malloc(total);
-    if (!tok->bytes)
-        goto oom;
+    if (!tok->bytes) goto oom;
     for (int t = 0; t < vocab; t++) {
         uint8_t *dst = tok->bytes + tok->offsets[t];
         if (t < 256) {
@@ -213,8 +205,7 @@ static void queue_mergeable(const awl_tokenizer *tok, rank_queue *q, const int32
                             const int32_t *next, int32_t i)
 {
     int32_t r = awl_pair_map_get(&tok->merge_rank, ids[i], ids[next[i]]);
-    if (r < 0)
-        return;
+    if (r < 0) return;
     int32_t e = q->n++;
     q->pos[e] = i;
     q->link[e] = -1;
@@ -229,8 +220,7 @@ int awl_bpe_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len, in
                    size_t *n)
 {
     *n = 0;
-    if (len == 0)
-        return 0;
+    if (len == 0) return 0;
     /* ids[i] is the token starting at byte i, -1 once merged into its left
      * neighbour. The queue takes len - 1 entries at first and at most two
      * per merge after, so never more than 3 * len. */
@@ -257,8 +247,7 @@ int awl_bpe_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len, in
         prev[i] = i - 1;
         next[i] = i < last ? i + 1 : -1;
     }
-    for (int32_t i = 0; i < last; i++)
-        queue_mergeable(tok, &q, ids, next, i);
+    for (int32_t i = 0; i < last; i++) queue_mergeable(tok, &q, ids, next, i);
 
     for (int32_t r = 0; r < tok->n_merges; r++) {
         int32_t a = tok->merges[2 * r], b = tok->merges[2 * r + 1];
@@ -271,16 +260,12 @@ int awl_bpe_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len, in
             ids[i] = 256 + r;
             ids[j] = -1;
             next[i] = k;
-            if (k >= 0)
-                prev[k] = i;
-            if (prev[i] >= 0)
-                queue_mergeable(tok, &q, ids, next, prev[i]);
-            if (k >= 0)
-                queue_mergeable(tok, &q, ids, next, i);
+            if (k >= 0) prev[k] = i;
+            if (prev[i] >= 0) queue_mergeable(tok, &q, ids, next, prev[i]);
+            if (k >= 0) queue_mergeable(tok, &q, ids, next, i);
         }
     }
-    for (int32_t i = 0; i >= 0; i = next[i])
-        out[(*n)++] = ids[i];
+    for (int32_t i = 0; i >= 0; i = next[i]) out[(*n)++] = ids[i];
 done:
     free(ids);
     free(prev);
@@ -313,15 +298,14 @@ typedef struct bpe_trainer {
     /* Max-heap of pairs, each with the count it had when pushed. */
     struct heap_entry {
         int32_t pair, count;
-    } *heap;
+    } * heap;
     int32_t heap_n, heap_cap;
 } bpe_trainer;
 
 /* Heap order: higher count first, then smaller (left, right). */
 static int heap_before(const bpe_trainer *t, int32_t x, int32_t y)
 {
-    if (t->heap[x].count != t->heap[y].count)
-        return t->heap[x].count > t->heap[y].count;
+    if (t->heap[x].count != t->heap[y].count) return t->heap[x].count > t->heap[y].count;
     const bpe_pair *a = &t->pairs[t->heap[x].pair], *b = &t->pairs[t->heap[y].pair];
     return a->left != b->left ? a->left < b->left : a->right < b->right;
 }
@@ -351,8 +335,7 @@ static int heap_push(bpe_trainer *t, int32_t pair)
 {
     if (t->heap_n == t->heap_cap) {
         struct heap_entry *h = grow(t->heap, &t->heap_cap, sizeof *h);
-        if (!h)
-            return AWL_ERR_OOM;
+        if (!h) return AWL_ERR_OOM;
         t->heap = h;
     }
     int32_t i = t->heap_n++;
@@ -369,12 +352,9 @@ static void heap_pop(bpe_trainer *t)
     heap_swap(t, 0, --t->heap_n);
     for (int32_t i = 0;;) {
         int32_t c = 2 * i + 1;
-        if (c >= t->heap_n)
-            return;
-        if (c + 1 < t->heap_n && heap_before(t, c + 1, c))
-            c++;
-        if (!heap_before(t, c, i))
-            return;
+        if (c >= t->heap_n) return;
+        if (c + 1 < t->heap_n && heap_before(t, c + 1, c)) c++;
+        if (!heap_before(t, c, i)) return;
         heap_swap(t, i, c);
         i = c;
     }
@@ -387,21 +367,18 @@ static int pair_add(bpe_trainer *t, int32_t left, int32_t right, int32_t pos)
     if (k < 0) {
         if (t->n_pairs == t->cap_pairs) {
             bpe_pair *pairs = grow(t->pairs, &t->cap_pairs, sizeof *pairs);
-            if (!pairs)
-                return AWL_ERR_OOM;
+            if (!pairs) return AWL_ERR_OOM;
             t->pairs = pairs;
         }
         k = t->n_pairs;
-        if (awl_pair_map_put(&t->index, left, right, k, TRAIN) != 0)
-            return AWL_ERR_OOM;
+        if (awl_pair_map_put(&t->index, left, right, k, TRAIN) != 0) return AWL_ERR_OOM;
         t->pairs[k] = (bpe_pair){.left = left, .right = right};
         t->n_pairs++;
     }
     bpe_pair *p = &t->pairs[k];
     if (p->n_where == p->cap_where) {
         int32_t *where = grow(p->where, &p->cap_where, sizeof *where);
-        if (!where)
-            return AWL_ERR_OOM;
+        if (!where) return AWL_ERR_OOM;
         p->where = where;
     }
     p->where[p->n_where++] = pos;
@@ -420,8 +397,7 @@ static int push_new_pairs(bpe_trainer *t, int32_t first)
 {
     for (int32_t k = first; k < t->n_pairs; k++) {
         if (t->pairs[k].count >= 2) {
-            if (heap_push(t, k) != 0)
-                return AWL_ERR_OOM;
+            if (heap_push(t, k) != 0) return AWL_ERR_OOM;
         } else {
             free(t->pairs[k].where);
             t->pairs[k].where = NULL;
@@ -440,25 +416,21 @@ static int merge_pair(bpe_trainer *t, int32_t k, int32_t x)
     int32_t *where = t->pairs[k].where, n_where = t->pairs[k].n_where;
     for (int32_t w = 0; w < n_where; w++) {
         int32_t i = where[w], j = t->next[i];
-        if (t->ids[i] != a || j < 0 || t->ids[j] != b)
-            continue;
+        if (t->ids[i] != a || j < 0 || t->ids[j] != b) continue;
         int32_t p = t->prev[i], q = t->next[j];
         if (p >= 0) {
             pair_drop(t, t->ids[p], a);
-            if (pair_add(t, t->ids[p], x, p) != 0)
-                return AWL_ERR_OOM;
+            if (pair_add(t, t->ids[p], x, p) != 0) return AWL_ERR_OOM;
         }
         if (q >= 0) {
             pair_drop(t, b, t->ids[q]);
-            if (pair_add(t, x, t->ids[q], i) != 0)
-                return AWL_ERR_OOM;
+            if (pair_add(t, x, t->ids[q], i) != 0) return AWL_ERR_OOM;
         }
         t->pairs[k].count--;
         t->ids[i] = x;
         t->ids[j] = -1;
         t->next[i] = q;
-        if (q >= 0)
-            t->prev[q] = i;
+        if (q >= 0) t->prev[q] = i;
     }
     free(t->pairs[k].where);
     t->pairs[k].where = NULL;
@@ -471,16 +443,15 @@ static void trainer_free(bpe_trainer *t)
     free(t->ids);
     free(t->prev);
     free(t->next);
-    for (int32_t k = 0; k < t->n_pairs; k++)
-        free(t->pairs[k].where);
+    for (int32_t k = 0; k < t->n_pairs; k++) free(t->pairs[k].where);
     free(t->pairs);
     awl_pair_map_free(&t->index);
     free(t->heap);
 }
 
 /* Runs up to max_merges merges, appending them to merges; sets *n_merges. */
-static int train(bpe_trainer *t, const uint8_t *text, int32_t len, int32_t *merges,
-                 int max_merges, int *n_merges)
+static int train(bpe_trainer *t, const uint8_t *text, int32_t len, int32_t *merges, int max_merges,
+                 int *n_merges)
 {
     *n_merges = 0;
     t->ids = malloc((size_t)len * sizeof *t->ids);
@@ -488,31 +459,26 @@ static int train(bpe_trainer *t, const uint8_t *text, int32_t len, int32_t *merg
     t->next = malloc((size_t)len * sizeof *t->next);
     if (!t->ids || !t->prev || !t->next)
         return awl_error(AWL_ERR_OOM, "%s: out of memory for %d bytes", TRAIN, len);
-    if (awl_pair_map_init(&t->index, 1 << 16, TRAIN) != 0)
-        return AWL_ERR_OOM;
+    if (awl_pair_map_init(&t->index, 1 << 16, TRAIN) != 0) return AWL_ERR_OOM;
     for (int32_t i = 0; i < len; i++) {
         t->ids[i] = text[i];
         t->prev[i] = i - 1;
         t->next[i] = i + 1 < len ? i + 1 : -1;
     }
     for (int32_t i = 0; i + 1 < len; i++)
-        if (pair_add(t, t->ids[i], t->ids[i + 1], i) != 0)
-            return AWL_ERR_OOM;
-    if (push_new_pairs(t, 0) != 0)
-        return AWL_ERR_OOM;
+        if (pair_add(t, t->ids[i], t->ids[i + 1], i) != 0) return AWL_ERR_OOM;
+    if (push_new_pairs(t, 0) != 0) return AWL_ERR_OOM;
 
     while (*n_merges < max_merges && t->heap_n > 0) {
         int32_t k = t->heap[0].pair, counted = t->heap[0].count;
         heap_pop(t);
         if (t->pairs[k].count != counted) { /* stale: fell since it was pushed */
-            if (t->pairs[k].count >= 2 && heap_push(t, k) != 0)
-                return AWL_ERR_OOM;
+            if (t->pairs[k].count >= 2 && heap_push(t, k) != 0) return AWL_ERR_OOM;
             continue;
         }
         merges[2 * *n_merges] = t->pairs[k].left;
         merges[2 * *n_merges + 1] = t->pairs[k].right;
-        if (merge_pair(t, k, 256 + *n_merges) != 0)
-            return AWL_ERR_OOM;
+        if (merge_pair(t, k, 256 + *n_merges) != 0) return AWL_ERR_OOM;
         (*n_merges)++;
     }
     return 0;
@@ -530,14 +496,12 @@ awl_tokenizer *awl_tokenizer_bpe_train(const char *text, size_t len, int vocab_s
         return NULL;
     }
     if (len >= INT32_MAX) {
-        awl_error(AWL_ERR_INVALID, "%s: text of %zu bytes is too long (at most 2 GiB)", TRAIN,
-                  len);
+        awl_error(AWL_ERR_INVALID, "%s: text of %zu bytes is too long (at most 2 GiB)", TRAIN, len);
         return NULL;
     }
     /* Each merge shortens the text by at least one token. */
     int max_merges = vocab_size - 256;
-    if ((size_t)max_merges > len)
-        max_merges = (int)len;
+    if ((size_t)max_merges > len) max_merges = (int)len;
     int32_t *merges = malloc(((size_t)max_merges * 2 + 1) * sizeof *merges);
     if (!merges) {
         awl_error(AWL_ERR_OOM, "%s: out of memory for %d merges", TRAIN, max_merges);
@@ -546,8 +510,8 @@ awl_tokenizer *awl_tokenizer_bpe_train(const char *text, size_t len, int vocab_s
     bpe_trainer t = {0};
     int n_merges = 0;
     awl_tokenizer *tok = NULL;
-    if (len == 0 || train(&t, (const uint8_t *)text, (int32_t)len, merges, max_merges,
-                          &n_merges) == 0)
+    if (len == 0 ||
+        train(&t, (const uint8_t *)text, (int32_t)len, merges, max_merges, &n_merges) == 0)
         tok = awl_bpe_from_merges(merges, n_merges, TRAIN);
     trainer_free(&t);
     free(merges);

@@ -127,9 +127,8 @@ awl_text_dataset *awl_text_dataset_open(const char *path, const awl_tokenizer *t
                                         double train_fraction);
 
 /* The same from text in memory (the text is encoded, not kept). */
-awl_text_dataset *awl_text_dataset_from_text(const char *text, size_t len,
-                                             const awl_tokenizer *tok, int block,
-                                             double train_fraction);
+awl_text_dataset *awl_text_dataset_from_text(const char *text, size_t len, const awl_tokenizer *tok,
+                                             int block, double train_fraction);
 
 /* Frees the dataset and the tokenizer it owns; NULL is a no-op. */
 void awl_text_dataset_free(awl_text_dataset *ds);
@@ -157,8 +156,8 @@ int awl_text_dataset_block(const awl_text_dataset *ds);
  * scope (tensor/tensor.h). Row b of the split's k-th batch depends only on
  * (seed, split, k, b); the split's position (k) advances by one on success.
  * On failure *x and *y are NULL and the position is unchanged. */
-int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch, const char *device,
-                           awl_tensor **x, awl_tensor **y);
+int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch,
+                           const char *device, awl_tensor **x, awl_tensor **y);
 
 /* Reseeds the sampler and rewinds both splits to position 0. */
 void awl_text_dataset_seed(awl_text_dataset *ds, uint64_t seed);

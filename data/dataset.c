@@ -46,7 +46,10 @@ struct awl_text_dataset {
 static const char *const OPEN = "awl_text_dataset_open";
 static const char *const FROM_TEXT = "awl_text_dataset_from_text";
 
-static const char *split_name(awl_data_split split) { return split == AWL_SPLIT_TRAIN ? "train" : "val"; }
+static const char *split_name(awl_data_split split)
+{
+    return split == AWL_SPLIT_TRAIN ? "train" : "val";
+}
 
 /* Reads the whole of a plain or gzip file into *text (malloc'd). */
 static int read_file(const char *path, char **text, size_t *len)
@@ -72,8 +75,7 @@ static int read_file(const char *path, char **text, size_t *len)
         }
         if (n == cap) {
             char *bigger = realloc(buf, 2 * cap);
-            if (!bigger)
-                free(buf);
+            if (!bigger) free(buf);
             buf = bigger;
             cap *= 2;
             continue;
@@ -82,10 +84,10 @@ static int read_file(const char *path, char **text, size_t *len)
         int got = gzread(gz, buf + n, (unsigned)want);
         if (got < 0) {
             const char *msg = gzerror(gz, &zerr);
-            rc = zerr == Z_ERRNO
-                     ? awl_error(AWL_ERR_IO, "%s: cannot read '%s': %s", OPEN, path,
-                                 strerror(errno))
-                     : awl_error(AWL_ERR_FORMAT, "%s: '%s' is not valid gzip: %s", OPEN, path, msg);
+            rc =
+                zerr == Z_ERRNO
+                    ? awl_error(AWL_ERR_IO, "%s: cannot read '%s': %s", OPEN, path, strerror(errno))
+                    : awl_error(AWL_ERR_FORMAT, "%s: '%s' is not valid gzip: %s", OPEN, path, msg);
             break;
         }
         if (got == 0) {
@@ -145,8 +147,7 @@ static awl_text_dataset *dataset_new(const char *text, size_t len, const awl_tok
     if (!tok) {
         ds->owned_tok = awl_tokenizer_char_from_text(text, len);
         ds->tok = ds->owned_tok;
-        if (!ds->tok)
-            goto fail;
+        if (!ds->tok) goto fail;
     }
     if (awl_tokenizer_encode(ds->tok, text, len, &ds->tokens, &ds->n_tokens) != 0) {
         prefix_error(op, where);
@@ -177,8 +178,7 @@ awl_text_dataset *awl_text_dataset_open(const char *path, const awl_tokenizer *t
     }
     char *text;
     size_t len;
-    if (read_file(path, &text, &len) != 0)
-        return NULL;
+    if (read_file(path, &text, &len) != 0) return NULL;
     size_t where_len = strlen(path) + 3;
     char *where = malloc(where_len);
     awl_text_dataset *ds = NULL;
@@ -193,9 +193,8 @@ awl_text_dataset *awl_text_dataset_open(const char *path, const awl_tokenizer *t
     return ds;
 }
 
-awl_text_dataset *awl_text_dataset_from_text(const char *text, size_t len,
-                                             const awl_tokenizer *tok, int block,
-                                             double train_fraction)
+awl_text_dataset *awl_text_dataset_from_text(const char *text, size_t len, const awl_tokenizer *tok,
+                                             int block, double train_fraction)
 {
     if (!text && len > 0) {
         awl_error(AWL_ERR_INVALID, "%s: text is NULL", FROM_TEXT);
@@ -206,8 +205,7 @@ awl_text_dataset *awl_text_dataset_from_text(const char *text, size_t len,
 
 void awl_text_dataset_free(awl_text_dataset *ds)
 {
-    if (!ds)
-        return;
+    if (!ds) return;
     free(ds->tokens);
     awl_tokenizer_free(ds->owned_tok);
     free(ds);
@@ -218,14 +216,15 @@ const awl_tokenizer *awl_text_dataset_tokenizer(const awl_text_dataset *ds)
     return ds ? ds->tok : NULL;
 }
 
-static bool split_ok(awl_data_split split) { return split == AWL_SPLIT_TRAIN || split == AWL_SPLIT_VAL; }
+static bool split_ok(awl_data_split split)
+{
+    return split == AWL_SPLIT_TRAIN || split == AWL_SPLIT_VAL;
+}
 
 const int32_t *awl_text_dataset_tokens(const awl_text_dataset *ds, awl_data_split split, size_t *n)
 {
-    if (n)
-        *n = 0;
-    if (!ds || !n || !split_ok(split))
-        return NULL;
+    if (n) *n = 0;
+    if (!ds || !n || !split_ok(split)) return NULL;
     *n = split == AWL_SPLIT_TRAIN ? ds->n_train : ds->n_tokens - ds->n_train;
     return split == AWL_SPLIT_TRAIN ? ds->tokens : ds->tokens + ds->n_train;
 }
@@ -240,8 +239,7 @@ int awl_text_dataset_block(const awl_text_dataset *ds) { return ds ? ds->block :
 
 void awl_text_dataset_seed(awl_text_dataset *ds, uint64_t seed)
 {
-    if (!ds)
-        return;
+    if (!ds) return;
     ds->seed = seed;
     ds->position[AWL_SPLIT_TRAIN] = 0;
     ds->position[AWL_SPLIT_VAL] = 0;
@@ -256,8 +254,7 @@ uint64_t awl_text_dataset_get_position(const awl_text_dataset *ds, awl_data_spli
 
 int awl_text_dataset_set_position(awl_text_dataset *ds, awl_data_split split, uint64_t position)
 {
-    if (!ds)
-        return AWL_ERR_INVALID;
+    if (!ds) return AWL_ERR_INVALID;
     if (!split_ok(split))
         return awl_error(AWL_ERR_INVALID, "awl_text_dataset_set_position: bad split %d",
                          (int)split);
@@ -265,22 +262,18 @@ int awl_text_dataset_set_position(awl_text_dataset *ds, awl_data_split split, ui
     return 0;
 }
 
-int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch, const char *device,
-                           awl_tensor **x, awl_tensor **y)
+int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch,
+                           const char *device, awl_tensor **x, awl_tensor **y)
 {
-    if (x)
-        *x = NULL;
-    if (y)
-        *y = NULL;
-    if (!ds)
-        return AWL_ERR_INVALID;
-    if (!x || !y)
-        return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: NULL output");
+    if (x) *x = NULL;
+    if (y) *y = NULL;
+    if (!ds) return AWL_ERR_INVALID;
+    if (!x || !y) return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: NULL output");
     if (!split_ok(split))
         return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: bad split %d", (int)split);
     if (batch < 1)
-        return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: batch must be at least 1, got %d",
-                         batch);
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_text_dataset_batch: batch must be at least 1, got %d", batch);
     size_t n;
     const int32_t *tokens = awl_text_dataset_tokens(ds, split, &n);
     size_t block = (size_t)ds->block;
@@ -290,8 +283,8 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch
                          split_name(split));
 
     size_t count = (size_t)batch * block;
-    int32_t *host = count <= SIZE_MAX / (2 * sizeof *host) ? malloc(2 * count * sizeof *host)
-                                                            : NULL;
+    int32_t *host =
+        count <= SIZE_MAX / (2 * sizeof *host) ? malloc(2 * count * sizeof *host) : NULL;
     if (!host)
         return awl_error(AWL_ERR_OOM, "awl_text_dataset_batch: out of memory for (%d,%zu)", batch,
                          block);
@@ -316,8 +309,7 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch
     }
     awl_scope_end();
     free(host);
-    if (!ok)
-        return awl_last_error_code() < 0 ? awl_last_error_code() : AWL_ERR_INVALID;
+    if (!ok) return awl_last_error_code() < 0 ? awl_last_error_code() : AWL_ERR_INVALID;
     ds->position[split]++;
     return 0;
 }

@@ -25,8 +25,7 @@ static const char HEX[] = "0123456789abcdef";
 
 void awl_tokenizer_free(awl_tokenizer *tok)
 {
-    if (!tok)
-        return;
+    if (!tok) return;
     free(tok->offsets);
     free(tok->bytes);
     free(tok->merges);
@@ -51,8 +50,7 @@ static awl_tokenizer *char_from_set(const bool present[256], const char *op)
     tok->offsets[0] = 0;
     for (int c = 0; c < 256; c++) {
         tok->char_id[c] = -1;
-        if (!present[c])
-            continue;
+        if (!present[c]) continue;
         tok->char_id[c] = (int16_t)tok->vocab_size;
         tok->bytes[tok->vocab_size] = (uint8_t)c;
         tok->vocab_size++;
@@ -68,8 +66,7 @@ awl_tokenizer *awl_tokenizer_char_from_text(const char *text, size_t len)
         return NULL;
     }
     bool present[256] = {false};
-    for (size_t i = 0; i < len; i++)
-        present[(uint8_t)text[i]] = true;
+    for (size_t i = 0; i < len; i++) present[(uint8_t)text[i]] = true;
     return char_from_set(present, "awl_tokenizer_char_from_text");
 }
 
@@ -77,8 +74,7 @@ int awl_tokenizer_vocab_size(const awl_tokenizer *tok) { return tok ? tok->vocab
 
 const char *awl_tokenizer_kind(const awl_tokenizer *tok)
 {
-    if (!tok)
-        return "";
+    if (!tok) return "";
     return tok->kind == TOKENIZER_CHAR ? "char" : "bpe";
 }
 
@@ -90,8 +86,7 @@ static int char_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len
         int id = tok->char_id[text[i]];
         if (id < 0) {
             char shown[8] = "";
-            if (text[i] >= 0x20 && text[i] < 0x7f)
-                snprintf(shown, sizeof shown, " '%c'", text[i]);
+            if (text[i] >= 0x20 && text[i] < 0x7f) snprintf(shown, sizeof shown, " '%c'", text[i]);
             return awl_error(AWL_ERR_INVALID,
                              "awl_tokenizer_encode: byte 0x%02x%s at offset %zu is not in the "
                              "character vocabulary (%d characters)",
@@ -105,12 +100,9 @@ static int char_encode(const awl_tokenizer *tok, const uint8_t *text, size_t len
 int awl_tokenizer_encode(const awl_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                          size_t *n)
 {
-    if (ids)
-        *ids = NULL;
-    if (n)
-        *n = 0;
-    if (!tok)
-        return AWL_ERR_INVALID;
+    if (ids) *ids = NULL;
+    if (n) *n = 0;
+    if (!tok) return AWL_ERR_INVALID;
     if (!ids || !n || (!text && len > 0))
         return awl_error(AWL_ERR_INVALID, "awl_tokenizer_encode: NULL text or output");
     if (tok->kind == TOKENIZER_BPE && len >= INT32_MAX)
@@ -119,8 +111,7 @@ int awl_tokenizer_encode(const awl_tokenizer *tok, const char *text, size_t len,
                          "per call)",
                          len);
     int32_t *out = malloc((len ? len : 1) * sizeof *out);
-    if (!out)
-        return awl_error(AWL_ERR_OOM, "awl_tokenizer_encode: out of memory for %zu ids", len);
+    if (!out) return awl_error(AWL_ERR_OOM, "awl_tokenizer_encode: out of memory for %zu ids", len);
     size_t count = len;
     int rc = tok->kind == TOKENIZER_CHAR
                  ? char_encode(tok, (const uint8_t *)text, len, out)
@@ -138,12 +129,9 @@ int awl_tokenizer_encode(const awl_tokenizer *tok, const char *text, size_t len,
 int awl_tokenizer_decode(const awl_tokenizer *tok, const int32_t *ids, size_t n, char **text,
                          size_t *len)
 {
-    if (text)
-        *text = NULL;
-    if (len)
-        *len = 0;
-    if (!tok)
-        return AWL_ERR_INVALID;
+    if (text) *text = NULL;
+    if (len) *len = 0;
+    if (!tok) return AWL_ERR_INVALID;
     if (!text || !len || (!ids && n > 0))
         return awl_error(AWL_ERR_INVALID, "awl_tokenizer_decode: NULL ids or output");
     size_t total = 0;
@@ -181,27 +169,21 @@ static char *put_hex(char *dst, uint32_t id)
         digits[n++] = HEX[id & 15];
         id >>= 4;
     } while (id);
-    while (n > 0)
-        *dst++ = digits[--n];
+    while (n > 0) *dst++ = digits[--n];
     return dst;
 }
 
 int awl_tokenizer_serialize(const awl_tokenizer *tok, char **buf, size_t *len)
 {
-    if (buf)
-        *buf = NULL;
-    if (len)
-        *len = 0;
-    if (!tok)
-        return AWL_ERR_INVALID;
-    if (!buf || !len)
-        return awl_error(AWL_ERR_INVALID, "awl_tokenizer_serialize: NULL output");
+    if (buf) *buf = NULL;
+    if (len) *len = 0;
+    if (!tok) return AWL_ERR_INVALID;
+    if (!buf || !len) return awl_error(AWL_ERR_INVALID, "awl_tokenizer_serialize: NULL output");
     /* Upper bound: "char:" + 2 per byte, or "bpe:" + 8 + '.' + 8 + ',' per merge. */
     size_t cap = tok->kind == TOKENIZER_CHAR ? 5 + 2 * (size_t)tok->vocab_size + 1
                                              : 4 + 18 * (size_t)tok->n_merges + 1;
     char *out = malloc(cap);
-    if (!out)
-        return awl_error(AWL_ERR_OOM, "awl_tokenizer_serialize: out of memory");
+    if (!out) return awl_error(AWL_ERR_OOM, "awl_tokenizer_serialize: out of memory");
     char *dst = out;
     if (tok->kind == TOKENIZER_CHAR) {
         memcpy(dst, "char:", 5);
@@ -214,8 +196,7 @@ int awl_tokenizer_serialize(const awl_tokenizer *tok, char **buf, size_t *len)
         memcpy(dst, "bpe:", 4);
         dst += 4;
         for (int r = 0; r < tok->n_merges; r++) {
-            if (r > 0)
-                *dst++ = ',';
+            if (r > 0) *dst++ = ',';
             dst = put_hex(dst, (uint32_t)tok->merges[2 * r]);
             *dst++ = '.';
             dst = put_hex(dst, (uint32_t)tok->merges[2 * r + 1]);
@@ -238,8 +219,9 @@ static int hex_value(char c)
 static awl_tokenizer *char_deserialize(const char *s, size_t len)
 {
     if (len == 0 || len % 2 != 0) {
-        awl_error(AWL_ERR_FORMAT, "%s: \"char:\" needs a non-empty, even number of hex digits, got %zu",
-                  DESER, len);
+        awl_error(AWL_ERR_FORMAT,
+                  "%s: \"char:\" needs a non-empty, even number of hex digits, got %zu", DESER,
+                  len);
         return NULL;
     }
     bool present[256] = {false};
@@ -295,8 +277,7 @@ static awl_tokenizer *bpe_deserialize(const char *s, size_t len)
         awl_error(AWL_ERR_OOM, "%s: out of memory", DESER);
         return NULL;
     }
-    if (awl_pair_map_init(&seen, max_merges, DESER) != 0)
-        goto done;
+    if (awl_pair_map_init(&seen, max_merges, DESER) != 0) goto done;
     int n = 0;
     for (size_t pos = 0; pos < len; n++) {
         if (n > 0) {
@@ -307,23 +288,20 @@ static awl_tokenizer *bpe_deserialize(const char *s, size_t len)
             pos++;
         }
         int32_t *m = merges + 2 * n;
-        if (parse_id(s, len, &pos, 256 + n, &m[0]) != 0)
-            goto done;
+        if (parse_id(s, len, &pos, 256 + n, &m[0]) != 0) goto done;
         if (pos >= len || s[pos] != '.') {
             awl_error(AWL_ERR_FORMAT, "%s: expected '.' at offset %zu", DESER, 4 + pos);
             goto done;
         }
         pos++;
-        if (parse_id(s, len, &pos, 256 + n, &m[1]) != 0)
-            goto done;
+        if (parse_id(s, len, &pos, 256 + n, &m[1]) != 0) goto done;
         int32_t earlier = awl_pair_map_get(&seen, m[0], m[1]);
         if (earlier >= 0) {
             awl_error(AWL_ERR_FORMAT, "%s: merge %d (%x.%x) repeats merge %d", DESER, n,
                       (unsigned)m[0], (unsigned)m[1], earlier);
             goto done;
         }
-        if (awl_pair_map_put(&seen, m[0], m[1], n, DESER) != 0)
-            goto done;
+        if (awl_pair_map_put(&seen, m[0], m[1], n, DESER) != 0) goto done;
     }
     tok = awl_bpe_from_merges(merges, n, DESER);
 done:
@@ -338,10 +316,9 @@ awl_tokenizer *awl_tokenizer_deserialize(const char *buf, size_t len)
         awl_error(AWL_ERR_FORMAT, "%s: no tokenizer string", DESER);
         return NULL;
     }
-    if (len >= 5 && memcmp(buf, "char:", 5) == 0)
-        return char_deserialize(buf + 5, len - 5);
-    if (len >= 4 && memcmp(buf, "bpe:", 4) == 0)
-        return bpe_deserialize(buf + 4, len - 4);
-    awl_error(AWL_ERR_FORMAT, "%s: unknown kind, expected \"char:\" or \"bpe:\" at the start", DESER);
+    if (len >= 5 && memcmp(buf, "char:", 5) == 0) return char_deserialize(buf + 5, len - 5);
+    if (len >= 4 && memcmp(buf, "bpe:", 4) == 0) return bpe_deserialize(buf + 4, len - 4);
+    awl_error(AWL_ERR_FORMAT, "%s: unknown kind, expected \"char:\" or \"bpe:\" at the start",
+              DESER);
     return NULL;
 }

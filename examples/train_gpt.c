@@ -68,8 +68,10 @@ typedef struct option_spec {
 #define FIELD(f) offsetof(settings, f)
 
 static const option_spec options[] = {
-    {"data", "PATH", "text corpus: a file (plain or .gz) or a directory of files; default "
-                     DEFAULT_CORPUS " (Debian's fortunes)", OPT_STRING, FIELD(data)},
+    {"data", "PATH",
+     "text corpus: a file (plain or .gz) or a directory of files; default " DEFAULT_CORPUS
+     " (Debian's fortunes)",
+     OPT_STRING, FIELD(data)},
     {"config", "NAME", "cpu-small, cpu-medium, shakespeare-char or gpt2-124m", OPT_STRING,
      FIELD(config)},
     {"n-layer", "N", "override the configuration's number of blocks", OPT_INT, FIELD(n_layer)},
@@ -90,8 +92,8 @@ static const option_spec options[] = {
     {"schedule", "KIND", "cosine (default: warmup then cosine decay to min-lr) or constant",
      OPT_STRING, FIELD(schedule)},
     {"beta1", "X", "AdamW beta1 (default 0.9)", OPT_DOUBLE, FIELD(beta1)},
-    {"beta2", "X", "AdamW beta2 (default 0.95; nanoGPT uses 0.99 for shakespeare-char)",
-     OPT_DOUBLE, FIELD(beta2)},
+    {"beta2", "X", "AdamW beta2 (default 0.95; nanoGPT uses 0.99 for shakespeare-char)", OPT_DOUBLE,
+     FIELD(beta2)},
     {"weight-decay", "X", "AdamW weight decay on 2-D weights (default 0.1)", OPT_DOUBLE,
      FIELD(weight_decay)},
     {"grad-clip", "X", "clip the global gradient norm (default 1.0; 0: off)", OPT_DOUBLE,
@@ -100,14 +102,15 @@ static const option_spec options[] = {
     {"eval-interval", "N", "evaluate every N steps (default 500; 0: only at the end)", OPT_INT,
      FIELD(eval_interval)},
     {"eval-iters", "N", "batches per evaluation (default 20)", OPT_INT, FIELD(eval_iters)},
-    {"log-interval", "N", "print a line every N steps when not on a terminal (default 50)",
-     OPT_INT, FIELD(log_interval)},
+    {"log-interval", "N", "print a line every N steps when not on a terminal (default 50)", OPT_INT,
+     FIELD(log_interval)},
     {"seed", "N", "seed for initialisation, dropout and batch sampling (default 1337)", OPT_LONG,
      FIELD(seed)},
     {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device)},
-    {"precision", "P", "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 "
-                       "(mixed precision: bfloat16 matmuls and activations, float32 weights; "
-                       "CUDA only)",
+    {"precision", "P",
+     "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 "
+     "(mixed precision: bfloat16 matmuls and activations, float32 weights; "
+     "CUDA only)",
      OPT_STRING, FIELD(precision)},
     {"threads", "N", "CPU threads (default: all cores)", OPT_INT, FIELD(threads)},
     {"save", "PATH", "write a checkpoint (safetensors) at the end", OPT_STRING, FIELD(save)},
@@ -115,17 +118,16 @@ static const option_spec options[] = {
      FIELD(save_interval)},
     {"resume", "PATH", "continue from a checkpoint (model, optimizer, RNG, data position)",
      OPT_STRING, FIELD(resume)},
-    {"log", "PATH", "CSV log of losses and speed (default train_log.csv; \"\": none)",
-     OPT_STRING, FIELD(log)},
-    {"checkpoint-activations", NULL, "recompute each block's activations in backward",
-     OPT_FLAG, FIELD(checkpoint_activations)},
+    {"log", "PATH", "CSV log of losses and speed (default train_log.csv; \"\": none)", OPT_STRING,
+     FIELD(log)},
+    {"checkpoint-activations", NULL, "recompute each block's activations in backward", OPT_FLAG,
+     FIELD(checkpoint_activations)},
     {"sample-tokens", "N", "tokens to sample at the end (default 300; 0: none)", OPT_INT,
      FIELD(sample_tokens)},
     {"temperature", "X", "sampling temperature (default 0.8)", OPT_DOUBLE, FIELD(temperature)},
     {"top-k", "N", "sample among the k most likely tokens (default 200; 0: all)", OPT_INT,
      FIELD(top_k)},
-    {"prompt", "TEXT", "text the sample continues (default: a newline)", OPT_STRING,
-     FIELD(prompt)},
+    {"prompt", "TEXT", "text the sample continues (default: a newline)", OPT_STRING, FIELD(prompt)},
 };
 
 #define N_OPTIONS ((int)(sizeof options / sizeof *options))
@@ -185,8 +187,10 @@ static bool parse_number(const char *text, option_kind kind, void *field)
     } else {
         long v = strtol(text, &end, 10);
         if (*end || end == text) return false;
-        if (kind == OPT_INT) *(int *)field = (int)v;
-        else *(long *)field = v;
+        if (kind == OPT_INT)
+            *(int *)field = (int)v;
+        else
+            *(long *)field = v;
     }
     return true;
 }
@@ -223,7 +227,8 @@ static int parse_args(int argc, char **argv, settings *s)
             }
             value = argv[++i];
         }
-        if (o->kind == OPT_STRING) *(const char **)field = value;
+        if (o->kind == OPT_STRING)
+            *(const char **)field = value;
         else if (!parse_number(value, o->kind, field)) {
             fprintf(stderr, "train_gpt: --%s: '%s' is not a number\n", o->name, value);
             return -1;
@@ -288,8 +293,7 @@ static int read_directory(const char *path, text_buffer *t)
     struct dirent *e;
     while ((e = readdir(dir))) {
         size_t len = strlen(e->d_name);
-        if (e->d_name[0] == '.' || (len > 4 && strcmp(e->d_name + len - 4, ".dat") == 0))
-            continue;
+        if (e->d_name[0] == '.' || (len > 4 && strcmp(e->d_name + len - 4, ".dat") == 0)) continue;
         char full[4096];
         snprintf(full, sizeof full, "%s/%s", path, e->d_name);
         struct stat st;
@@ -338,9 +342,12 @@ static double now(void)
 static void format_duration(double seconds, char *buf, size_t size)
 {
     long s = (long)(seconds + 0.5);
-    if (s >= 3600) snprintf(buf, size, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-    else if (s >= 60) snprintf(buf, size, "%ldm%02lds", s / 60, s % 60);
-    else snprintf(buf, size, "%lds", s);
+    if (s >= 3600)
+        snprintf(buf, size, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60)
+        snprintf(buf, size, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(buf, size, "%lds", s);
 }
 
 /* FLOP/s of a float32 (n x n) @ (n x n) product on the device: the ceiling
@@ -443,7 +450,8 @@ static double train_step(trainer *t, double lr)
     for (int micro = 0; micro < t->s.grad_accum; micro++) {
         awl_scope_begin();
         awl_tensor *x, *y, *loss = NULL;
-        if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, t->s.device, &x, &y) == 0) {
+        if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, t->s.device, &x, &y) ==
+            0) {
             awl_tensor *l = awl_gpt_loss(t->model, x, y);
             loss = awl_keep(t->s.grad_accum > 1 ? awl_div_scalar(l, t->s.grad_accum) : l);
         }
@@ -546,7 +554,8 @@ static void print_sample(trainer *t)
     if (t->s.sample_tokens <= 0) return;
     int32_t *prompt_ids = NULL;
     size_t n_prompt = 0;
-    if (awl_tokenizer_encode(t->tok, t->s.prompt, strlen(t->s.prompt), &prompt_ids, &n_prompt) < 0 ||
+    if (awl_tokenizer_encode(t->tok, t->s.prompt, strlen(t->s.prompt), &prompt_ids, &n_prompt) <
+            0 ||
         n_prompt == 0) {
         free(prompt_ids); /* a prompt outside the vocabulary: start from token 0 */
         prompt_ids = calloc(1, sizeof *prompt_ids);
@@ -577,9 +586,10 @@ static int train(trainer *t)
     printf("model: %s, %lld parameters (%d layers, %d heads, width %d, block %d, vocab %d)\n",
            s->config, (long long)awl_gpt_num_params(t->model), t->cfg.n_layer, t->cfg.n_head,
            t->cfg.n_embd, t->cfg.block, t->cfg.vocab);
-    printf("training: %d steps of %lld tokens on %s (%s), %d threads; matmul ceiling %.1f GFLOP/s\n",
-           s->steps, (long long)tokens_per_step, s->device, s->precision, awl_get_num_threads(),
-           peak * 1e-9);
+    printf(
+        "training: %d steps of %lld tokens on %s (%s), %d threads; matmul ceiling %.1f GFLOP/s\n",
+        s->steps, (long long)tokens_per_step, s->device, s->precision, awl_get_num_threads(),
+        peak * 1e-9);
     progress p = {tty, t->step, s->steps, now()};
     double window_start = now();
     int window_steps = 0;
@@ -640,10 +650,13 @@ static int train(trainer *t)
 static int run(trainer *t)
 {
     settings *s = &t->s;
-    if (s->threads > 0) awl_set_num_threads(s->threads);
-    else awl_set_num_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
+    if (s->threads > 0)
+        awl_set_num_threads(s->threads);
+    else
+        awl_set_num_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
     bool bf16 = strcmp(s->precision, "bf16") == 0;
-    if (strcmp(s->precision, "tf32") == 0 || bf16) awl_set_float32_matmul_precision("high");
+    if (strcmp(s->precision, "tf32") == 0 || bf16)
+        awl_set_float32_matmul_precision("high");
     else if (strcmp(s->precision, "fp32") != 0) {
         fprintf(stderr, "train_gpt: --precision must be fp32, tf32 or bf16\n");
         return -1;
@@ -695,8 +708,10 @@ static int run(trainer *t)
     if (s->log && s->log[0]) {
         bool append = resuming && access(s->log, F_OK) == 0;
         t->log = fopen(s->log, append ? "a" : "w");
-        if (!t->log) fprintf(stderr, "train_gpt: cannot write the log %s\n", s->log);
-        else if (!append) fprintf(t->log, "step,train_loss,val_loss,lr,tokens_per_sec,mfu,elapsed_s\n");
+        if (!t->log)
+            fprintf(stderr, "train_gpt: cannot write the log %s\n", s->log);
+        else if (!append)
+            fprintf(t->log, "step,train_loss,val_loss,lr,tokens_per_sec,mfu,elapsed_s\n");
     }
     if (t->step < s->steps && train(t) < 0) return -1;
     if (s->save && save_checkpoint(t, s->save) < 0) return -1;

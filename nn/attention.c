@@ -51,9 +51,10 @@ static awl_tensor *causal_mask(awl_tensor *like, int64_t T, int64_t S)
     double *m = awl_xmalloc((size_t)(T * S > 0 ? T * S : 1) * sizeof *m);
     for (int64_t i = 0; i < T; i++)
         for (int64_t j = 0; j < S; j++) m[i * S + j] = j > i ? 1.0 : 0.0;
-    awl_tensor *mask = awl_tensor_cast(
-        awl_from_data(m, AWL_SHAPE(T, S), AWL_F64, awl_tensor_device_name(like, device, sizeof device)),
-        like->dtype);
+    awl_tensor *mask =
+        awl_tensor_cast(awl_from_data(m, AWL_SHAPE(T, S), AWL_F64,
+                                      awl_tensor_device_name(like, device, sizeof device)),
+                        like->dtype);
     free(m);
     return mask;
 }
@@ -62,8 +63,9 @@ static awl_tensor *causal_mask(awl_tensor *like, int64_t T, int64_t S)
 static awl_tensor *attention_weights(awl_tensor *q, awl_tensor *k, double scale, bool causal)
 {
     awl_tensor *s = awl_mul_scalar(awl_matmul(q, awl_transpose(k, -2, -1)), scale);
-    if (causal && s) s = awl_masked_fill(s, causal_mask(s, q->shape[q->ndim - 2], k->shape[k->ndim - 2]),
-                                         -INFINITY);
+    if (causal && s)
+        s = awl_masked_fill(s, causal_mask(s, q->shape[q->ndim - 2], k->shape[k->ndim - 2]),
+                            -INFINITY);
     return awl_softmax(s, -1);
 }
 
@@ -110,7 +112,7 @@ static awl_tensor *rows_contiguous(awl_tensor *t)
 {
     if (!t) return NULL;
     return t->strides[t->ndim - 1] == 1 || t->shape[t->ndim - 1] == 1 ? t
-                                                                       : awl_tensor_contiguous(t);
+                                                                      : awl_tensor_contiguous(t);
 }
 
 /* A new (B, H, T, D) tensor whose memory is laid out (B, T, H, D). */
@@ -168,7 +170,8 @@ static awl_tensor *sdpa_fused(awl_tensor *q, awl_tensor *k, awl_tensor *v, doubl
     if (ok) {
         awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(qc),
                  vk = awl_tensor_view(kc), vv = awl_tensor_view(vc);
-        int status = awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale, causal);
+        int status =
+            awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale, causal);
         ok = awl_nn_kernel_ok("awl_scaled_dot_product_attention", status, unsupported);
     }
     if (!ok) out = NULL;
@@ -200,8 +203,9 @@ awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_t
         ok = k->shape[k->ndim - 1] == q->shape[q->ndim - 1] &&
              v->shape[v->ndim - 2] == k->shape[k->ndim - 2];
     if (!ok) {
-        awl_error(AWL_ERR_INVALID, "%s: q %s, k %s, v %s: expected (..., T, D), (..., S, D), "
-                                   "(..., S, Dv)",
+        awl_error(AWL_ERR_INVALID,
+                  "%s: q %s, k %s, v %s: expected (..., T, D), (..., S, D), "
+                  "(..., S, Dv)",
                   op, awl_shape_str(q, s1, sizeof s1), awl_shape_str(k, s2, sizeof s2),
                   awl_shape_str(v, s3, sizeof s3));
         return NULL;
@@ -214,8 +218,9 @@ awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_t
     bool unsupported = true;
     awl_tensor *out = NULL;
     if (dropout_p == 0.0 && q->ndim == 4 && awl_same_shape(q, k) && awl_same_shape(q, v) &&
-        awl_nn_try_fused(awl_tensor_backend(q)->attention_forward) && awl_check_same_device(op, q, k) == 0 &&
-        awl_check_same_device(op, q, v) == 0 && q->dtype == k->dtype && q->dtype == v->dtype)
+        awl_nn_try_fused(awl_tensor_backend(q)->attention_forward) &&
+        awl_check_same_device(op, q, k) == 0 && awl_check_same_device(op, q, v) == 0 &&
+        q->dtype == k->dtype && q->dtype == v->dtype)
         out = sdpa_fused(q, k, v, scale, causal, &unsupported);
     if (!out && unsupported) out = sdpa_composed(q, k, v, scale, causal, dropout_p);
     return out;
@@ -271,9 +276,9 @@ static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor *
     }
     awl_tensor *qkv_heads[3], *d[3] = {NULL, NULL, NULL};
     if (split_heads(qkv, c->n_head, qkv_heads) < 0) return AWL_ERR_INVALID;
-    awl_tensor *dout = awl_permute(awl_reshape(grad, AWL_SHAPE(grad->shape[0], grad->shape[1],
-                                                               c->n_head, D)),
-                                   (int[]){0, 2, 1, 3});
+    awl_tensor *dout =
+        awl_permute(awl_reshape(grad, AWL_SHAPE(grad->shape[0], grad->shape[1], c->n_head, D)),
+                    (int[]){0, 2, 1, 3});
     sdpa_grad_composed(qkv_heads[0], qkv_heads[1], qkv_heads[2], dout, c->scale, c->causal, &d[0],
                        &d[1], &d[2]);
     for (int i = 0; i < 3; i++) d[i] = merge_heads(d[i]);
@@ -295,13 +300,13 @@ static awl_tensor *attention_qkv_fused(awl_tensor *qkv, int n_head, bool causal,
         awl_view vq = heads_view(qc, n_head, 0, D), vk = heads_view(qc, n_head, C, D),
                  vv = heads_view(qc, n_head, 2 * C, D), vo = heads_view(out, n_head, 0, D);
         awl_view vl = awl_tensor_view(lse);
-        int status = awl_tensor_backend(qkv)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale,
-                                                                causal);
+        int status =
+            awl_tensor_backend(qkv)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale, causal);
         ok = awl_nn_kernel_ok("awl_attention_qkv", status, unsupported);
     }
     if (!ok) out = NULL;
-    awl_node *node = awl_node_record(out, "attention_qkv", attention_qkv_backward, 1, &qkv,
-                                     sizeof(attn_ctx));
+    awl_node *node =
+        awl_node_record(out, "attention_qkv", attention_qkv_backward, 1, &qkv, sizeof(attn_ctx));
     if (node) {
         *(attn_ctx *)awl_node_ctx(node) = (attn_ctx){scale, causal, n_head};
         awl_node_save(node, qkv);
@@ -318,8 +323,9 @@ awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double d
     if (!qkv) return NULL;
     char s[AWL_MAX_DIMS * 24];
     if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0) {
-        awl_error(AWL_ERR_INVALID, "awl_attention_qkv: qkv %s must be (B, T, 3C) with C a "
-                                   "multiple of n_head (%d)",
+        awl_error(AWL_ERR_INVALID,
+                  "awl_attention_qkv: qkv %s must be (B, T, 3C) with C a "
+                  "multiple of n_head (%d)",
                   awl_shape_str(qkv, s, sizeof s), n_head);
         return NULL;
     }
@@ -362,9 +368,10 @@ awl_module *awl_causal_self_attention_new(int64_t n_embd, int n_head, double dro
                                           const char *device)
 {
     if (n_head <= 0 || n_embd <= 0 || n_embd % n_head != 0 || !(dropout >= 0.0 && dropout < 1.0)) {
-        awl_error(AWL_ERR_INVALID, "awl_causal_self_attention_new: n_embd %lld, n_head %d, dropout "
-                                   "%g: n_embd must be a positive multiple of n_head and dropout "
-                                   "in [0, 1)",
+        awl_error(AWL_ERR_INVALID,
+                  "awl_causal_self_attention_new: n_embd %lld, n_head %d, dropout "
+                  "%g: n_embd must be a positive multiple of n_head and dropout "
+                  "in [0, 1)",
                   (long long)n_embd, n_head, dropout);
         return NULL;
     }

@@ -37,8 +37,9 @@ awl_dtype awl_autocast_set(awl_dtype dtype)
 {
     awl_dtype before = autocast_dtype;
     if (!awl_dtype_is_float(dtype)) {
-        awl_error(AWL_ERR_INVALID, "awl_autocast_set: %s is not a float dtype (float32 turns "
-                                   "autocast off, bfloat16 turns it on)",
+        awl_error(AWL_ERR_INVALID,
+                  "awl_autocast_set: %s is not a float dtype (float32 turns "
+                  "autocast off, bfloat16 turns it on)",
                   awl_dtype_name(dtype));
         return before;
     }

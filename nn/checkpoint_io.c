@@ -198,8 +198,7 @@ int awl_checkpoint_save(const char *path, const awl_param_list *params, const aw
     int status = awl_safetensors_save(path, n, names, tensors, kv.n, (const char *const *)kv.keys,
                                       (const char *const *)kv.values);
     kv_free(&kv);
-    for (int i = 0; i < n_states; i++)
-        free(state_names[i]);
+    for (int i = 0; i < n_states; i++) free(state_names[i]);
     free(state_names);
     free(names);
     free(tensors);
@@ -258,8 +257,7 @@ static int plan_copy(const awl_safetensors *f, bool ours, const char *name, awl_
     awl_safetensors_info info;
     awl_safetensors_info_at(f, i, &info);
     bool same = info.dtype == dst->dtype && info.ndim == dst->ndim;
-    for (int d = 0; same && d < info.ndim; d++)
-        same = info.shape[d] == dst->shape[d];
+    for (int d = 0; same && d < info.ndim; d++) same = info.shape[d] == dst->shape[d];
     if (!same) {
         char s1[128], s2[128];
         awl_format_shape(info.ndim, info.shape, s1, sizeof s1);
@@ -388,8 +386,7 @@ int awl_checkpoint_load(const char *path, const awl_param_list *params, awl_opti
         awl_scope_end();
     }
     if (status >= 0 && opt) {
-        for (int i = 0; i < n_opt; i++)
-            awl_optimizer_set_param_step(opt, i, steps[i]);
+        for (int i = 0; i < n_opt; i++) awl_optimizer_set_param_step(opt, i, steps[i]);
         awl_optimizer_set_step_count(opt, count);
     }
     if (status >= 0 && state_out)

@@ -87,7 +87,7 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     const linear_ctx *c = awl_node_ctx(node);
     int64_t out_f = node->inputs[1].shape[0], in_f = node->inputs[1].shape[1];
     awl_tensor *g = awl_reshape(grad, AWL_SHAPE(-1, out_f)); /* (rows, out) */
-    if (c->w_slot >= 0) { /* dx (rows, in) = g @ W */
+    if (c->w_slot >= 0) {                                    /* dx (rows, in) = g @ W */
         awl_tensor *w = awl_node_saved(node, c->w_slot);
         grads[0] = awl_reshape(awl_matmul(g, w), node->inputs[0].ndim, node->inputs[0].shape);
     }
@@ -163,10 +163,10 @@ awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
     /* mask = (u < 1 - p) / (1 - p), u uniform in [0, 1) from the global stream */
     awl_tensor *mask = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
     int status = awl_tensor_uniform_(mask, 0.0, 1.0);
+    if (status == AWL_OK) status = awl_tensor_unary_out(AWL_UNARY_LT_SCALAR, mask, mask, 1.0 - p);
     if (status == AWL_OK)
-        status = awl_tensor_unary_out(AWL_UNARY_LT_SCALAR, mask, mask, 1.0 - p);
-    if (status == AWL_OK)
-        status = awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, mask, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+        status =
+            awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, mask, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
     awl_tensor *out = status == AWL_OK ? awl_tensor_binary(AWL_BINARY_MUL, x, mask) : NULL;
     awl_node *node = awl_node_record(out, "dropout", dropout_backward, 1, &x, 0);
     if (node) awl_node_save(node, mask);
@@ -200,8 +200,9 @@ static int32_t *targets_to_host(awl_tensor *targets, int64_t V, int ignore_index
     for (int64_t i = 0; i < n; i++) {
         if (host[i] == ignore_index) continue;
         if (host[i] < 0 || host[i] >= V) {
-            awl_error(AWL_ERR_INVALID, "awl_cross_entropy: target %d at row %lld is outside "
-                                       "[0, %lld) and is not ignore_index (%d)",
+            awl_error(AWL_ERR_INVALID,
+                      "awl_cross_entropy: target %d at row %lld is outside "
+                      "[0, %lld) and is not ignore_index (%d)",
                       host[i], (long long)i, (long long)V, ignore_index);
             free(host);
             return NULL;
@@ -229,9 +230,9 @@ static int ce_index_tensors(awl_tensor *logits, const int32_t *host, int64_t n, 
         keep[i] = ignored ? 0.0 : 1.0;
     }
     *idx = awl_from_data(safe, AWL_SHAPE(n, 1), AWL_I32, device);
-    *mask = any_ignored
-                ? awl_tensor_cast(awl_from_data(keep, AWL_SHAPE(n, 1), AWL_F64, device), logits->dtype)
-                : NULL;
+    *mask = any_ignored ? awl_tensor_cast(awl_from_data(keep, AWL_SHAPE(n, 1), AWL_F64, device),
+                                          logits->dtype)
+                        : NULL;
     free(safe);
     free(keep);
     return *idx && (*mask || !any_ignored) ? AWL_OK : AWL_ERR_INVALID;
@@ -287,14 +288,14 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
         int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets);
         awl_tensor *lc = awl_tensor_contiguous(logits), *tc = awl_tensor_contiguous(targets);
         awl_tensor *scaled = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
-        awl_tensor *dloss = awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)),
-                                            logits->dtype);
+        awl_tensor *dloss =
+            awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)), logits->dtype);
         awl_tensor *dl = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
         if (!lc || !tc || !dloss || !dl) return AWL_ERR_INVALID;
         awl_view vd = matrix_view(dl, n, V), vl = matrix_view(lc, n, V);
         awl_view vdl = vector_view(dloss, n), vlse = vector_view(lse, n), vt = vector_view(tc, n);
         int status = awl_tensor_backend(logits)->cross_entropy_backward(&vd, &vdl, &vl, &vlse, &vt,
-                                                                         c->ignore_index);
+                                                                        c->ignore_index);
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = dl;
             return awl_backend_status("awl_cross_entropy", status);
@@ -318,8 +319,8 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
     if (lc && tc && rows && lse) {
         awl_view vr = vector_view(rows, n), vlse = vector_view(lse, n);
         awl_view vl = matrix_view(lc, n, V), vt = vector_view(tc, n);
-        int status = awl_tensor_backend(logits)->cross_entropy_forward(&vr, &vlse, &vl, &vt,
-                                                                        ignore_index);
+        int status =
+            awl_tensor_backend(logits)->cross_entropy_forward(&vr, &vlse, &vl, &vt, ignore_index);
         if (awl_nn_kernel_ok("awl_cross_entropy", status, unsupported))
             loss = awl_tensor_unary(
                 AWL_UNARY_MUL_SCALAR,
@@ -327,8 +328,8 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
                                   0, NULL, false),
                 1.0 / (double)count);
     }
-    awl_node *node = awl_node_record(loss, "cross_entropy", cross_entropy_backward, 1, &logits,
-                                     sizeof(ce_ctx));
+    awl_node *node =
+        awl_node_record(loss, "cross_entropy", cross_entropy_backward, 1, &logits, sizeof(ce_ctx));
     if (node) {
         *(ce_ctx *)awl_node_ctx(node) = (ce_ctx){ignore_index, count};
         awl_node_save(node, logits);
@@ -349,8 +350,9 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
     for (int d = 0; shapes_ok && d < targets->ndim; d++)
         shapes_ok = targets->shape[d] == logits->shape[d];
     if (!shapes_ok) {
-        awl_error(AWL_ERR_INVALID, "%s: logits %s and targets %s: expected (N,V) and (N), or "
-                                   "(B,T,V) and (B,T)",
+        awl_error(AWL_ERR_INVALID,
+                  "%s: logits %s and targets %s: expected (N,V) and (N), or "
+                  "(B,T,V) and (B,T)",
                   op, awl_shape_str(logits, s1, sizeof s1), awl_shape_str(targets, s2, sizeof s2));
         return NULL;
     }
@@ -491,8 +493,10 @@ awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, 
     if (!x) return NULL;
     const char *op = "awl_layer_norm";
     if (x->ndim < 1 || !awl_dtype_is_float(x->dtype)) {
-        awl_error(AWL_ERR_INVALID, "%s: needs a float tensor with at least one axis, got %s of "
-                                   "%d axes", op, awl_dtype_name(x->dtype), x->ndim);
+        awl_error(AWL_ERR_INVALID,
+                  "%s: needs a float tensor with at least one axis, got %s of "
+                  "%d axes",
+                  op, awl_dtype_name(x->dtype), x->ndim);
         return NULL;
     }
     int64_t C = x->shape[x->ndim - 1];

@@ -79,8 +79,9 @@ int awl_gpt_config_named(const char *name, awl_gpt_config *out)
             return AWL_OK;
         }
     }
-    return awl_error(AWL_ERR_INVALID, "awl_gpt_config_named: unknown configuration '%s' (known: "
-                                      "cpu-small, cpu-medium, shakespeare-char, gpt2-124m)",
+    return awl_error(AWL_ERR_INVALID,
+                     "awl_gpt_config_named: unknown configuration '%s' (known: "
+                     "cpu-small, cpu-medium, shakespeare-char, gpt2-124m)",
                      name ? name : "(null)");
 }
 
@@ -106,9 +107,10 @@ static int check_config(const awl_gpt_config *c)
     if (!c) return awl_error(AWL_ERR_INVALID, "awl_gpt_new: no configuration");
     if (c->vocab <= 0 || c->block <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_embd <= 0 ||
         c->n_embd % c->n_head != 0 || !(c->dropout >= 0.0 && c->dropout < 1.0))
-        return awl_error(AWL_ERR_INVALID, "awl_gpt_new: invalid configuration: vocab %d, block %d, "
-                                          "n_layer %d, n_head %d, n_embd %d, dropout %g (sizes "
-                                          "positive, n_embd a multiple of n_head, dropout in [0, 1))",
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_gpt_new: invalid configuration: vocab %d, block %d, "
+                         "n_layer %d, n_head %d, n_embd %d, dropout %g (sizes "
+                         "positive, n_embd a multiple of n_head, dropout in [0, 1))",
                          c->vocab, c->block, c->n_layer, c->n_head, c->n_embd, c->dropout);
     return AWL_OK;
 }
@@ -208,7 +210,10 @@ void awl_gpt_free(awl_gpt *model)
     if (model) awl_module_free(&model->base);
 }
 
-const awl_gpt_config *awl_gpt_get_config(const awl_gpt *model) { return model ? &model->cfg : NULL; }
+const awl_gpt_config *awl_gpt_get_config(const awl_gpt *model)
+{
+    return model ? &model->cfg : NULL;
+}
 
 awl_module *awl_gpt_module(awl_gpt *model) { return model ? &model->base : NULL; }
 
@@ -255,8 +260,9 @@ static int check_autocast_device(awl_gpt *g, awl_dtype dtype)
     snprintf(why, sizeof why, "%s", ok ? "" : awl_last_error());
     awl_scope_end();
     if (ok) return AWL_OK;
-    return awl_error(AWL_ERR_UNSUPPORTED, "awl_gpt_set_autocast: the model's device %s cannot "
-                                          "compute in %s (use float32 there, or a CUDA device): %s",
+    return awl_error(AWL_ERR_UNSUPPORTED,
+                     "awl_gpt_set_autocast: the model's device %s cannot "
+                     "compute in %s (use float32 there, or a CUDA device): %s",
                      device, awl_dtype_name(dtype), why);
 }
 
@@ -264,8 +270,9 @@ int awl_gpt_set_autocast(awl_gpt *model, awl_dtype dtype)
 {
     if (!model) return AWL_ERR_INVALID;
     if (dtype != AWL_F32 && dtype != AWL_BF16)
-        return awl_error(AWL_ERR_INVALID, "awl_gpt_set_autocast: %s is not an autocast dtype "
-                                          "(bfloat16, or float32 for off)",
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_gpt_set_autocast: %s is not an autocast dtype "
+                         "(bfloat16, or float32 for off)",
                          awl_dtype_name(dtype));
     int status = dtype == AWL_F32 ? AWL_OK : check_autocast_device(model, dtype);
     if (status == AWL_OK) model->autocast = dtype;
@@ -302,8 +309,9 @@ static awl_tensor *gpt_hidden(awl_gpt *g, awl_tensor *idx)
     char s[AWL_MAX_DIMS * 24];
     if (idx->ndim != 2 || idx->dtype != AWL_I32 || idx->shape[1] < 1 ||
         idx->shape[1] > g->cfg.block) {
-        awl_error(AWL_ERR_INVALID, "awl_gpt_forward: idx must be int32 (B, T) with 1 <= T <= "
-                                   "block (%d); got %s %s",
+        awl_error(AWL_ERR_INVALID,
+                  "awl_gpt_forward: idx must be int32 (B, T) with 1 <= T <= "
+                  "block (%d); got %s %s",
                   g->cfg.block, awl_dtype_name(idx->dtype), awl_shape_str(idx, s, sizeof s));
         return NULL;
     }
@@ -396,8 +404,8 @@ static int next_logits(awl_gpt *g, const int32_t *ids, int n, double *out)
     awl_tensor *last = awl_slice(gpt_hidden(g, idx), 1, T - 1, T, 1); /* (1, 1, C) */
     awl_tensor *logits = awl_tensor_cast(gpt_head(g, last), AWL_F64);
     awl_autocast_set(before);
-    int status = logits ? awl_to_host(logits, out, (size_t)g->cfg.vocab * sizeof *out)
-                        : AWL_ERR_INVALID;
+    int status =
+        logits ? awl_to_host(logits, out, (size_t)g->cfg.vocab * sizeof *out) : AWL_ERR_INVALID;
     awl_scope_end();
     return status;
 }
@@ -411,8 +419,10 @@ int awl_gpt_generate(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_
     int V = model->cfg.vocab;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
-            return awl_error(AWL_ERR_INVALID, "awl_gpt_generate: prompt token %d at %d is outside "
-                                              "the vocabulary [0, %d)", prompt[i], i, V);
+            return awl_error(AWL_ERR_INVALID,
+                             "awl_gpt_generate: prompt token %d at %d is outside "
+                             "the vocabulary [0, %d)",
+                             prompt[i], i, V);
     memmove(out, prompt, (size_t)n_prompt * sizeof *out);
     bool was_training = model->base.training;
     awl_module_train(&model->base, false);

@@ -10,8 +10,8 @@
  *     awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));   // x, y int32 (B, T)
  *     awl_scope_end();
  *     awl_backward(loss);
- *     ...                                                       // optimizer over awl_gpt_parameters(model)
- *     awl_gpt_free(model);
+ *     ...                                                       // optimizer over
+ * awl_gpt_parameters(model) awl_gpt_free(model);
  *
  * Parameter names are nanoGPT's (and Hugging Face GPT-2's):
  * transformer.wte.weight, transformer.wpe.weight, transformer.h.<i>.ln_1.weight,
@@ -29,14 +29,14 @@ extern "C" {
 #endif
 
 typedef struct awl_gpt_config {
-    int vocab;     /* vocabulary size                                    */
-    int block;     /* context length                                     */
+    int vocab; /* vocabulary size                                    */
+    int block; /* context length                                     */
     int n_layer;
     int n_head;
-    int n_embd;    /* a multiple of n_head                               */
-    int batch;     /* the configuration's batch size (used by trainers)  */
+    int n_embd; /* a multiple of n_head                               */
+    int batch;  /* the configuration's batch size (used by trainers)  */
     double dropout;
-    bool bias;     /* biases in Linear and LayerNorm (nanoGPT: true)     */
+    bool bias; /* biases in Linear and LayerNorm (nanoGPT: true)     */
 } awl_gpt_config;
 
 /* The configurations of DESIGN.md: "cpu-small", "cpu-medium",

@@ -52,8 +52,7 @@ static awl_tensor *linear_forward(awl_module *self, awl_tensor *x)
     return awl_linear(awl_autocast(x), awl_autocast(l->weight), awl_autocast(l->bias));
 }
 
-awl_module *awl_linear_new(int64_t in_features, int64_t out_features, bool bias,
-                           const char *device)
+awl_module *awl_linear_new(int64_t in_features, int64_t out_features, bool bias, const char *device)
 {
     if (!check_sizes("awl_linear_new", in_features, out_features)) return NULL;
     linear_layer *l = (linear_layer *)awl_module_alloc(sizeof *l, "Linear", linear_forward, NULL);
@@ -85,9 +84,9 @@ awl_module *awl_embedding_new(int64_t num, int64_t dim, const char *device)
     if (!check_sizes("awl_embedding_new", num, dim)) return NULL;
     embedding_layer *e =
         (embedding_layer *)awl_module_alloc(sizeof *e, "Embedding", embedding_forward, NULL);
-    return built(&e->base,
-                 awl_module_new_param(&e->base, "weight", &e->weight, AWL_SHAPE(num, dim), device) == 0 &&
-                     awl_init_normal_(e->weight, 0.0, 1.0) == 0);
+    return built(&e->base, awl_module_new_param(&e->base, "weight", &e->weight, AWL_SHAPE(num, dim),
+                                                device) == 0 &&
+                               awl_init_normal_(e->weight, 0.0, 1.0) == 0);
 }
 
 /* ---- LayerNorm ---------------------------------------------------------------------- */
@@ -135,7 +134,8 @@ awl_module *awl_dropout_new(double p)
         awl_error(AWL_ERR_INVALID, "awl_dropout_new: probability %g is outside [0, 1]", p);
         return NULL;
     }
-    dropout_layer *d = (dropout_layer *)awl_module_alloc(sizeof *d, "Dropout", dropout_forward, NULL);
+    dropout_layer *d =
+        (dropout_layer *)awl_module_alloc(sizeof *d, "Dropout", dropout_forward, NULL);
     d->p = p;
     return &d->base;
 }
@@ -146,7 +146,10 @@ static awl_tensor *gelu_forward(awl_module *self, awl_tensor *x)
     return awl_gelu(x);
 }
 
-awl_module *awl_gelu_new(void) { return awl_module_alloc(sizeof(awl_module), "GELU", gelu_forward, NULL); }
+awl_module *awl_gelu_new(void)
+{
+    return awl_module_alloc(sizeof(awl_module), "GELU", gelu_forward, NULL);
+}
 
 /* ---- MLP and Block ------------------------------------------------------------------ */
 
@@ -180,7 +183,7 @@ awl_module *awl_mlp_new(int64_t n_embd, double dropout, bool bias, const char *d
     l->c_fc = awl_linear_new(n_embd, 4 * n_embd, bias, device);
     l->c_proj = awl_linear_new(4 * n_embd, n_embd, bias, device);
     return awl_module_with_children(&l->base, 2, (const char *[]){"c_fc", "c_proj"},
-                         (awl_module *[]){l->c_fc, l->c_proj});
+                                    (awl_module *[]){l->c_fc, l->c_proj});
 }
 
 typedef struct block_layer {
@@ -196,8 +199,7 @@ static awl_tensor *block_forward(awl_module *self, awl_tensor *x)
     return residual_add(x, awl_module_forward(b->mlp, awl_module_forward(b->ln_2, x)));
 }
 
-awl_module *awl_block_new(int64_t n_embd, int n_head, double dropout, bool bias,
-                          const char *device)
+awl_module *awl_block_new(int64_t n_embd, int n_head, double dropout, bool bias, const char *device)
 {
     block_layer *b = (block_layer *)awl_module_alloc(sizeof *b, "Block", block_forward, NULL);
     b->ln_1 = awl_layer_norm_new(n_embd, 1e-5, bias, device);
@@ -205,14 +207,15 @@ awl_module *awl_block_new(int64_t n_embd, int n_head, double dropout, bool bias,
     b->ln_2 = awl_layer_norm_new(n_embd, 1e-5, bias, device);
     b->mlp = awl_mlp_new(n_embd, dropout, bias, device);
     return awl_module_with_children(&b->base, 4, (const char *[]){"ln_1", "attn", "ln_2", "mlp"},
-                         (awl_module *[]){b->ln_1, b->attn, b->ln_2, b->mlp});
+                                    (awl_module *[]){b->ln_1, b->attn, b->ln_2, b->mlp});
 }
 
 /* ---- Sequential, Residual, containers ----------------------------------------------- */
 
 static awl_tensor *sequential_forward(awl_module *self, awl_tensor *x)
 {
-    for (int i = 0; i < self->n_children && x; i++) x = awl_module_forward(self->children[i].module, x);
+    for (int i = 0; i < self->n_children && x; i++)
+        x = awl_module_forward(self->children[i].module, x);
     return x;
 }
 

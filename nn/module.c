@@ -61,8 +61,10 @@ int awl_module_add_param(awl_module *m, const char *name, awl_tensor **slot)
     if (!t)
         status = AWL_ERR_INVALID; /* the tensor's constructor recorded why */
     else if (name_taken(m, name))
-        status = awl_error(AWL_ERR_INVALID, "awl_module_add_param: %s already has a member "
-                                            "named '%s'", m->type, name);
+        status = awl_error(AWL_ERR_INVALID,
+                           "awl_module_add_param: %s already has a member "
+                           "named '%s'",
+                           m->type, name);
     else if (!awl_requires_grad_(t, true))
         status = AWL_ERR_INVALID;
     if (status < 0) {
@@ -93,8 +95,10 @@ int awl_module_add_child(awl_module *m, const char *name, awl_module *child)
     }
     if (name_taken(m, name)) {
         awl_module_free(child);
-        return awl_error(AWL_ERR_INVALID, "awl_module_add_child: %s already has a member "
-                                          "named '%s'", m->type, name);
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_module_add_child: %s already has a member "
+                         "named '%s'",
+                         m->type, name);
     }
     m->children = awl_xrealloc(m->children, (size_t)(m->n_children + 1) * sizeof *m->children);
     m->children[m->n_children++] = (awl_module_child){copy_string(name), child};
@@ -199,8 +203,7 @@ static awl_tensor *convert_device(awl_tensor *t, const void *arg)
     if (awl_device_parse(device, &want) < 0) return NULL;
     if (want.backend == t->storage->device.backend && want.index == t->storage->device.index)
         return t;
-    return awl_requires_grad_(awl_tensor_to_device(awl_tensor_detach(t), device),
-                              t->requires_grad);
+    return awl_requires_grad_(awl_tensor_to_device(awl_tensor_detach(t), device), t->requires_grad);
 }
 
 static awl_tensor *convert_dtype(awl_tensor *t, const void *arg)
@@ -222,8 +225,10 @@ int awl_module_cast(awl_module *m, awl_dtype dtype)
 {
     if (!m) return AWL_ERR_INVALID;
     if (!awl_dtype_is_float(dtype))
-        return awl_error(AWL_ERR_INVALID, "awl_module_cast: parameters must be a float dtype, "
-                                          "not %s", awl_dtype_name(dtype));
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_module_cast: parameters must be a float dtype, "
+                         "not %s",
+                         awl_dtype_name(dtype));
     return replace_params(m, convert_dtype, &dtype);
 }
 

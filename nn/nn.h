@@ -69,10 +69,10 @@ typedef struct awl_module_child {
 
 /* Every layer type embeds this struct as its first member. */
 struct awl_module {
-    const char *type;              /* "Linear", static storage */
-    awl_module_forward_fn forward; /* NULL for pure containers */
+    const char *type;                  /* "Linear", static storage */
+    awl_module_forward_fn forward;     /* NULL for pure containers */
     void (*destroy)(awl_module *self); /* frees what the type adds; may be NULL */
-    bool training;                 /* true after construction */
+    bool training;                     /* true after construction */
     int n_params, n_children;
     awl_module_param *params;
     awl_module_child *children;
@@ -117,8 +117,8 @@ void awl_module_train(awl_module *m, bool on);
 
 /* Replaces every parameter by a copy on `device` ("cuda:0"), keeping names
  * and requires_grad; tensors shared between parameters stay shared.
- * Gradients and grad hooks stay with the old tensors (move before training). A no-op for parameters already there. Returns 0 or
- * negative (parameters already moved stay moved; the rest stay put). */
+ * Gradients and grad hooks stay with the old tensors (move before training). A no-op for parameters
+ * already there. Returns 0 or negative (parameters already moved stay moved; the rest stay put). */
 int awl_module_to(awl_module *m, const char *device);
 
 /* As awl_module_to, converting parameters to a float dtype (AWL_F64 for

@@ -452,10 +452,7 @@ int awl_optimizer_zero_grad_ex(awl_optimizer *o, bool set_to_none)
     return AWL_OK;
 }
 
-int awl_optimizer_zero_grad(awl_optimizer *o)
-{
-    return awl_optimizer_zero_grad_ex(o, false);
-}
+int awl_optimizer_zero_grad(awl_optimizer *o) { return awl_optimizer_zero_grad_ex(o, false); }
 
 int awl_optimizer_set_lr(awl_optimizer *o, double lr)
 {
@@ -465,25 +462,16 @@ int awl_optimizer_set_lr(awl_optimizer *o, double lr)
     return AWL_OK;
 }
 
-double awl_optimizer_get_lr(const awl_optimizer *o)
-{
-    return o ? o->lr : NAN;
-}
+double awl_optimizer_get_lr(const awl_optimizer *o) { return o ? o->lr : NAN; }
 
 awl_optimizer_kind awl_optimizer_get_kind(const awl_optimizer *o)
 {
     return o ? o->kind : AWL_OPTIM_SGD;
 }
 
-const char *awl_optimizer_kind_name(const awl_optimizer *o)
-{
-    return o ? kind_names[o->kind] : "";
-}
+const char *awl_optimizer_kind_name(const awl_optimizer *o) { return o ? kind_names[o->kind] : ""; }
 
-int64_t awl_optimizer_step_count(const awl_optimizer *o)
-{
-    return o ? o->step_count : -1;
-}
+int64_t awl_optimizer_step_count(const awl_optimizer *o) { return o ? o->step_count : -1; }
 
 int awl_optimizer_set_step_count(awl_optimizer *o, int64_t count)
 {
@@ -495,10 +483,7 @@ int awl_optimizer_set_step_count(awl_optimizer *o, int64_t count)
     return AWL_OK;
 }
 
-int awl_optimizer_num_params(const awl_optimizer *o)
-{
-    return o ? o->n : -1;
-}
+int awl_optimizer_num_params(const awl_optimizer *o) { return o ? o->n : -1; }
 
 const char *awl_optimizer_param_name(const awl_optimizer *o, int i)
 {
@@ -521,10 +506,7 @@ int awl_optimizer_set_param_step(awl_optimizer *o, int i, int64_t step)
     return AWL_OK;
 }
 
-int awl_optimizer_num_states(const awl_optimizer *o)
-{
-    return o ? o->n_states : -1;
-}
+int awl_optimizer_num_states(const awl_optimizer *o) { return o ? o->n_states : -1; }
 
 awl_tensor *awl_optimizer_state(const awl_optimizer *o, int i, const char **name)
 {

@@ -185,8 +185,7 @@ static void build_header(awl_st_buf *h, int n, const char *const *names, awl_ten
         offset += nbytes;
     }
     awl_st_buf_append(h, "}", 1);
-    while ((8 + h->len) % 8 != 0)
-        awl_st_buf_append(h, " ", 1);
+    while ((8 + h->len) % 8 != 0) awl_st_buf_append(h, " ", 1);
 }
 
 /* Writes the whole file to fd: header, data, real CRCs, fsync. Returns 0;
@@ -199,8 +198,7 @@ static int write_file(int fd, awl_st_buf *h, const size_t *crc_at, int n,
 {
     unsigned char len_le[8];
     uint64_t hlen = h->len;
-    for (int k = 0; k < 8; k++)
-        len_le[k] = (unsigned char)(hlen >> (8 * k));
+    for (int k = 0; k < 8; k++) len_le[k] = (unsigned char)(hlen >> (8 * k));
     *what = "writing";
     if (write_all(fd, len_le, 8) < 0 || write_all(fd, h->data, h->len) < 0) return SYSTEM_ERROR;
     for (int i = 0; i < n; i++) {
@@ -333,8 +331,7 @@ static int by_name(const void *a, const void *b)
 static int *sorted_indices(const awl_st_header *h, int (*cmp)(const void *, const void *))
 {
     int *idx = awl_xmalloc(((size_t)h->n_tensors + 1) * sizeof *idx);
-    for (int i = 0; i < h->n_tensors; i++)
-        idx[i] = i;
+    for (int i = 0; i < h->n_tensors; i++) idx[i] = i;
     sort_base = h->tensors;
     qsort(idx, (size_t)h->n_tensors, sizeof *idx, cmp);
     return idx;
@@ -421,15 +418,13 @@ static int check_sizes(const char *path, int fd, size_t size, uint64_t *header_l
                             size);
     unsigned char le[8];
     ssize_t r;
-    do
-        r = pread(fd, le, 8, 0);
+    do r = pread(fd, le, 8, 0);
     while (r < 0 && errno == EINTR);
     if (r != 8)
         return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: cannot read: %s", path,
                          r < 0 ? strerror(errno) : "short read");
     uint64_t n = 0;
-    for (int k = 7; k >= 0; k--)
-        n = (n << 8) | le[k];
+    for (int k = 7; k >= 0; k--) n = (n << 8) | le[k];
     if (n > AWL_SAFETENSORS_MAX_HEADER)
         return format_error(path, "header length %llu exceeds the limit of %llu bytes",
                             (unsigned long long)n, AWL_SAFETENSORS_MAX_HEADER);
@@ -503,15 +498,9 @@ void awl_safetensors_close(awl_safetensors *f)
     free(f);
 }
 
-const char *awl_safetensors_path(const awl_safetensors *f)
-{
-    return f ? f->path : NULL;
-}
+const char *awl_safetensors_path(const awl_safetensors *f) { return f ? f->path : NULL; }
 
-int awl_safetensors_count(const awl_safetensors *f)
-{
-    return f ? f->h.n_tensors : -1;
-}
+int awl_safetensors_count(const awl_safetensors *f) { return f ? f->h.n_tensors : -1; }
 
 int awl_safetensors_find(const awl_safetensors *f, const char *name)
 {
@@ -565,10 +554,7 @@ awl_tensor *awl_safetensors_load(const awl_safetensors *f, int i, const char *de
     return awl_from_data(f->data + t->begin, t->ndim, t->shape, t->dtype, device);
 }
 
-int awl_safetensors_metadata_count(const awl_safetensors *f)
-{
-    return f ? f->h.n_meta : -1;
-}
+int awl_safetensors_metadata_count(const awl_safetensors *f) { return f ? f->h.n_meta : -1; }
 
 const char *awl_safetensors_metadata_key(const awl_safetensors *f, int i)
 {

@@ -299,8 +299,7 @@ static int parse_tensor(parser *p, awl_st_tensor *t)
         char *key;
         if (parse_string(p, &key) < 0) return AWL_ERR_FORMAT;
         int f = 0;
-        while (f < 3 && strcmp(key, fields[f]) != 0)
-            f++;
+        while (f < 3 && strcmp(key, fields[f]) != 0) f++;
         if (f == 3) {
             fail(p, "unknown field \"%.40s\" in tensor \"%.200s\"", key, t->name);
             free(key);
@@ -322,8 +321,7 @@ static int parse_tensor(parser *p, awl_st_tensor *t)
             uint64_t dims[AWL_MAX_DIMS];
             if (parse_uint_array(p, "shape", dims, AWL_MAX_DIMS, &t->ndim) < 0)
                 return AWL_ERR_FORMAT;
-            for (int d = 0; d < t->ndim; d++)
-                t->shape[d] = (int64_t)dims[d];
+            for (int d = 0; d < t->ndim; d++) t->shape[d] = (int64_t)dims[d];
         } else {
             uint64_t offs[2];
             int n;
@@ -384,8 +382,7 @@ static const char *find_duplicate(char *const *strs, int n)
 static int check_duplicates(parser *p, const awl_st_header *h)
 {
     char **names = awl_xmalloc(((size_t)h->n_tensors + 1) * sizeof *names);
-    for (int i = 0; i < h->n_tensors; i++)
-        names[i] = h->tensors[i].name;
+    for (int i = 0; i < h->n_tensors; i++) names[i] = h->tensors[i].name;
     const char *dup = find_duplicate(names, h->n_tensors);
     int status = dup ? fail(p, "tensor \"%.200s\" appears twice", dup) : AWL_OK;
     free(names);
@@ -441,8 +438,7 @@ int awl_st_header_parse(const char *json, size_t len, awl_st_header *out, char *
 
 void awl_st_header_clear(awl_st_header *h)
 {
-    for (int i = 0; i < h->n_tensors; i++)
-        free(h->tensors[i].name);
+    for (int i = 0; i < h->n_tensors; i++) free(h->tensors[i].name);
     for (int i = 0; i < h->n_meta; i++) {
         free(h->keys[i]);
         free(h->values[i]);

@@ -109,13 +109,18 @@ static awl_view narrow_view(const awl_tensor *t, int dim, int64_t start, int64_t
 static bool unary_allows_int(awl_unary_op op)
 {
     switch (op) {
-    case AWL_UNARY_NEG: case AWL_UNARY_RELU: case AWL_UNARY_ABS: case AWL_UNARY_SIGN:
-    case AWL_UNARY_STEP: case AWL_UNARY_ADD_SCALAR: case AWL_UNARY_MUL_SCALAR:
-    case AWL_UNARY_RSUB_SCALAR: case AWL_UNARY_GT_SCALAR: case AWL_UNARY_LT_SCALAR:
-    case AWL_UNARY_EQ_SCALAR:
-        return true;
-    default:
-        return false;
+    case AWL_UNARY_NEG:
+    case AWL_UNARY_RELU:
+    case AWL_UNARY_ABS:
+    case AWL_UNARY_SIGN:
+    case AWL_UNARY_STEP:
+    case AWL_UNARY_ADD_SCALAR:
+    case AWL_UNARY_MUL_SCALAR:
+    case AWL_UNARY_RSUB_SCALAR:
+    case AWL_UNARY_GT_SCALAR:
+    case AWL_UNARY_LT_SCALAR:
+    case AWL_UNARY_EQ_SCALAR: return true;
+    default: return false;
     }
 }
 
@@ -271,7 +276,8 @@ int awl_tensor_copy_(awl_tensor *dst, awl_tensor *src)
 awl_tensor *awl_tensor_clone(awl_tensor *t)
 {
     if (!t) return NULL;
-    awl_tensor *out = awl_tensor_alloc("awl_clone", t->storage->device, t->ndim, t->shape, t->dtype);
+    awl_tensor *out =
+        awl_tensor_alloc("awl_clone", t->storage->device, t->ndim, t->shape, t->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(t);
     return finish("awl_clone", out, backend_of(t)->copy(&vo, &vi));
@@ -382,13 +388,17 @@ static int plan_matmul(const char *op, const awl_tensor *a, const awl_tensor *b,
     awl_view va = awl_tensor_view(a), vb = awl_tensor_view(b);
     if (a->ndim == 1) {
         va.ndim = 2;
-        va.shape[0] = 1; va.shape[1] = a->shape[0];
-        va.strides[0] = 0; va.strides[1] = a->strides[0];
+        va.shape[0] = 1;
+        va.shape[1] = a->shape[0];
+        va.strides[0] = 0;
+        va.strides[1] = a->strides[0];
     }
     if (b->ndim == 1) {
         vb.ndim = 2;
-        vb.shape[0] = b->shape[0]; vb.shape[1] = 1;
-        vb.strides[0] = b->strides[0]; vb.strides[1] = 0;
+        vb.shape[0] = b->shape[0];
+        vb.shape[1] = 1;
+        vb.strides[0] = b->strides[0];
+        vb.strides[1] = 0;
     }
     int64_t M = va.shape[va.ndim - 2], K = va.shape[va.ndim - 1];
     int64_t K2 = vb.shape[vb.ndim - 2], N = vb.shape[vb.ndim - 1];
@@ -517,7 +527,8 @@ awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx)
                   awl_shape_str(src, s1, sizeof s1), awl_shape_str(idx, s2, sizeof s2));
         return NULL;
     }
-    if (awl_check_same_device(op, src, idx) < 0 || check_indices(op, idx, src->shape[0], "rows") < 0)
+    if (awl_check_same_device(op, src, idx) < 0 ||
+        check_indices(op, idx, src->shape[0], "rows") < 0)
         return NULL;
     int64_t shape[AWL_MAX_DIMS];
     int ndim = 0;
@@ -542,7 +553,8 @@ int awl_tensor_index_add_(awl_tensor *dst, awl_tensor *idx, awl_tensor *src)
                          awl_shape_str(dst, s1, sizeof s1), awl_shape_str(idx, s2, sizeof s2),
                          awl_shape_str(src, s3, sizeof s3));
     if (check_same_dtype(op, dst, src) < 0 || awl_check_same_device(op, dst, src) < 0 ||
-        awl_check_same_device(op, dst, idx) < 0 || check_indices(op, idx, dst->shape[0], "rows") < 0)
+        awl_check_same_device(op, dst, idx) < 0 ||
+        check_indices(op, idx, dst->shape[0], "rows") < 0)
         return AWL_ERR_INVALID;
     awl_view vd = awl_tensor_view(dst), vi = awl_tensor_view(idx), vs = awl_tensor_view(src);
     return awl_backend_status(op, backend_of(dst)->index_add(&vd, &vi, &vs));
@@ -625,7 +637,8 @@ awl_tensor *awl_tensor_concat(int n, awl_tensor *const *ts, int dim)
         }
         shape[d] += t->shape[d];
     }
-    awl_tensor *out = awl_tensor_alloc(op, first->storage->device, first->ndim, shape, first->dtype);
+    awl_tensor *out =
+        awl_tensor_alloc(op, first->storage->device, first->ndim, shape, first->dtype);
     if (!out) return NULL;
     int64_t at = 0;
     for (int i = 0; i < n; i++) {

@@ -52,8 +52,10 @@ static int format_value(const printer *p, double v, char *buf, size_t size)
 {
     switch (p->style) {
     case STYLE_INT: return snprintf(buf, size, "%.0f", v);
-    case STYLE_WHOLE: return isfinite(v) ? snprintf(buf, size, "%.0f.", v) : snprintf(buf, size, "%g", v);
-    case STYLE_FIXED: return isfinite(v) ? snprintf(buf, size, "%.4f", v) : snprintf(buf, size, "%g", v);
+    case STYLE_WHOLE:
+        return isfinite(v) ? snprintf(buf, size, "%.0f.", v) : snprintf(buf, size, "%g", v);
+    case STYLE_FIXED:
+        return isfinite(v) ? snprintf(buf, size, "%.4f", v) : snprintf(buf, size, "%g", v);
     default: return isfinite(v) ? snprintf(buf, size, "%.4e", v) : snprintf(buf, size, "%g", v);
     }
 }
@@ -97,13 +99,16 @@ static void emit_axis(out_buffer *o, const printer *p, int dim, int64_t base, in
     for (int64_t i = 0; i < n; i++) {
         if (!shown(p, i, n)) {
             if (i == EDGE_ITEMS) {
-                if (dim == t->ndim - 1) emit(o, ", ...");
-                else emit(o, ",\n%*s...", p->indent + dim + 1, "");
+                if (dim == t->ndim - 1)
+                    emit(o, ", ...");
+                else
+                    emit(o, ",\n%*s...", p->indent + dim + 1, "");
             }
             continue;
         }
         if (!first) {
-            if (dim == t->ndim - 1) emit(o, ", ");
+            if (dim == t->ndim - 1)
+                emit(o, ", ");
             else {
                 emit(o, ",");
                 for (int k = dim; k < t->ndim - 1; k++) emit(o, "\n");
@@ -142,15 +147,19 @@ size_t awl_repr(const awl_tensor *t, char *buf, size_t size)
         if (w > p.width) p.width = w;
     }
     emit(&o, "tensor(");
-    if (n == 0) emit(&o, "[]");
-    else emit_axis(&o, &p, 0, 0, n);
+    if (n == 0)
+        emit(&o, "[]");
+    else
+        emit_axis(&o, &p, 0, 0, n);
     if (t->dtype != AWL_F32) emit(&o, ", dtype=%s", awl_dtype_name(t->dtype));
     if (strcmp(t->storage->device.backend->name, "cpu") != 0) {
         char dev[32];
         emit(&o, ", device='%s'", awl_tensor_device_name(t, dev, sizeof dev));
     }
-    if (t->grad_fn) emit(&o, ", grad_fn=<%s>", t->grad_fn->name);
-    else if (t->requires_grad) emit(&o, ", requires_grad=True");
+    if (t->grad_fn)
+        emit(&o, ", grad_fn=<%s>", t->grad_fn->name);
+    else if (t->requires_grad)
+        emit(&o, ", requires_grad=True");
     emit(&o, ")");
     free(values);
     return o.len;

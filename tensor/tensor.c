@@ -80,8 +80,8 @@ const char *awl_format_shape(int ndim, const int64_t *shape, char *buf, size_t s
     size_t used = 0;
     used += (size_t)snprintf(buf, size, "(");
     for (int d = 0; d < ndim && used < size; d++)
-        used += (size_t)snprintf(buf + used, size - used, d ? ",%lld" : "%lld",
-                                 (long long)shape[d]);
+        used +=
+            (size_t)snprintf(buf + used, size - used, d ? ",%lld" : "%lld", (long long)shape[d]);
     if (used < size) snprintf(buf + used, size - used, ")");
     return buf;
 }
@@ -138,8 +138,8 @@ static int device_lookup(const char *name, awl_device *out, char *why, size_t si
     }
     int count = backend->device_count();
     if (index >= count) {
-        snprintf(why, size, "awl: device '%s' is not available (%d %s device%s found)", name,
-                 count, backend->name, count == 1 ? "" : "s");
+        snprintf(why, size, "awl: device '%s' is not available (%d %s device%s found)", name, count,
+                 backend->name, count == 1 ? "" : "s");
         return AWL_ERR_DEVICE;
     }
     out->backend = backend;
@@ -169,8 +169,10 @@ bool awl_device_available(const char *name)
 
 const char *awl_device_name(awl_device device, char *buf, size_t size)
 {
-    if (strcmp(device.backend->name, "cpu") == 0) snprintf(buf, size, "cpu");
-    else snprintf(buf, size, "%s:%d", device.backend->name, device.index);
+    if (strcmp(device.backend->name, "cpu") == 0)
+        snprintf(buf, size, "cpu");
+    else
+        snprintf(buf, size, "%s:%d", device.backend->name, device.index);
     return buf;
 }
 
@@ -194,7 +196,8 @@ int awl_get_num_threads(void) { return num_threads; }
 int awl_set_float32_matmul_precision(const char *precision)
 {
     bool fast;
-    if (precision && strcmp(precision, "highest") == 0) fast = false;
+    if (precision && strcmp(precision, "highest") == 0)
+        fast = false;
     else if (precision && (strcmp(precision, "high") == 0 || strcmp(precision, "medium") == 0))
         fast = true;
     else
@@ -245,8 +248,8 @@ int awl_memory_get_stats(const char *device, awl_memory_stats *out)
     awl_device d;
     if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
     *out = *stats_for(d);
-    out->reserved = d.backend->memory_reserved ? (int64_t)d.backend->memory_reserved(d.index)
-                                               : out->in_use;
+    out->reserved =
+        d.backend->memory_reserved ? (int64_t)d.backend->memory_reserved(d.index) : out->in_use;
     return AWL_OK;
 }
 
@@ -390,10 +393,7 @@ awl_tensor *awl_take(awl_tensor *t)
     return t;
 }
 
-awl_tensor *awl_adopt(awl_tensor *t)
-{
-    return t ? scope_adopt(t) : NULL;
-}
+awl_tensor *awl_adopt(awl_tensor *t) { return t ? scope_adopt(t) : NULL; }
 
 awl_tensor *awl_retain(awl_tensor *t)
 {
@@ -694,10 +694,26 @@ double awl_item(const awl_tensor *t)
     unsigned char raw[8];
     if (awl_to_host(t, raw, sizeof raw) < 0) return NAN;
     switch (t->dtype) {
-    case AWL_F32: { float v; memcpy(&v, raw, 4); return v; }
-    case AWL_F64: { double v; memcpy(&v, raw, 8); return v; }
-    case AWL_I32: { int32_t v; memcpy(&v, raw, 4); return v; }
-    case AWL_BF16: { awl_bf16 v; memcpy(&v, raw, 2); return awl_bf16_to_float(v); }
+    case AWL_F32: {
+        float v;
+        memcpy(&v, raw, 4);
+        return v;
+    }
+    case AWL_F64: {
+        double v;
+        memcpy(&v, raw, 8);
+        return v;
+    }
+    case AWL_I32: {
+        int32_t v;
+        memcpy(&v, raw, 4);
+        return v;
+    }
+    case AWL_BF16: {
+        awl_bf16 v;
+        memcpy(&v, raw, 2);
+        return awl_bf16_to_float(v);
+    }
     default: return NAN;
     }
 }
@@ -740,7 +756,8 @@ static int fill_random(const char *op, awl_tensor *dst, awl_random_kind kind, do
                          awl_dtype_name(dst->dtype));
     uint64_t offset = awl_rng_reserve((uint64_t)awl_numel(dst));
     awl_view v = awl_tensor_view(dst);
-    return awl_backend_status(op, awl_tensor_backend(dst)->random(&v, kind, rng_seed, offset, a, b));
+    return awl_backend_status(op,
+                              awl_tensor_backend(dst)->random(&v, kind, rng_seed, offset, a, b));
 }
 
 int awl_tensor_uniform_(awl_tensor *dst, double low, double high)

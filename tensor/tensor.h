@@ -45,10 +45,11 @@ extern "C" {
 #endif
 
 /* A shape literal: awl_zeros(AWL_SHAPE(2, 3), AWL_F32, "cpu"). */
-#define AWL_SHAPE(...)                                                         \
-    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+#define AWL_SHAPE(...)                                                                             \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]) { __VA_ARGS__ }
 /* A list of axes: awl_sum(x, AWL_DIMS(0, 2), true). */
-#define AWL_DIMS(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__}
+#define AWL_DIMS(...)                                                                              \
+    (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]) { __VA_ARGS__ }
 
 /* A device: a backend and an index ("cuda:1" is the cuda backend, index 1). */
 typedef struct awl_device {
@@ -94,8 +95,8 @@ struct awl_tensor {
 
     /* autograd (see autograd/autograd.h) */
     bool requires_grad;
-    awl_tensor *grad;              /* accumulated gradient of a leaf         */
-    awl_node_base *grad_fn;        /* the node that made it, NULL for leaves */
+    awl_tensor *grad;                /* accumulated gradient of a leaf         */
+    awl_node_base *grad_fn;          /* the node that made it, NULL for leaves */
     awl_node_base *grad_accumulator; /* weak: a leaf's accumulate node       */
     int n_hooks;
     awl_grad_hook *hooks;

@@ -143,8 +143,8 @@ awl_tensor *awl_tensor_permute(awl_tensor *t, const int *dims)
             char buf[160], perm[160];
             size_t used = (size_t)snprintf(perm, sizeof perm, "(");
             for (int k = 0; k < t->ndim && used < sizeof perm; k++)
-                used += (size_t)snprintf(perm + used, sizeof perm - used, k ? ",%d" : "%d",
-                                         dims[k]);
+                used +=
+                    (size_t)snprintf(perm + used, sizeof perm - used, k ? ",%d" : "%d", dims[k]);
             if (used < sizeof perm) snprintf(perm + used, sizeof perm - used, ")");
             awl_error(AWL_ERR_INVALID, "awl_permute: %s is not a permutation of the axes of %s",
                       perm, awl_shape_str(t, buf, sizeof buf));

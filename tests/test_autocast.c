@@ -35,8 +35,14 @@
 /* A 2-layer GPT whose head dimension (64) is the tensor-core kernels'. */
 static awl_gpt_config small_config(void)
 {
-    return (awl_gpt_config){.vocab = 65, .block = 64, .n_layer = 2, .n_head = 2, .n_embd = 128,
-                            .batch = 4, .dropout = 0.0, .bias = true};
+    return (awl_gpt_config){.vocab = 65,
+                            .block = 64,
+                            .n_layer = 2,
+                            .n_head = 2,
+                            .n_embd = 128,
+                            .batch = 4,
+                            .dropout = 0.0,
+                            .bias = true};
 }
 
 /* Pseudo-random token ids (B, T) in [0, vocab) on device. */
@@ -54,8 +60,8 @@ static awl_tensor *token_ids(int B, int T, int vocab, uint32_t seed, const char 
 
 /* Random ids x (B, T) and targets y = (7 x + 3) mod vocab: a map a model
  * learns in a few dozen steps. */
-static void mapped_batch(int B, int T, int vocab, uint32_t seed, const char *device,
-                         awl_tensor **x, awl_tensor **y)
+static void mapped_batch(int B, int T, int vocab, uint32_t seed, const char *device, awl_tensor **x,
+                         awl_tensor **y)
 {
     *x = token_ids(B, T, vocab, seed, device);
     int32_t *h = calloc((size_t)B * T, sizeof *h);
@@ -162,7 +168,8 @@ START_TEST(test_cpu_refuses_bf16)
     ck_assert_int_eq(awl_gpt_get_autocast(model), AWL_F32);
     ck_assert_int_eq(awl_gpt_set_autocast(model, AWL_F32), 0);
     /* still a float32 model that trains */
-    awl_tensor *x = token_ids(2, 16, cfg.vocab, 1, "cpu"), *y = token_ids(2, 16, cfg.vocab, 2, "cpu");
+    awl_tensor *x = token_ids(2, 16, cfg.vocab, 1, "cpu"),
+               *y = token_ids(2, 16, cfg.vocab, 2, "cpu");
     double loss = loss_and_grads(model, x, y);
     ck_assert(fabs(loss - log(65.0)) < 0.3);
     awl_gpt_free(model);
@@ -214,7 +221,8 @@ START_TEST(test_cuda_bf16_close_to_fp32)
         at += m;
     }
     printf("bf16 vs fp32: loss %.6f vs %.6f (rel %.2e), gradients rel %.2e, worst parameter %s "
-           "%.2e\n", loss16, loss32, loss_err, grad_err, worst_name, worst);
+           "%.2e\n",
+           loss16, loss32, loss_err, grad_err, worst_name, worst);
     ck_assert_msg(loss_err < 1e-2, "loss %g vs %g", loss16, loss32);
     ck_assert_msg(grad_err < 2e-2, "gradients differ by %g", grad_err);
     ck_assert_msg(worst < 1e-1, "%s's gradient differs by %g", worst_name, worst);

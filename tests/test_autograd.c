@@ -38,7 +38,8 @@ START_TEST(test_simple_and_accumulation)
         awl_tensor *y = awl_sum_all(awl_add(awl_mul(x, x), awl_mul_scalar(x, 3)));
         ck_assert_int_eq(awl_backward(y), 0);
         awl_scope_end();
-        for (int i = 0; i < 3; i++) ck_assert_double_eq_tol(at(x->grad, i), pass * (2 * (i + 1) + 3), 1e-12);
+        for (int i = 0; i < 3; i++)
+            ck_assert_double_eq_tol(at(x->grad, i), pass * (2 * (i + 1) + 3), 1e-12);
     }
     awl_release(x);
 }
@@ -182,7 +183,8 @@ START_TEST(test_non_scalar_root)
     awl_tensor *y = awl_mul(x, x);
     ck_assert_int_lt(awl_backward(y), 0);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "only for a scalar"));
-    awl_backward_options o = {.grad = awl_from_data((double[]){1, 10}, AWL_SHAPE(2), AWL_F64, "cpu")};
+    awl_backward_options o = {.grad =
+                                  awl_from_data((double[]){1, 10}, AWL_SHAPE(2), AWL_F64, "cpu")};
     ck_assert_int_eq(awl_backward_ex(y, &o), 0);
     ck_assert_double_eq(at(x->grad, 1), 40);
     awl_scope_end();
@@ -245,8 +247,10 @@ START_TEST(test_memory_flat_across_steps)
             awl_scope_end();
             awl_tensor_fill_(ps[i]->grad, 0);
         }
-        if (step == 0) after_first = in_use();
-        else ck_assert_int_eq(in_use(), after_first);
+        if (step == 0)
+            after_first = in_use();
+        else
+            ck_assert_int_eq(in_use(), after_first);
     }
     awl_release(m.w1);
     awl_release(m.w2);
@@ -300,9 +304,13 @@ START_TEST(test_determinism)
         awl_tensor *loss = mlp_loss(&m, awl_randn(AWL_SHAPE(32, 64), AWL_F32, "cpu"));
         awl_backward(loss);
         double got[8];
-        awl_to_host(awl_cast(awl_slice(awl_reshape(m.w1->grad, AWL_SHAPE(-1)), 0, 0, 8, 1), AWL_F64), got, sizeof got);
-        if (run == 0) memcpy(first, got, sizeof got);
-        else ck_assert_mem_eq(first, got, sizeof got);
+        awl_to_host(
+            awl_cast(awl_slice(awl_reshape(m.w1->grad, AWL_SHAPE(-1)), 0, 0, 8, 1), AWL_F64), got,
+            sizeof got);
+        if (run == 0)
+            memcpy(first, got, sizeof got);
+        else
+            ck_assert_mem_eq(first, got, sizeof got);
         awl_scope_end();
         awl_release(m.w1);
         awl_release(m.w2);

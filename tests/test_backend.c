@@ -127,10 +127,26 @@ static double host_get(const char *host, awl_dtype dt, int64_t off)
 {
     const char *p = host + off * (int64_t)esize(dt);
     switch (dt) {
-    case AWL_F32: { float f; memcpy(&f, p, 4); return f; }
-    case AWL_F64: { double d; memcpy(&d, p, 8); return d; }
-    case AWL_I32: { int32_t i; memcpy(&i, p, 4); return i; }
-    default: { uint16_t h; memcpy(&h, p, 2); return bf16_bits_to_double(h); }
+    case AWL_F32: {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    case AWL_F64: {
+        double d;
+        memcpy(&d, p, 8);
+        return d;
+    }
+    case AWL_I32: {
+        int32_t i;
+        memcpy(&i, p, 4);
+        return i;
+    }
+    default: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        return bf16_bits_to_double(h);
+    }
     }
 }
 
@@ -138,9 +154,17 @@ static void host_set(char *host, awl_dtype dt, int64_t off, double x)
 {
     char *p = host + off * (int64_t)esize(dt);
     switch (dt) {
-    case AWL_F32: { float f = (float)x; memcpy(p, &f, 4); break; }
+    case AWL_F32: {
+        float f = (float)x;
+        memcpy(p, &f, 4);
+        break;
+    }
     case AWL_F64: memcpy(p, &x, 8); break;
-    case AWL_I32: { int32_t i = (int32_t)x; memcpy(p, &i, 4); break; }
+    case AWL_I32: {
+        int32_t i = (int32_t)x;
+        memcpy(p, &i, 4);
+        break;
+    }
     default: {
         float f = (float)round_bf16(x);
         uint32_t u;
@@ -294,8 +318,7 @@ static void expect_view(tt *out, const awl_view *v, const double *ref, double to
     int64_t idx[AWL_MAX_DIMS] = {0};
     for (int64_t i = 0; i < n; i++) {
         double got = at(out, v, idx), r = ref[i];
-        bool ok = (isnan(got) && isnan(r)) || got == r ||
-                  fabs(got - r) <= tol * (fabs(r) + rms);
+        bool ok = (isnan(got) && isnan(r)) || got == r || fabs(got - r) <= tol * (fabs(r) + rms);
         if (!ok)
             ck_abort_msg("%s: element %lld: got %.17g, want %.17g", what, (long long)i, got, r);
         idx_next(idx, v->ndim, v->shape);
@@ -314,7 +337,8 @@ static void expect_out(tt *out, const double *ref, double tol, const char *what)
     do {                                                                                           \
         int64_t idx[AWL_MAX_DIMS] = {0};                                                           \
         int64_t i_ = 0;                                                                            \
-        if (numel(ndim_, shape_) > 0) do ref_[i_++] = (expr);                                      \
+        if (numel(ndim_, shape_) > 0) do                                                           \
+                ref_[i_++] = (expr);                                                               \
             while (idx_next(idx, ndim_, shape_));                                                  \
     } while (0)
 
@@ -461,10 +485,14 @@ static bool unary_int_ok(awl_unary_op op)
 static enum gen unary_gen(awl_unary_op op)
 {
     switch (op) {
-    case AWL_UNARY_LOG: case AWL_UNARY_SQRT: case AWL_UNARY_RSQRT: case AWL_UNARY_POW_SCALAR:
-        return GEN_POS;
-    case AWL_UNARY_EQ_SCALAR: case AWL_UNARY_SIGN: case AWL_UNARY_STEP: case AWL_UNARY_RELU:
-        return GEN_GRID;
+    case AWL_UNARY_LOG:
+    case AWL_UNARY_SQRT:
+    case AWL_UNARY_RSQRT:
+    case AWL_UNARY_POW_SCALAR: return GEN_POS;
+    case AWL_UNARY_EQ_SCALAR:
+    case AWL_UNARY_SIGN:
+    case AWL_UNARY_STEP:
+    case AWL_UNARY_RELU: return GEN_GRID;
     default: return GEN_ANY;
     }
 }
@@ -580,7 +608,8 @@ START_TEST(test_binary)
                         tt o = tt_new(dt, nd, shape, outs[lo]);
                         ck_assert_int_eq(B->binary(op, &o.v, &a.v, &b.v), AWL_OK);
                         double *ref = malloc((size_t)numel(nd, shape) * sizeof *ref);
-                        REF_LOOP(shape, nd, ref, binary_ref(op, tt_at(&a, idx), tt_at(&b, idx), dt));
+                        REF_LOOP(shape, nd, ref,
+                                 binary_ref(op, tt_at(&a, idx), tt_at(&b, idx), dt));
                         char what[96];
                         snprintf(what, sizeof what, "binary %s %s, %s (op) %s -> %s",
                                  awl_binary_op_name(op), awl_dtype_name(dt), layout_name[la],
@@ -651,15 +680,16 @@ static void reduce_case(awl_reduce_op op, awl_dtype dt, int nd, const int64_t *s
     int64_t nout = numel(nd, oshape);
     double *ref = malloc((size_t)nout * sizeof *ref);
     int64_t count = numel(nd, shape) / nout;
-    for (int64_t i = 0; i < nout; i++) ref[i] = op == AWL_REDUCE_MAX ? -INFINITY
-                                               : op == AWL_REDUCE_MIN ? INFINITY : 0;
+    for (int64_t i = 0; i < nout; i++)
+        ref[i] = op == AWL_REDUCE_MAX ? -INFINITY : op == AWL_REDUCE_MIN ? INFINITY : 0;
     int64_t idx[AWL_MAX_DIMS] = {0};
     do {
         int64_t k = 0;
         for (int d = 0; d < nd; d++) k = k * oshape[d] + ((axes >> d) & 1 ? 0 : idx[d]);
         double x = tt_at(&in, idx);
-        ref[k] = op == AWL_REDUCE_MAX ? fmax(ref[k], x)
-               : op == AWL_REDUCE_MIN ? fmin(ref[k], x) : ref[k] + x;
+        ref[k] = op == AWL_REDUCE_MAX   ? fmax(ref[k], x)
+                 : op == AWL_REDUCE_MIN ? fmin(ref[k], x)
+                                        : ref[k] + x;
     } while (idx_next(idx, nd, shape));
     for (int64_t i = 0; i < nout; i++) {
         if (op == AWL_REDUCE_MEAN) ref[i] /= (double)count;
@@ -750,8 +780,8 @@ END_TEST
 
 /* out (batch..., M, N) = a @ b with layouts; a_bcast broadcasts a's first
  * batch axis; accumulate adds into random initial values. */
-static void matmul_case(awl_dtype dt, int nb, const int64_t *batch, int64_t M, int64_t K,
-                        int64_t N, enum layout la, enum layout lb, enum layout lo, bool a_bcast,
+static void matmul_case(awl_dtype dt, int nb, const int64_t *batch, int64_t M, int64_t K, int64_t N,
+                        enum layout la, enum layout lb, enum layout lo, bool a_bcast,
                         bool accumulate)
 {
     int nd = nb + 2;
@@ -1063,7 +1093,8 @@ START_TEST(test_softmax)
                         ref[r * n + j] = log_ ? xr[j] - m - log(s) : exp(xr[j] - m) / s;
                 }
                 int rc = B->softmax_forward ? B->softmax_forward(&y.v, &x.v, log_) : 0;
-                if (fused_ran(B->softmax_forward, rc, dt)) expect_out(&y, ref, tol_for(dt), "softmax");
+                if (fused_ran(B->softmax_forward, rc, dt))
+                    expect_out(&y, ref, tol_for(dt), "softmax");
 
                 /* Backward from the reference output, rounded to dtype. */
                 for (int64_t i = 0; i < rows * n; i++) host_set(yref.host, dt, i, ref[i]);
@@ -1096,7 +1127,8 @@ static void layernorm_case(int64_t rows, int64_t C, bool affine)
     const int64_t shape[2] = {rows, C};
     const double eps = 1e-5;
     tt x = tt_input(AWL_F32, 2, shape, L_CONTIG, GEN_ANY);
-    tt w = tt_input(AWL_F32, 1, &C, L_CONTIG, GEN_ANY), b = tt_input(AWL_F32, 1, &C, L_CONTIG, GEN_ANY);
+    tt w = tt_input(AWL_F32, 1, &C, L_CONTIG, GEN_ANY),
+       b = tt_input(AWL_F32, 1, &C, L_CONTIG, GEN_ANY);
     tt out = tt_new(AWL_F32, 2, shape, L_CONTIG);
     tt mean = tt_new(AWL_F32, 1, &rows, L_CONTIG), rstd = tt_new(AWL_F32, 1, &rows, L_CONTIG);
     double *ref = malloc((size_t)(rows * C) * sizeof *ref), *xr = malloc((size_t)C * sizeof *xr);
@@ -1113,17 +1145,18 @@ static void layernorm_case(int64_t rows, int64_t C, bool affine)
             ref[r * C + j] = affine ? v * tt_at(&w, &j) + tt_at(&b, &j) : v;
         }
     }
-    int rc = B->layernorm_forward ? B->layernorm_forward(&out.v, &mean.v, &rstd.v, &x.v,
-                                                         affine ? &w.v : NULL,
-                                                         affine ? &b.v : NULL, eps)
-                                  : 0;
+    int rc = B->layernorm_forward
+                 ? B->layernorm_forward(&out.v, &mean.v, &rstd.v, &x.v, affine ? &w.v : NULL,
+                                        affine ? &b.v : NULL, eps)
+                 : 0;
     if (!fused_ran(B->layernorm_forward, rc, AWL_F32)) goto done;
     expect_out(&out, ref, 1e-5, "layernorm out");
     expect_out(&mean, mref, 1e-5, "layernorm mean");
     expect_out(&rstd, rref, 1e-5, "layernorm rstd");
 
     /* Backward with the saved statistics as the kernel stored them. */
-    tt dy = tt_input(AWL_F32, 2, shape, L_CONTIG, GEN_ANY), dx = tt_new(AWL_F32, 2, shape, L_CONTIG);
+    tt dy = tt_input(AWL_F32, 2, shape, L_CONTIG, GEN_ANY),
+       dx = tt_new(AWL_F32, 2, shape, L_CONTIG);
     tt dw = tt_new(AWL_F32, 1, &C, L_CONTIG), db = tt_new(AWL_F32, 1, &C, L_CONTIG);
     double *dwref = calloc((size_t)C, sizeof *dwref), *dbref = calloc((size_t)C, sizeof *dbref);
     double *g = malloc((size_t)C * sizeof *g), *xhat = malloc((size_t)C * sizeof *xhat);
@@ -1194,7 +1227,8 @@ START_TEST(test_cross_entropy)
             host_set(t.host, AWL_I32, view_off(&t.v, (int64_t[]){2}), ignore);
             tt_upload(&t);
             tt loss = tt_new(AWL_F32, 1, &N, L_CONTIG), lse = tt_new(AWL_F32, 1, &N, L_CONTIG);
-            double *lref = malloc((size_t)N * sizeof *lref), *zref = malloc((size_t)N * sizeof *zref);
+            double *lref = malloc((size_t)N * sizeof *lref),
+                   *zref = malloc((size_t)N * sizeof *zref);
             double *xr = malloc((size_t)V * sizeof *xr);
             for (int64_t i = 0; i < N; i++) {
                 row_of(&x, i, V, xr);
@@ -1279,13 +1313,14 @@ static void attention_case(const int64_t *s, bool causal)
     fill_view(&dout, &dout.v, GEN_ANY);
     awl_view dv3[3];
     for (int w = 0; w < 3; w++) dv3[w] = qkv_view(&dqkv, s, w);
-    double *oref = malloc((size_t)n * sizeof *oref), *lref = malloc((size_t)(Bn * H * T) * sizeof *lref);
+    double *oref = malloc((size_t)n * sizeof *oref),
+           *lref = malloc((size_t)(Bn * H * T) * sizeof *lref);
     double *dref[3];
     for (int w = 0; w < 3; w++) dref[w] = calloc((size_t)n, sizeof(double));
     double *P = malloc((size_t)(T * T) * sizeof *P), *dP = malloc((size_t)(T * T) * sizeof *dP);
 #define QKV(w, b, h, t, d) at(&qkv, &qv[w], (int64_t[]){b, h, t, d})
 #define DOUT(b, h, t, d) tt_at(&dout, (int64_t[]){b, h, t, d})
-#define AT4(b, h, t, d) ((((b) * H + (h)) * T + (t)) * D + (d))
+#define AT4(b, h, t, d) ((((b)*H + (h)) * T + (t)) * D + (d))
     for (int64_t b = 0; b < Bn; b++)
         for (int64_t h = 0; h < H; h++) {
             for (int64_t t = 0; t < T; t++) {

@@ -61,8 +61,14 @@ START_TEST(test_bitwise_equal_gpt)
 {
     awl_gc_begin(1);
     for (int with_dropout = 0; with_dropout < 2; with_dropout++) {
-        awl_gpt_config cfg = {.vocab = 11, .block = 16, .n_layer = 3, .n_head = 2, .n_embd = 32,
-                              .batch = 4, .dropout = with_dropout ? 0.1 : 0.0, .bias = true};
+        awl_gpt_config cfg = {.vocab = 11,
+                              .block = 16,
+                              .n_layer = 3,
+                              .n_head = 2,
+                              .n_embd = 32,
+                              .batch = 4,
+                              .dropout = with_dropout ? 0.1 : 0.0,
+                              .bias = true};
         awl_gpt *model = awl_gpt_new(&cfg, awl_gc_device(), 7);
         int32_t x[4 * 16], y[4 * 16];
         for (int i = 0; i < 4 * 16; i++) {
@@ -74,10 +80,9 @@ START_TEST(test_bitwise_equal_gpt)
         ck_assert(memcmp(&plain.loss, &ckpt.loss, sizeof plain.loss) == 0);
         ck_assert_int_eq(plain.n, ckpt.n);
         for (int i = 0; i < plain.n; i++)
-            ck_assert_msg(memcmp(plain.grads[i], ckpt.grads[i],
-                                 (size_t)plain.sizes[i] * sizeof(double)) == 0,
-                          "%s differs (dropout %d)", awl_gpt_parameters(model)->items[i].name,
-                          with_dropout);
+            ck_assert_msg(
+                memcmp(plain.grads[i], ckpt.grads[i], (size_t)plain.sizes[i] * sizeof(double)) == 0,
+                "%s differs (dropout %d)", awl_gpt_parameters(model)->items[i].name, with_dropout);
         ck_assert(plain.rng_seed == ckpt.rng_seed && plain.rng_offset == ckpt.rng_offset);
         if (with_dropout) ck_assert(plain.rng_offset > 0); /* dropout did draw */
         free_result(&plain);
@@ -109,8 +114,14 @@ START_TEST(test_peak_memory)
 {
     if (strcmp(awl_gc_device(), "cpu") != 0) return; /* measured on the CPU */
     awl_gc_begin(2);
-    awl_gpt_config cfg = {.vocab = 65, .block = 64, .n_layer = 8, .n_head = 4, .n_embd = 64,
-                          .batch = 8, .dropout = 0.0, .bias = true};
+    awl_gpt_config cfg = {.vocab = 65,
+                          .block = 64,
+                          .n_layer = 8,
+                          .n_head = 4,
+                          .n_embd = 64,
+                          .batch = 8,
+                          .dropout = 0.0,
+                          .bias = true};
     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 3);
     int32_t *ids = malloc(8 * 64 * sizeof *ids);
     for (int i = 0; i < 8 * 64; i++) ids[i] = (i * 31 + 7) % 65;
@@ -282,7 +293,8 @@ START_TEST(test_shared_parameter)
             free(want);
             want = got;
         } else {
-            ck_assert_msg(awl_gc_allclose(got, want, 16, 1e-12, 1e-12, "shared w"), "mode %d", mode);
+            ck_assert_msg(awl_gc_allclose(got, want, 16, 1e-12, 1e-12, "shared w"), "mode %d",
+                          mode);
             free(got);
         }
         awl_clear_grad(w);

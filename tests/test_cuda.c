@@ -87,8 +87,8 @@ static operand opnd(role r, awl_dtype dt, int ndim, const int64_t *shape)
     return o;
 }
 
-#define OPND(r, dt, ...) opnd(r, dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-                              (int64_t[]){__VA_ARGS__})
+#define OPND(r, dt, ...)                                                                           \
+    opnd(r, dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
 
 static operand ranged(operand o, double lo, double hi)
 {
@@ -313,9 +313,8 @@ static double run_case(const tcase *c)
                       awl_last_error());
         ck_assert_msg(cuda->synchronize(0) == AWL_OK, "%s: %s", c->name, awl_last_error());
         for (int i = 0; i < c->n; i++)
-            ck_assert_int_eq(cuda->copy_to_host(0, run ? b[i].back2 : b[i].back, b[i].dev,
-                                                b[i].bytes),
-                             AWL_OK);
+            ck_assert_int_eq(
+                cuda->copy_to_host(0, run ? b[i].back2 : b[i].back, b[i].dev, b[i].bytes), AWL_OK);
     }
 
     double worst = 0.0;
@@ -332,8 +331,8 @@ static double run_case(const tcase *c)
             const unsigned char *pg = b[i].back + k * b[i].es, *pi = b[i].init + k * b[i].es;
             if (!mask[k]) {
                 ck_assert_msg(memcmp(pg, pi, b[i].es) == 0,
-                              "%s: operand %d: element %lld outside the view was written",
-                              c->name, i, (long long)k);
+                              "%s: operand %d: element %lld outside the view was written", c->name,
+                              i, (long long)k);
                 continue;
             }
             double r = load_el(o->dtype, b[i].host, k), g = load_el(o->dtype, b[i].back, k);
@@ -527,9 +526,16 @@ static bool unary_positive(awl_unary_op op)
 static bool unary_int_defined(awl_unary_op op)
 {
     switch (op) {
-    case AWL_UNARY_NEG: case AWL_UNARY_ABS: case AWL_UNARY_SIGN: case AWL_UNARY_RELU:
-    case AWL_UNARY_STEP: case AWL_UNARY_ADD_SCALAR: case AWL_UNARY_MUL_SCALAR:
-    case AWL_UNARY_RSUB_SCALAR: case AWL_UNARY_GT_SCALAR: case AWL_UNARY_LT_SCALAR:
+    case AWL_UNARY_NEG:
+    case AWL_UNARY_ABS:
+    case AWL_UNARY_SIGN:
+    case AWL_UNARY_RELU:
+    case AWL_UNARY_STEP:
+    case AWL_UNARY_ADD_SCALAR:
+    case AWL_UNARY_MUL_SCALAR:
+    case AWL_UNARY_RSUB_SCALAR:
+    case AWL_UNARY_GT_SCALAR:
+    case AWL_UNARY_LT_SCALAR:
     case AWL_UNARY_EQ_SCALAR: return true;
     default: return false;
     }
@@ -552,11 +558,14 @@ START_TEST(test_unary)
             };
             for (int l = 0; l < 4; l++) {
                 operand in = pairs[l][1];
-                if (all[t] == AWL_I32) in = ints(in, -50, 50);
-                else if (unary_positive(op)) in = ranged(in, 0.1, 4.0);
-                else in = ranged(in, -3.0, 3.0);
-                tcase c = {.n = 2, .op = {pairs[l][0], in}, .fn = fn_unary, .ctx = &u,
-                           .ref_f32 = true};
+                if (all[t] == AWL_I32)
+                    in = ints(in, -50, 50);
+                else if (unary_positive(op))
+                    in = ranged(in, 0.1, 4.0);
+                else
+                    in = ranged(in, -3.0, 3.0);
+                tcase c = {
+                    .n = 2, .op = {pairs[l][0], in}, .fn = fn_unary, .ctx = &u, .ref_f32 = true};
                 /* exp/tanh/pow: libm and CUDA's math differ by an ulp or two */
                 if (all[t] == AWL_F32) c.tol = 2e-6 * 10;
                 snprintf(c.name, sizeof c.name, "unary %s %s layout %d", awl_unary_op_name(op),
@@ -601,7 +610,10 @@ START_TEST(test_binary)
                     a = ints(a, -3, 3);
                     b = ints(b, -3, 3);
                 }
-                tcase c = {.n = 3, .op = {sets[l][0], a, b}, .fn = fn_binary, .ctx = &bop,
+                tcase c = {.n = 3,
+                           .op = {sets[l][0], a, b},
+                           .fn = fn_binary,
+                           .ctx = &bop,
                            .ref_f32 = true};
                 if (all[t] == AWL_F32 && op == AWL_BINARY_POW) c.tol = 2e-5;
                 snprintf(c.name, sizeof c.name, "binary %s %s layout %d", awl_binary_op_name(op),
@@ -640,11 +652,11 @@ START_TEST(test_reduce)
             awl_reduce_op rop = op;
             awl_dtype dt = all[t];
             operand cases[][2] = {
-                {OPND(OUT, dt, 37, 1), OPND(IN, dt, 37, 129)},            /* rows */
-                {OPND(OUT, dt, 1, 129), OPND(IN, dt, 37, 129)},           /* columns */
-                {OPND(OUT, dt, 1, 384), OPND(IN, dt, 16384, 384)},        /* columns, split */
-                {OPND(OUT, dt, 1), OPND(IN, dt, 1000003)},                /* full, split */
-                {OPND(OUT, dt, 6, 1, 35), OPND(IN, dt, 6, 17, 35)},       /* middle axis */
+                {OPND(OUT, dt, 37, 1), OPND(IN, dt, 37, 129)},      /* rows */
+                {OPND(OUT, dt, 1, 129), OPND(IN, dt, 37, 129)},     /* columns */
+                {OPND(OUT, dt, 1, 384), OPND(IN, dt, 16384, 384)},  /* columns, split */
+                {OPND(OUT, dt, 1), OPND(IN, dt, 1000003)},          /* full, split */
+                {OPND(OUT, dt, 6, 1, 35), OPND(IN, dt, 6, 17, 35)}, /* middle axis */
                 {OPND(OUT, dt, 37, 1), transposed(OPND(IN, dt, 37, 129), 0, 1)},
                 {OPND(OUT, dt, 1, 5, 1), transposed(OPND(IN, dt, 4, 5, 6), 0, 2)}, /* general */
                 {sliced(OPND(OUT, dt, 1, 129), 1, 2), broadcast(OPND(IN, dt, 37, 129), 0)},
@@ -652,8 +664,8 @@ START_TEST(test_reduce)
             for (int l = 0; l < 8; l++) {
                 operand in = cases[l][1];
                 if (dt == AWL_I32) in = ints(in, -100, 100);
-                tcase c = {.n = 2, .op = {cases[l][0], in}, .fn = fn_reduce, .ctx = &rop,
-                           .ref_f32 = true};
+                tcase c = {
+                    .n = 2, .op = {cases[l][0], in}, .fn = fn_reduce, .ctx = &rop, .ref_f32 = true};
                 snprintf(c.name, sizeof c.name, "reduce %s %s layout %d", awl_reduce_op_name(op),
                          awl_dtype_name(dt), l);
                 run_case(&c);
@@ -680,17 +692,20 @@ START_TEST(test_matmul)
             {transposed(o, 0, 1), transposed(a, 0, 1), transposed(b, 0, 1)},
             {o, sliced(a, 1, 2), sliced(b, 0, 2)}, /* not representable: copied */
             {ob, ab, bb},
-            {ob, broadcast(ab, 0), bb},             /* broadcast batch */
+            {ob, broadcast(ab, 0), bb}, /* broadcast batch */
             {ob, transposed(ab, 1, 2), broadcast(bb, 0)},
-            {transposed(o4, 0, 1), a4, b4},         /* batch dims that do not merge */
+            {transposed(o4, 0, 1), a4, b4}, /* batch dims that do not merge */
             {o4, transposed(a4, 0, 1), broadcast(b4, 1)},
             {OPND(OUT, dt, 256, 384), OPND(IN, dt, 256, 768), OPND(IN, dt, 768, 384)},
         };
         for (int l = 0; l < 11; l++)
             for (int acc = 0; acc < 2; acc++) {
                 matmul_ctx m = {acc == 1, false};
-                tcase c = {.n = 3, .op = {sets[l][0], sets[l][1], sets[l][2]}, .fn = fn_matmul,
-                           .ctx = &m, .ref_f32 = true};
+                tcase c = {.n = 3,
+                           .op = {sets[l][0], sets[l][1], sets[l][2]},
+                           .fn = fn_matmul,
+                           .ctx = &m,
+                           .ref_f32 = true};
                 if (acc) c.op[0].role = INOUT;
                 if (dt == AWL_BF16) c.tol = 1e-2;
                 snprintf(c.name, sizeof c.name, "matmul %s layout %d accumulate %d",
@@ -758,7 +773,9 @@ START_TEST(test_index_select_add)
         };
         for (int l = 0; l < 3; l++) {
             if (dt == AWL_I32) sets[l][1] = ints(sets[l][1], -1000, 1000);
-            tcase c = {.n = 3, .op = {sets[l][0], sets[l][1], sets[l][2]}, .fn = fn_index_select,
+            tcase c = {.n = 3,
+                       .op = {sets[l][0], sets[l][1], sets[l][2]},
+                       .fn = fn_index_select,
                        .ref_f32 = true};
             snprintf(c.name, sizeof c.name, "index_select %s layout %d", awl_dtype_name(dt), l);
             run_case(&c);
@@ -775,7 +792,9 @@ START_TEST(test_index_select_add)
             {OPND(INOUT, dt, 5, 3), ints(OPND(IN, AWL_I32, 300), 2, 2), OPND(IN, dt, 300, 3)},
         };
         for (int l = 0; l < 4; l++) {
-            tcase c = {.n = 3, .op = {dsets[l][0], dsets[l][1], dsets[l][2]}, .fn = fn_index_add,
+            tcase c = {.n = 3,
+                       .op = {dsets[l][0], dsets[l][1], dsets[l][2]},
+                       .fn = fn_index_add,
                        .ref_f32 = true};
             snprintf(c.name, sizeof c.name, "index_add %s layout %d", awl_dtype_name(dt), l);
             run_case(&c);
@@ -794,25 +813,34 @@ START_TEST(test_gather_scatter)
         tcase g1 = {.n = 3,
                     .op = {OPND(OUT, dt, 64, 1), OPND(IN, dt, 64, 65),
                            ints(OPND(IN, AWL_I32, 64, 1), 0, 64)},
-                    .fn = fn_gather, .ctx = &axis1, .ref_f32 = true};
+                    .fn = fn_gather,
+                    .ctx = &axis1,
+                    .ref_f32 = true};
         snprintf(g1.name, sizeof g1.name, "gather %s axis 1", awl_dtype_name(dt));
         run_case(&g1);
         tcase g0 = {.n = 3,
                     .op = {OPND(OUT, dt, 9, 33), transposed(OPND(IN, dt, 17, 33), 0, 1),
                            ints(OPND(IN, AWL_I32, 9, 33), 0, 16)},
-                    .fn = fn_gather, .ctx = &axis0, .ref_f32 = true};
+                    .fn = fn_gather,
+                    .ctx = &axis0,
+                    .ref_f32 = true};
         snprintf(g0.name, sizeof g0.name, "gather %s axis 0", awl_dtype_name(dt));
         run_case(&g0);
         tcase s1 = {.n = 3,
                     .op = {OPND(INOUT, dt, 64, 65), ints(OPND(IN, AWL_I32, 64, 3), 0, 64),
                            OPND(IN, dt, 64, 3)},
-                    .fn = fn_scatter_add, .ctx = &axis1, .ref_f32 = true};
+                    .fn = fn_scatter_add,
+                    .ctx = &axis1,
+                    .ref_f32 = true};
         snprintf(s1.name, sizeof s1.name, "scatter_add %s axis 1", awl_dtype_name(dt));
         run_case(&s1);
         tcase s0 = {.n = 3,
                     .op = {transposed(OPND(INOUT, dt, 5, 33), 0, 1),
-                           ints(OPND(IN, AWL_I32, 40, 33), 0, 4), broadcast(OPND(IN, dt, 40, 33), 1)},
-                    .fn = fn_scatter_add, .ctx = &axis0, .ref_f32 = true};
+                           ints(OPND(IN, AWL_I32, 40, 33), 0, 4),
+                           broadcast(OPND(IN, dt, 40, 33), 1)},
+                    .fn = fn_scatter_add,
+                    .ctx = &axis0,
+                    .ref_f32 = true};
         snprintf(s0.name, sizeof s0.name, "scatter_add %s axis 0 repeated", awl_dtype_name(dt));
         run_case(&s0);
     }
@@ -880,13 +908,19 @@ START_TEST(test_softmax)
                 int64_t R = shapes[s][0], N = shapes[s][1];
                 tcase f = {.n = 2,
                            .op = {OPND(OUT, dt, R, N), ranged(OPND(IN, dt, R, N), -8, 8)},
-                           .fn = fn_softmax, .ctx = &log, .ref_f32 = true};
+                           .fn = fn_softmax,
+                           .ctx = &log,
+                           .ref_f32 = true};
                 snprintf(f.name, sizeof f.name, "softmax %s log %d (%lld, %lld)",
                          awl_dtype_name(dt), lg, (long long)R, (long long)N);
                 run_case(&f);
-                operand y = log ? ranged(OPND(IN, dt, R, N), -6, -0.01) : ranged(OPND(IN, dt, R, N), 0.001, 0.5);
-                tcase b = {.n = 3, .op = {OPND(OUT, dt, R, N), OPND(IN, dt, R, N), y},
-                           .fn = fn_softmax_bwd, .ctx = &log, .ref_f32 = true};
+                operand y = log ? ranged(OPND(IN, dt, R, N), -6, -0.01)
+                                : ranged(OPND(IN, dt, R, N), 0.001, 0.5);
+                tcase b = {.n = 3,
+                           .op = {OPND(OUT, dt, R, N), OPND(IN, dt, R, N), y},
+                           .fn = fn_softmax_bwd,
+                           .ctx = &log,
+                           .ref_f32 = true};
                 if (dt == AWL_F32) b.tol = 1e-4; /* dy - dot cancels */
                 if (dt == AWL_BF16) b.tol = 3e-2;
                 snprintf(b.name, sizeof b.name, "softmax_backward %s log %d (%lld, %lld)",
@@ -924,10 +958,13 @@ START_TEST(test_layernorm)
                 int64_t R = shapes[s][0], C = shapes[s][1];
                 ln_ctx l = {wb == 0, wb == 0};
                 tcase f = {.n = 6,
-                           .op = {OPND(OUT, dt, R, C), OPND(OUT, AWL_F32, R),
-                                  OPND(OUT, AWL_F32, R), ranged(OPND(IN, dt, R, C), -3, 5),
-                                  OPND(IN, dt, C), OPND(IN, dt, C)},
-                           .fn = fn_ln_fwd, .ctx = &l, .ref_f32 = true, .tol = t ? 1e-2 : 2e-5};
+                           .op = {OPND(OUT, dt, R, C), OPND(OUT, AWL_F32, R), OPND(OUT, AWL_F32, R),
+                                  ranged(OPND(IN, dt, R, C), -3, 5), OPND(IN, dt, C),
+                                  OPND(IN, dt, C)},
+                           .fn = fn_ln_fwd,
+                           .ctx = &l,
+                           .ref_f32 = true,
+                           .tol = t ? 1e-2 : 2e-5};
                 snprintf(f.name, sizeof f.name, "layernorm %s (%lld, %lld) affine %d",
                          awl_dtype_name(dt), (long long)R, (long long)C, wb == 0);
                 run_case(&f);
@@ -936,7 +973,10 @@ START_TEST(test_layernorm)
                                   OPND(IN, dt, R, C), ranged(OPND(IN, dt, R, C), -3, 5),
                                   OPND(IN, dt, C), ranged(OPND(IN, AWL_F32, R), -0.5, 1.5),
                                   ranged(OPND(IN, AWL_F32, R), 0.3, 1.2)},
-                           .fn = fn_ln_bwd, .ctx = &l, .ref_f32 = true, .tol = t ? 2e-2 : 1e-4};
+                           .fn = fn_ln_bwd,
+                           .ctx = &l,
+                           .ref_f32 = true,
+                           .tol = t ? 2e-2 : 1e-4};
                 snprintf(b.name, sizeof b.name, "layernorm_backward %s (%lld, %lld) affine %d",
                          awl_dtype_name(dt), (long long)R, (long long)C, wb == 0);
                 run_case(&b);
@@ -966,7 +1006,9 @@ START_TEST(test_cross_entropy)
             tcase f = {.n = 4,
                        .op = {OPND(OUT, dt, N), OPND(OUT, AWL_F32, N),
                               ranged(OPND(IN, dt, N, V), -6, 6), targets},
-                       .fn = fn_ce_fwd, .ctx = &ignore, .ref_f32 = true};
+                       .fn = fn_ce_fwd,
+                       .ctx = &ignore,
+                       .ref_f32 = true};
             snprintf(f.name, sizeof f.name, "cross_entropy %s (%lld, %lld)", awl_dtype_name(dt),
                      (long long)N, (long long)V);
             run_case(&f);
@@ -975,7 +1017,9 @@ START_TEST(test_cross_entropy)
                        .op = {OPND(OUT, dt, N, V), broadcast(OPND(IN, dt, N), 0),
                               ranged(OPND(IN, dt, N, V), -6, 6),
                               ranged(OPND(IN, AWL_F32, N), lo, lo + 1), targets},
-                       .fn = fn_ce_bwd, .ctx = &ignore, .ref_f32 = true};
+                       .fn = fn_ce_bwd,
+                       .ctx = &ignore,
+                       .ref_f32 = true};
             snprintf(b.name, sizeof b.name, "cross_entropy_backward %s (%lld, %lld)",
                      awl_dtype_name(dt), (long long)N, (long long)V);
             run_case(&b);
@@ -1017,34 +1061,47 @@ static operand qkv_slice(role r, awl_dtype dt, int64_t B, int64_t H, int64_t T, 
 
 START_TEST(test_attention)
 {
-    const int64_t shapes[][4] = {{2, 3, 100, 64}, {1, 2, 256, 128}, {2, 2, 67, 32}, {1, 1, 130, 80}};
+    const int64_t shapes[][4] = {
+        {2, 3, 100, 64}, {1, 2, 256, 128}, {2, 2, 67, 32}, {1, 1, 130, 80}};
     /* t: float32, bfloat16 on tensor cores, bfloat16 on the CUDA-core rung */
     for (int t = 0; t < 3; t++)
         for (int s = 0; s < 4; s++)
             for (int causal = 0; causal < 2; causal++) {
                 awl_dtype dt = t ? AWL_BF16 : AWL_F32;
-                if (t == 2) setenv("AWL_CUDA_ATTENTION", "simt", 1);
-                else unsetenv("AWL_CUDA_ATTENTION");
+                if (t == 2)
+                    setenv("AWL_CUDA_ATTENTION", "simt", 1);
+                else
+                    unsetenv("AWL_CUDA_ATTENTION");
                 int64_t B = shapes[s][0], H = shapes[s][1], T = shapes[s][2], D = shapes[s][3];
                 att_ctx a = {1.0 / sqrt((double)D), causal == 1};
                 bool strided = s % 2 == 0;
-                operand q = strided ? qkv_slice(IN, dt, B, H, T, D, 0) : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
-                operand k = strided ? qkv_slice(IN, dt, B, H, T, D, 1) : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
-                operand v = strided ? qkv_slice(IN, dt, B, H, T, D, 2) : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
+                operand q = strided ? qkv_slice(IN, dt, B, H, T, D, 0)
+                                    : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
+                operand k = strided ? qkv_slice(IN, dt, B, H, T, D, 1)
+                                    : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
+                operand v = strided ? qkv_slice(IN, dt, B, H, T, D, 2)
+                                    : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
                 tcase f = {.n = 5,
                            .op = {OPND(OUT, dt, B, H, T, D), OPND(OUT, AWL_F32, B, H, T), q, k, v},
-                           .fn = fn_att_fwd, .ctx = &a, .ref_f32 = true, .tol = t ? 1e-2 : 1e-5};
+                           .fn = fn_att_fwd,
+                           .ctx = &a,
+                           .ref_f32 = true,
+                           .tol = t ? 1e-2 : 1e-5};
                 snprintf(f.name, sizeof f.name, "attention %s%s (%lld,%lld,%lld,%lld) causal %d%s",
                          awl_dtype_name(dt), t == 2 ? " simt" : "", (long long)B, (long long)H,
                          (long long)T, (long long)D, causal, strided ? " strided" : "");
                 run_case(&f);
-                operand dq = strided ? qkv_slice(OUT, dt, B, H, T, D, 0) : OPND(OUT, dt, B, H, T, D);
+                operand dq =
+                    strided ? qkv_slice(OUT, dt, B, H, T, D, 0) : OPND(OUT, dt, B, H, T, D);
                 tcase b = {.n = 9,
                            .op = {dq, OPND(OUT, dt, B, H, T, D), OPND(OUT, dt, B, H, T, D),
                                   ranged(OPND(IN, dt, B, H, T, D), -1, 1), q, k, v,
                                   ranged(OPND(IN, dt, B, H, T, D), -1, 1),
                                   ranged(OPND(IN, AWL_F32, B, H, T), 2.5, 3.5)},
-                           .fn = fn_att_bwd, .ctx = &a, .ref_f32 = true, .tol = t ? 2e-2 : 1e-4};
+                           .fn = fn_att_bwd,
+                           .ctx = &a,
+                           .ref_f32 = true,
+                           .tol = t ? 2e-2 : 1e-4};
                 snprintf(b.name, sizeof b.name,
                          "attention_backward %s%s (%lld,%lld,%lld,%lld) causal %d%s",
                          awl_dtype_name(dt), t == 2 ? " simt" : "", (long long)B, (long long)H,
@@ -1098,15 +1155,24 @@ static Suite *cuda_suite(void)
         const char *group;
         const TTest *test;
     } tests[] = {
-        {"memory", test_device_and_memory}, {"memory", test_refusals},
-        {"elementwise", test_fill},          {"elementwise", test_copy},
-        {"elementwise", test_unary},         {"elementwise", test_binary},
-        {"elementwise", test_where},         {"reduce", test_reduce},
-        {"matmul", test_matmul},             {"matmul", test_matmul_tf32},
-        {"index", test_index_select_add},    {"index", test_gather_scatter},
-        {"random", test_random},             {"fused", test_softmax},
-        {"fused", test_layernorm},           {"fused", test_cross_entropy},
-        {"fused", test_attention},           {"fused", test_adamw},
+        {"memory", test_device_and_memory},
+        {"memory", test_refusals},
+        {"elementwise", test_fill},
+        {"elementwise", test_copy},
+        {"elementwise", test_unary},
+        {"elementwise", test_binary},
+        {"elementwise", test_where},
+        {"reduce", test_reduce},
+        {"matmul", test_matmul},
+        {"matmul", test_matmul_tf32},
+        {"index", test_index_select_add},
+        {"index", test_gather_scatter},
+        {"random", test_random},
+        {"fused", test_softmax},
+        {"fused", test_layernorm},
+        {"fused", test_cross_entropy},
+        {"fused", test_attention},
+        {"fused", test_adamw},
     };
     Suite *s = suite_create("cuda");
     TCase *tc = NULL;

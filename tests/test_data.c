@@ -43,8 +43,7 @@ static void roundtrip(const awl_tokenizer *tok, const char *text, size_t len)
     int32_t *ids;
     size_t n;
     ck_assert_int_eq(awl_tokenizer_encode(tok, text, len, &ids, &n), 0);
-    for (size_t i = 0; i < n; i++)
-        ck_assert(ids[i] >= 0 && ids[i] < awl_tokenizer_vocab_size(tok));
+    for (size_t i = 0; i < n; i++) ck_assert(ids[i] >= 0 && ids[i] < awl_tokenizer_vocab_size(tok));
     char *back;
     size_t back_len;
     ck_assert_int_eq(awl_tokenizer_decode(tok, ids, n, &back, &back_len), 0);
@@ -85,21 +84,17 @@ static size_t naive_apply(int32_t *ids, size_t n, int32_t a, int32_t b, int32_t 
 static int naive_train(const uint8_t *text, size_t len, int max_merges, int32_t *merges)
 {
     int32_t *ids = malloc(len * sizeof *ids);
-    for (size_t i = 0; i < len; i++)
-        ids[i] = text[i];
+    for (size_t i = 0; i < len; i++) ids[i] = text[i];
     size_t n = len;
     int vocab = 256 + max_merges, done = 0;
     int *count = malloc((size_t)vocab * vocab * sizeof *count);
     while (done < max_merges) {
         memset(count, 0, (size_t)vocab * vocab * sizeof *count);
-        for (size_t i = 0; i + 1 < n; i++)
-            count[ids[i] * vocab + ids[i + 1]]++;
+        for (size_t i = 0; i + 1 < n; i++) count[ids[i] * vocab + ids[i + 1]]++;
         int best = 0; /* scanning (left, right) in order keeps the smallest on ties */
         for (int p = 1; p < vocab * vocab; p++)
-            if (count[p] > count[best])
-                best = p;
-        if (count[best] < 2)
-            break;
+            if (count[p] > count[best]) best = p;
+        if (count[best] < 2) break;
         merges[2 * done] = best / vocab;
         merges[2 * done + 1] = best % vocab;
         n = naive_apply(ids, n, best / vocab, best % vocab, 256 + done);
@@ -115,7 +110,8 @@ static char *merges_string(const int32_t *merges, int n)
     char *s = malloc(8 + 20 * (size_t)n), *p = s;
     p += sprintf(p, "bpe:");
     for (int r = 0; r < n; r++)
-        p += sprintf(p, "%s%x.%x", r ? "," : "", (unsigned)merges[2 * r], (unsigned)merges[2 * r + 1]);
+        p += sprintf(p, "%s%x.%x", r ? "," : "", (unsigned)merges[2 * r],
+                     (unsigned)merges[2 * r + 1]);
     return s;
 }
 
@@ -131,8 +127,7 @@ static void check_against_naive(const char *text, size_t len, int max_merges)
     ck_assert_int_eq(awl_tokenizer_vocab_size(tok), 256 + n_merges);
 
     int32_t *ref = malloc(len * sizeof *ref);
-    for (size_t i = 0; i < len; i++)
-        ref[i] = (uint8_t)text[i];
+    for (size_t i = 0; i < len; i++) ref[i] = (uint8_t)text[i];
     size_t ref_n = len;
     for (int r = 0; r < n_merges; r++)
         ref_n = naive_apply(ref, ref_n, merges[2 * r], merges[2 * r + 1], 256 + r);
@@ -189,8 +184,7 @@ START_TEST(test_char_errors)
 
     char *text = (char *)1;
     size_t len = 3;
-    ck_assert_int_eq(awl_tokenizer_decode(tok, (int32_t[]){0, 3}, 2, &text, &len),
-                     AWL_ERR_INVALID);
+    ck_assert_int_eq(awl_tokenizer_decode(tok, (int32_t[]){0, 3}, 2, &text, &len), AWL_ERR_INVALID);
     ck_assert_ptr_null(text);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "id 3 at index 1"));
 
@@ -249,8 +243,7 @@ START_TEST(test_bpe_runs_of_one_byte)
      * "aa","aa","a"; then aa+aa. Every length must decode back. */
     char text[40];
     memset(text, 'a', sizeof text);
-    for (size_t len = 1; len <= sizeof text; len++)
-        check_against_naive(text, len, 8);
+    for (size_t len = 1; len <= sizeof text; len++) check_against_naive(text, len, 8);
 }
 END_TEST
 
@@ -289,8 +282,7 @@ START_TEST(test_bpe_arbitrary_bytes)
     roundtrip(tok, text, len);
 
     char all[512];
-    for (int i = 0; i < 512; i++)
-        all[i] = (char)(i % 256);
+    for (int i = 0; i < 512; i++) all[i] = (char)(i % 256);
     roundtrip(tok, all, sizeof all);
     char *random = random_corpus(3, 10000, 256);
     roundtrip(tok, random, 10000);
@@ -386,8 +378,7 @@ START_TEST(test_deserialize_rejects)
 
     /* 40 merges each doubling the last token would spell 2^41 bytes. */
     char bomb[600] = "bpe:61.61";
-    for (int r = 1; r < 40; r++)
-        sprintf(bomb + strlen(bomb), ",%x.%x", 255 + r, 255 + r);
+    for (int r = 1; r < 40; r++) sprintf(bomb + strlen(bomb), ",%x.%x", 255 + r, 255 + r);
     awl_clear_error();
     ck_assert_ptr_null(awl_tokenizer_deserialize(bomb, strlen(bomb)));
     ck_assert_int_eq(awl_last_error_code(), AWL_ERR_FORMAT);
@@ -562,8 +553,7 @@ START_TEST(test_dataset_batches_are_windows)
             for (int b = 0; b < B; b++) {
                 /* With 26 random letters a 10-token window is unique. */
                 size_t s = 0;
-                while (s + T < n && memcmp(tok + s, x + b * T, T * sizeof *x) != 0)
-                    s++;
+                while (s + T < n && memcmp(tok + s, x + b * T, T * sizeof *x) != 0) s++;
                 ck_assert_msg(s + T < n, "row %d is not a window of the split", b);
                 ck_assert(memcmp(tok + s + 1, y + b * T, T * sizeof *y) == 0);
             }
@@ -679,8 +669,7 @@ START_TEST(test_dataset_errors)
     awl_text_dataset *all = awl_text_dataset_from_text(text, 100, NULL, 8, 1.0);
     awl_tensor *x = (awl_tensor *)1, *y = (awl_tensor *)1;
     awl_scope_begin();
-    ck_assert_int_eq(awl_text_dataset_batch(all, AWL_SPLIT_VAL, 2, "cpu", &x, &y),
-                     AWL_ERR_INVALID);
+    ck_assert_int_eq(awl_text_dataset_batch(all, AWL_SPLIT_VAL, 2, "cpu", &x, &y), AWL_ERR_INVALID);
     ck_assert_ptr_null(x);
     ck_assert_ptr_null(y);
     ck_assert_int_eq(awl_text_dataset_batch(all, AWL_SPLIT_TRAIN, 0, "cpu", &x, &y),

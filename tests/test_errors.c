@@ -321,7 +321,8 @@ END_TEST
 static int bad_op_then_exit(void)
 {
     awl_scope_begin();
-    awl_matmul(awl_zeros(AWL_SHAPE(4, 3), AWL_F32, "cpu"), awl_zeros(AWL_SHAPE(5, 2), AWL_F32, "cpu"));
+    awl_matmul(awl_zeros(AWL_SHAPE(4, 3), AWL_F32, "cpu"),
+               awl_zeros(AWL_SHAPE(5, 2), AWL_F32, "cpu"));
     awl_scope_end();
     return 0; /* reaching this means no abort */
 }

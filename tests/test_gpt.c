@@ -23,8 +23,14 @@
 
 static awl_gpt_config tiny_config(int vocab, int block, int n_layer, int n_embd)
 {
-    return (awl_gpt_config){.vocab = vocab, .block = block, .n_layer = n_layer, .n_head = 2,
-                            .n_embd = n_embd, .batch = 2, .dropout = 0.0, .bias = true};
+    return (awl_gpt_config){.vocab = vocab,
+                            .block = block,
+                            .n_layer = n_layer,
+                            .n_head = 2,
+                            .n_embd = n_embd,
+                            .batch = 2,
+                            .dropout = 0.0,
+                            .bias = true};
 }
 
 static bool has_shape(awl_tensor *t, int64_t d0, int64_t d1)
@@ -68,10 +74,10 @@ START_TEST(test_configs_and_names)
     ck_assert(has_shape(ps->items[0].tensor, 65, 128));
     ck_assert_str_eq(ps->items[1].name, "transformer.wpe.weight");
     ck_assert(has_shape(ps->items[1].tensor, 64, 128));
-    const char *block0[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                            "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                            "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                            "mlp.c_proj.bias"};
+    const char *block0[] = {"ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
+                            "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                            "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                            "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
     for (int i = 0; i < 12; i++) {
         char name[96];
         snprintf(name, sizeof name, "transformer.h.0.%s", block0[i]);
@@ -186,7 +192,8 @@ START_TEST(test_forward_and_errors)
     ck_assert(strstr(awl_last_error(), "1 <= T <= block (4)") != NULL);
     int32_t bad[] = {0, 7};
     ck_assert_ptr_null(awl_gpt_forward(model, ids(bad, 1, 2)));
-    ck_assert_ptr_null(awl_gpt_forward(model, awl_zeros(AWL_SHAPE(1, 2), AWL_F32, awl_gc_device())));
+    ck_assert_ptr_null(
+        awl_gpt_forward(model, awl_zeros(AWL_SHAPE(1, 2), AWL_F32, awl_gc_device())));
     ck_assert_ptr_null(awl_gpt_loss(model, ids(x, 2, 4), ids(y, 4, 2)));
     ck_assert_ptr_null(awl_gpt_loss(model, NULL, ids(y, 2, 4)));
     awl_gpt_free(model);
@@ -409,7 +416,8 @@ START_TEST(test_sampling_distribution)
         for (int i = 0; i < V; i++) q[i] = 0;
         for (int n = 0; n < N; n++) {
             int32_t s[3];
-            ck_assert_int_eq(awl_gpt_generate(model, prompt, 2, 1, temperature, top_k, (uint64_t)n, s), 3);
+            ck_assert_int_eq(
+                awl_gpt_generate(model, prompt, 2, 1, temperature, top_k, (uint64_t)n, s), 3);
             q[s[2]] += 1.0 / N;
         }
         for (int i = 0; i < V; i++) {

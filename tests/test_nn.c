@@ -147,10 +147,10 @@ START_TEST(test_module_names)
 {
     awl_gc_begin(1);
     const char *dev = awl_gc_device();
-    awl_module *net = awl_sequential_new(
-        4, (awl_module *[]){awl_linear_new(4, 8, true, dev), awl_gelu_new(),
-                            awl_residual_new(awl_linear_new(8, 8, false, dev)),
-                            awl_layer_norm_new(8, 1e-5, true, dev)});
+    awl_module *net =
+        awl_sequential_new(4, (awl_module *[]){awl_linear_new(4, 8, true, dev), awl_gelu_new(),
+                                               awl_residual_new(awl_linear_new(8, 8, false, dev)),
+                                               awl_layer_norm_new(8, 1e-5, true, dev)});
     ck_assert_msg(net != NULL, "%s", awl_last_error());
     ck_assert_str_eq(net->type, "Sequential");
     awl_param_list ps = {0};
@@ -261,7 +261,8 @@ START_TEST(test_linear)
     ck_assert(awl_gc_allclose(y, want, 4, 1e-12, 0, "linear"));
     free(y);
     ck_assert_ptr_null(awl_linear(x, b, NULL));
-    ck_assert(strstr(awl_last_error(), "awl_linear: input (2,3) does not match weight (2)") != NULL);
+    ck_assert(strstr(awl_last_error(), "awl_linear: input (2,3) does not match weight (2)") !=
+              NULL);
     ck_assert_ptr_null(awl_linear(x, w, w));
 
     for (int layout = 0; layout < 3; layout++) {
@@ -318,7 +319,8 @@ START_TEST(test_attention)
     const char *dev = awl_gc_device();
     for (int causal = 0; causal < 2; causal++) {
         bool c = causal;
-        awl_tensor *in[3] = {awl_gc_randn(AWL_SHAPE(2, 2, 4, 3)), awl_gc_permuted(AWL_SHAPE(2, 2, 4, 3)),
+        awl_tensor *in[3] = {awl_gc_randn(AWL_SHAPE(2, 2, 4, 3)),
+                             awl_gc_permuted(AWL_SHAPE(2, 2, 4, 3)),
                              awl_gc_randn(AWL_SHAPE(2, 2, 4, 3))};
         ck_assert(awl_gradcheck(call_sdpa, &c, 3, in, "sdpa"));
     }
@@ -329,8 +331,8 @@ START_TEST(test_attention)
     ck_assert(awl_gc_allclose(o, vv, 2, 1e-12, 0, "causal first row"));
     free(o);
     free(vv);
-    ck_assert_ptr_null(awl_scaled_dot_product_attention(q, awl_gc_randn(AWL_SHAPE(1, 1, 3, 5)), v,
-                                                        true, 0.0));
+    ck_assert_ptr_null(
+        awl_scaled_dot_product_attention(q, awl_gc_randn(AWL_SHAPE(1, 1, 3, 5)), v, true, 0.0));
     ck_assert(strstr(awl_last_error(), "awl_scaled_dot_product_attention: q (1,1,3,2)") != NULL);
 
     awl_tensor *qkv = awl_gc_randn(AWL_SHAPE(2, 3, 12));
@@ -354,9 +356,10 @@ START_TEST(test_block_mlp)
     awl_module *block = awl_block_new(8, 2, 0.0, true, dev);
     awl_param_list ps = {0};
     awl_module_parameters(block, &ps);
-    const char *want[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    const char *want[] = {"ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
+                          "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                          "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                          "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
     ck_assert_int_eq(ps.count, 12);
     for (int i = 0; i < 12; i++) ck_assert_str_eq(ps.items[i].name, want[i]);
     awl_param_list_clear(&ps);
@@ -385,7 +388,8 @@ START_TEST(test_fused_vs_composed)
     /* cross-entropy over (B, T, V) with row targets equal to 2 ignored */
     int32_t tv[] = {0, 2, 6, 3, 1, 2, 5, 4};
     awl_tensor *targets = int_tensor(tv, AWL_SHAPE(2, 4));
-    awl_tensor *logits = awl_mul_scalar(awl_randn(AWL_SHAPE(2, 4, 7), AWL_F32, awl_gc_device()), 3.0);
+    awl_tensor *logits =
+        awl_mul_scalar(awl_randn(AWL_SHAPE(2, 4, 7), AWL_F32, awl_gc_device()), 3.0);
     compare_fused(call_ce, targets, 1, &logits, true, "cross_entropy");
 
     awl_tensor *ln_in[3] = {awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, awl_gc_device()),
@@ -399,7 +403,8 @@ START_TEST(test_fused_vs_composed)
     awl_tensor *qkv4 = awl_tensor_permute(awl_tensor_reshape(qkv, AWL_SHAPE(2, 6, 3, 2, 4)),
                                           (int[]){2, 0, 3, 1, 4});
     awl_tensor *heads[3];
-    for (int i = 0; i < 3; i++) heads[i] = awl_tensor_detach(awl_tensor_squeeze(awl_tensor_slice(qkv4, 0, i, i + 1, 1), 0));
+    for (int i = 0; i < 3; i++)
+        heads[i] = awl_tensor_detach(awl_tensor_squeeze(awl_tensor_slice(qkv4, 0, i, i + 1, 1), 0));
     bool causal = true;
     compare_fused(call_sdpa, &causal, 3, heads, true, "sdpa");
 
@@ -434,7 +439,8 @@ START_TEST(test_cross_entropy_values)
                                 1e-5);
         ck_assert_double_eq_tol(awl_item(awl_cross_entropy(logits, t, 1)), (l0 + l2) / 2, 1e-5);
         int32_t all_ignored[] = {7, 7, 7};
-        ck_assert(isnan(awl_item(awl_cross_entropy(logits, int_tensor(all_ignored, AWL_SHAPE(3)), 7))));
+        ck_assert(
+            isnan(awl_item(awl_cross_entropy(logits, int_tensor(all_ignored, AWL_SHAPE(3)), 7))));
         int32_t bad[] = {0, 3, 1};
         ck_assert_ptr_null(awl_cross_entropy(logits, int_tensor(bad, AWL_SHAPE(3)), -1));
         ck_assert(strstr(awl_last_error(), "target 3 at row 1 is outside [0, 3)") != NULL);

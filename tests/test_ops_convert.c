@@ -49,8 +49,7 @@ START_TEST(test_cast_gradient_dtype)
     ck_assert_int_eq(awl_backward(awl_sum_all(awl_mul(awl_cast(x, AWL_F64), w))), 0);
     ck_assert_int_eq(x->grad->dtype, AWL_F32);
     double *g = awl_gc_values(x->grad), *wv = awl_gc_values(w), want[6];
-    for (int i = 0; i < 6; i++)
-        want[i] = (float)wv[i];
+    for (int i = 0; i < 6; i++) want[i] = (float)wv[i];
     ck_assert(awl_gc_allclose(g, want, 6, 0, 0, "d cast"));
     free(g);
     free(wv);

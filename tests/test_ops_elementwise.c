@@ -16,112 +16,40 @@
 
 /* ---- reference arithmetic ----------------------------------------------------------- */
 
-static double r_neg(double x)
-{
-    return -x;
-}
-static double r_relu(double x)
-{
-    return x > 0 ? x : 0;
-}
-static double r_sigmoid(double x)
-{
-    return 1.0 / (1.0 + exp(-x));
-}
+static double r_neg(double x) { return -x; }
+static double r_relu(double x) { return x > 0 ? x : 0; }
+static double r_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double r_gelu(double x)
 {
     return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
-static double r_add_s(double x)
-{
-    return x + 1.5;
-}
-static double r_sub_s(double x)
-{
-    return x - 0.75;
-}
-static double r_rsub_s(double x)
-{
-    return 2.0 - x;
-}
-static double r_mul_s(double x)
-{
-    return x * -3.0;
-}
-static double r_div_s(double x)
-{
-    return x / 4.0;
-}
-static double r_rdiv_s(double x)
-{
-    return 2.0 / x;
-}
-static double r_pow2(double x)
-{
-    return x * x;
-}
-static double r_pow3(double x)
-{
-    return x * x * x;
-}
-static double r_pow_half(double x)
-{
-    return sqrt(x);
-}
-static double r_pow_neg(double x)
-{
-    return pow(x, -1.5);
-}
+static double r_add_s(double x) { return x + 1.5; }
+static double r_sub_s(double x) { return x - 0.75; }
+static double r_rsub_s(double x) { return 2.0 - x; }
+static double r_mul_s(double x) { return x * -3.0; }
+static double r_div_s(double x) { return x / 4.0; }
+static double r_rdiv_s(double x) { return 2.0 / x; }
+static double r_pow2(double x) { return x * x; }
+static double r_pow3(double x) { return x * x * x; }
+static double r_pow_half(double x) { return sqrt(x); }
+static double r_pow_neg(double x) { return pow(x, -1.5); }
 static double r_pow0(double x)
 {
     (void)x;
     return 1.0;
 }
 
-static awl_tensor *add_s(awl_tensor *x)
-{
-    return awl_add_scalar(x, 1.5);
-}
-static awl_tensor *sub_s(awl_tensor *x)
-{
-    return awl_sub_scalar(x, 0.75);
-}
-static awl_tensor *rsub_s(awl_tensor *x)
-{
-    return awl_rsub_scalar(2.0, x);
-}
-static awl_tensor *mul_s(awl_tensor *x)
-{
-    return awl_mul_scalar(x, -3.0);
-}
-static awl_tensor *div_s(awl_tensor *x)
-{
-    return awl_div_scalar(x, 4.0);
-}
-static awl_tensor *rdiv_s(awl_tensor *x)
-{
-    return awl_rdiv_scalar(2.0, x);
-}
-static awl_tensor *pow2(awl_tensor *x)
-{
-    return awl_pow(x, 2.0);
-}
-static awl_tensor *pow3(awl_tensor *x)
-{
-    return awl_pow(x, 3.0);
-}
-static awl_tensor *pow_half(awl_tensor *x)
-{
-    return awl_pow(x, 0.5);
-}
-static awl_tensor *pow_neg(awl_tensor *x)
-{
-    return awl_pow(x, -1.5);
-}
-static awl_tensor *pow0(awl_tensor *x)
-{
-    return awl_pow(x, 0.0);
-}
+static awl_tensor *add_s(awl_tensor *x) { return awl_add_scalar(x, 1.5); }
+static awl_tensor *sub_s(awl_tensor *x) { return awl_sub_scalar(x, 0.75); }
+static awl_tensor *rsub_s(awl_tensor *x) { return awl_rsub_scalar(2.0, x); }
+static awl_tensor *mul_s(awl_tensor *x) { return awl_mul_scalar(x, -3.0); }
+static awl_tensor *div_s(awl_tensor *x) { return awl_div_scalar(x, 4.0); }
+static awl_tensor *rdiv_s(awl_tensor *x) { return awl_rdiv_scalar(2.0, x); }
+static awl_tensor *pow2(awl_tensor *x) { return awl_pow(x, 2.0); }
+static awl_tensor *pow3(awl_tensor *x) { return awl_pow(x, 3.0); }
+static awl_tensor *pow_half(awl_tensor *x) { return awl_pow(x, 0.5); }
+static awl_tensor *pow_neg(awl_tensor *x) { return awl_pow(x, -1.5); }
+static awl_tensor *pow0(awl_tensor *x) { return awl_pow(x, 0.0); }
 
 typedef struct unary_case {
     const char *name;
@@ -155,42 +83,15 @@ static const unary_case unary_cases[] = {
 };
 #define N_UNARY (int)(sizeof unary_cases / sizeof unary_cases[0])
 
-static double r_add(double a, double b)
-{
-    return a + b;
-}
-static double r_sub(double a, double b)
-{
-    return a - b;
-}
-static double r_mul(double a, double b)
-{
-    return a * b;
-}
-static double r_div(double a, double b)
-{
-    return a / b;
-}
-static double r_max(double a, double b)
-{
-    return a > b ? a : b;
-}
-static double r_min(double a, double b)
-{
-    return a < b ? a : b;
-}
-static double r_eq(double a, double b)
-{
-    return a == b;
-}
-static double r_gt(double a, double b)
-{
-    return a > b;
-}
-static double r_lt(double a, double b)
-{
-    return a < b;
-}
+static double r_add(double a, double b) { return a + b; }
+static double r_sub(double a, double b) { return a - b; }
+static double r_mul(double a, double b) { return a * b; }
+static double r_div(double a, double b) { return a / b; }
+static double r_max(double a, double b) { return a > b ? a : b; }
+static double r_min(double a, double b) { return a < b ? a : b; }
+static double r_eq(double a, double b) { return a == b; }
+static double r_gt(double a, double b) { return a > b; }
+static double r_lt(double a, double b) { return a < b; }
 
 typedef struct binary_case {
     const char *name;
@@ -216,15 +117,11 @@ static const awl_dtype float_types[] = {AWL_F32, AWL_F64};
 static int64_t source_index(const int64_t *oidx, int ond, int nd, const int64_t *shape)
 {
     int64_t at = 0;
-    for (int d = 0; d < nd; d++)
-        at = at * shape[d] + (shape[d] == 1 ? 0 : oidx[d + ond - nd]);
+    for (int d = 0; d < nd; d++) at = at * shape[d] + (shape[d] == 1 ? 0 : oidx[d + ond - nd]);
     return at;
 }
 
-static double tolerance(awl_dtype dtype)
-{
-    return dtype == AWL_F64 ? 1e-12 : 2e-6;
-}
+static double tolerance(awl_dtype dtype) { return dtype == AWL_F64 ? 1e-12 : 2e-6; }
 
 /* ---- forward --------------------------------------------------------------------------- */
 
@@ -244,11 +141,9 @@ START_TEST(test_unary_forward)
                 ck_assert(awl_gc_has_shape(y, AWL_SHAPE(2, 3, 4)));
                 ck_assert_int_eq(y->dtype, types[t]);
                 double *xv = awl_gc_values(x), *yv = awl_gc_values(y), want[24];
-                for (int i = 0; i < 24; i++)
-                    want[i] = u->ref(xv[i]);
+                for (int i = 0; i < 24; i++) want[i] = u->ref(xv[i]);
                 if (types[t] == AWL_F32) /* the reference sees float32-rounded results */
-                    for (int i = 0; i < 24; i++)
-                        want[i] = (float)want[i];
+                    for (int i = 0; i < 24; i++) want[i] = (float)want[i];
                 char what[96];
                 snprintf(what, sizeof what, "%s %s %s", u->name, awl_dtype_name(types[t]),
                          awl_gc_layout_name(layout));
@@ -389,8 +284,7 @@ START_TEST(test_same_input_twice)
     awl_tensor *y = awl_sum_all(awl_add(awl_mul(x, x), x));
     ck_assert_int_eq(awl_backward(y), 0);
     double *xv = awl_gc_values(x), *gv = awl_gc_values(x->grad), want[3];
-    for (int i = 0; i < 3; i++)
-        want[i] = 2 * xv[i] + 1;
+    for (int i = 0; i < 3; i++) want[i] = 2 * xv[i] + 1;
     ck_assert(awl_gc_allclose(gv, want, 3, 1e-12, 1e-12, "d(x*x + x)"));
     free(xv);
     free(gv);
@@ -448,8 +342,7 @@ START_TEST(test_where)
         ck_assert(awl_gc_has_shape(y, AWL_SHAPE(2, 3, 4)));
         double *cv = awl_gc_values(c), *av = awl_gc_values(a), *bv = awl_gc_values(b);
         double *yv = awl_gc_values(y), want[24];
-        for (int i = 0; i < 24; i++)
-            want[i] = cv[i % 12] != 0 ? av[i] : bv[i % 4];
+        for (int i = 0; i < 24; i++) want[i] = cv[i % 12] != 0 ? av[i] : bv[i % 4];
         ck_assert(awl_gc_allclose(yv, want, 24, 0, 0, "where"));
         free(cv);
         free(av);
@@ -477,8 +370,7 @@ START_TEST(test_masked_fill)
         ck_assert_int_eq(y->dtype, float_types[t]);
         double *mv = awl_gc_values(mask), *xv = awl_gc_values(x), *yv = awl_gc_values(y);
         double want[24];
-        for (int i = 0; i < 24; i++)
-            want[i] = mv[(i / 4) % 3] != 0 ? -7.5 : xv[i];
+        for (int i = 0; i < 24; i++) want[i] = mv[(i / 4) % 3] != 0 ? -7.5 : xv[i];
         ck_assert(awl_gc_allclose(yv, want, 24, 0, 0, "masked_fill"));
         free(mv);
         free(xv);
@@ -514,8 +406,7 @@ START_TEST(test_gelu_slope)
     awl_tensor *x = awl_requires_grad_(awl_gc_from_doubles(xs, AWL_SHAPE(8), AWL_F64), true);
     ck_assert_int_eq(awl_backward(awl_sum_all(awl_gelu(x))), 0);
     double *g = awl_gc_values(x->grad), want[8];
-    for (int i = 0; i < 8; i++)
-        want[i] = (r_gelu(xs[i] + 1e-6) - r_gelu(xs[i] - 1e-6)) / 2e-6;
+    for (int i = 0; i < 8; i++) want[i] = (r_gelu(xs[i] + 1e-6) - r_gelu(xs[i] - 1e-6)) / 2e-6;
     ck_assert(awl_gc_allclose(g, want, 8, 1e-8, 1e-8, "gelu'"));
     free(g);
     awl_clear_grad(x);

@@ -27,8 +27,7 @@ START_TEST(test_embedding_forward)
             ck_assert_int_eq(y->dtype, float_types[t]);
             double *wv = awl_gc_values(w), *yv = awl_gc_values(y), want[24];
             for (int i = 0; i < 8; i++)
-                for (int c = 0; c < 3; c++)
-                    want[i * 3 + c] = wv[(int)token_ids[i] * 3 + c];
+                for (int c = 0; c < 3; c++) want[i * 3 + c] = wv[(int)token_ids[i] * 3 + c];
             ck_assert(awl_gc_allclose(yv, want, 24, 0, 0, awl_gc_layout_name(layout)));
             free(wv);
             free(yv);
@@ -38,8 +37,7 @@ START_TEST(test_embedding_forward)
     awl_tensor *y1 = awl_embedding(w1, idx);
     ck_assert(awl_gc_has_shape(y1, AWL_SHAPE(2, 4)));
     double *wv = awl_gc_values(w1), *yv = awl_gc_values(y1), want[8];
-    for (int i = 0; i < 8; i++)
-        want[i] = wv[(int)token_ids[i]];
+    for (int i = 0; i < 8; i++) want[i] = wv[(int)token_ids[i]];
     ck_assert(awl_gc_allclose(yv, want, 8, 0, 0, "1-D table"));
     free(wv);
     free(yv);
@@ -70,8 +68,7 @@ START_TEST(test_embedding_gradcheck)
     double *g = awl_gc_values(w->grad);
     const double count[6] = {2, 1, 3, 0, 0, 2};
     for (int r = 0; r < 6; r++)
-        for (int c = 0; c < 3; c++)
-            ck_assert_double_eq(g[r * 3 + c], count[r]);
+        for (int c = 0; c < 3; c++) ck_assert_double_eq(g[r * 3 + c], count[r]);
     free(g);
     awl_clear_grad(w);
     ck_assert(awl_gc_end());
@@ -95,16 +92,14 @@ START_TEST(test_gather_forward)
             ck_assert(awl_gc_has_shape(y, AWL_SHAPE(3, 2)));
             double *yv = awl_gc_values(y), want[10];
             for (int r = 0; r < 3; r++)
-                for (int j = 0; j < 2; j++)
-                    want[r * 2 + j] = xv[r * 5 + (int)along1[r * 2 + j]];
+                for (int j = 0; j < 2; j++) want[r * 2 + j] = xv[r * 5 + (int)along1[r * 2 + j]];
             ck_assert(awl_gc_allclose(yv, want, 6, 0, 0, "gather dim 1"));
             free(yv);
             y = awl_gather(x, -2, i0);
             ck_assert(awl_gc_has_shape(y, AWL_SHAPE(2, 5)));
             yv = awl_gc_values(y);
             for (int r = 0; r < 2; r++)
-                for (int c = 0; c < 5; c++)
-                    want[r * 5 + c] = xv[(int)along0[r * 5 + c] * 5 + c];
+                for (int c = 0; c < 5; c++) want[r * 5 + c] = xv[(int)along0[r * 5 + c] * 5 + c];
             ck_assert(awl_gc_allclose(yv, want, 10, 0, 0, "gather dim 0"));
             free(yv);
             free(xv);

@@ -153,10 +153,8 @@ START_TEST(test_matmul_one_side)
     double *xv = awl_gc_values(x), *gv = awl_gc_values(w->grad), want[20];
     for (int k = 0; k < 4; k++) {
         double s = 0;
-        for (int r = 0; r < 6; r++)
-            s += xv[r * 4 + k];
-        for (int j = 0; j < 5; j++)
-            want[k * 5 + j] = s;
+        for (int r = 0; r < 6; r++) s += xv[r * 4 + k];
+        for (int j = 0; j < 5; j++) want[k * 5 + j] = s;
     }
     ck_assert(awl_gc_allclose(gv, want, 20, 1e-12, 1e-12, "dW"));
     ck_assert(x->grad == NULL);

@@ -30,8 +30,7 @@ static void ref_reduce(const double *x, int nd, const int64_t *shape, unsigned m
     int64_t count = 1;
     for (int d = 0; d < nd; d++)
         if (mask & (1u << d)) count *= shape[d];
-    for (int64_t i = 0; i < n_out; i++)
-        out[i] = op == R_MAX ? -INFINITY : 0.0;
+    for (int64_t i = 0; i < n_out; i++) out[i] = op == R_MAX ? -INFINITY : 0.0;
     int64_t idx[AWL_MAX_DIMS] = {0}, k = 0;
     do {
         double *o = &out[kept_index(idx, nd, shape, mask)];
@@ -39,8 +38,7 @@ static void ref_reduce(const double *x, int nd, const int64_t *shape, unsigned m
         k++;
     } while (awl_gc_next_index(idx, nd, shape));
     if (op == R_MEAN)
-        for (int64_t i = 0; i < n_out; i++)
-            out[i] /= (double)count;
+        for (int64_t i = 0; i < n_out; i++) out[i] /= (double)count;
 }
 
 typedef struct axes_case {
@@ -93,8 +91,7 @@ START_TEST(test_reduce_forward)
         }
     awl_tensor *x = awl_gc_randn(AWL_SHAPE(3, 4));
     double *xv = awl_gc_values(x), s = 0;
-    for (int i = 0; i < 12; i++)
-        s += xv[i];
+    for (int i = 0; i < 12; i++) s += xv[i];
     ck_assert_int_eq(awl_sum_all(x)->ndim, 0);
     ck_assert_double_eq_tol(awl_item(awl_sum_all(x)), s, 1e-12);
     ck_assert_double_eq_tol(awl_item(awl_mean_all(x)), s / 12, 1e-12);
@@ -165,16 +162,14 @@ static void ref_softmax(const double *x, const int64_t *shape, int d, int kind, 
     unsigned mask = 1u << d;
     double m[12], s[12];
     ref_reduce(x, 3, shape, mask, R_MAX, m, 24 / shape[d]);
-    for (int i = 0; i < 24 / shape[d]; i++)
-        s[i] = 0;
+    for (int i = 0; i < 24 / shape[d]; i++) s[i] = 0;
     int64_t idx[3] = {0}, k = 0;
     do {
         int64_t r = kept_index(idx, 3, shape, mask);
         s[r] += exp(x[k++] - m[r]);
     } while (awl_gc_next_index(idx, 3, shape));
     if (kind == S_LOGSUMEXP) {
-        for (int i = 0; i < 24 / shape[d]; i++)
-            out[i] = m[i] + log(s[i]);
+        for (int i = 0; i < 24 / shape[d]; i++) out[i] = m[i] + log(s[i]);
         return;
     }
     k = 0;

@@ -22,8 +22,7 @@ static bool values_follow(awl_tensor *x, awl_tensor *y, index_map map, const cha
     double *xv = awl_gc_values(x), *yv = awl_gc_values(y);
     int64_t n = awl_numel(y);
     double *want = malloc((size_t)n * sizeof *want);
-    for (int64_t i = 0; i < n; i++)
-        want[i] = xv[map(i)];
+    for (int64_t i = 0; i < n; i++) want[i] = xv[map(i)];
     bool ok = awl_gc_allclose(yv, want, n, 0, 0, what);
     free(xv);
     free(yv);
@@ -31,10 +30,7 @@ static bool values_follow(awl_tensor *x, awl_tensor *y, index_map map, const cha
     return ok;
 }
 
-static int64_t identity_map(int64_t i)
-{
-    return i;
-}
+static int64_t identity_map(int64_t i) { return i; }
 
 /* y = permute(x (2,3,4), (2,0,1)) is (4,2,3): y[c][a][b] = x[a][b][c]. */
 static int64_t permute_map(int64_t i)
@@ -51,16 +47,10 @@ static int64_t transpose_map(int64_t i)
 }
 
 /* y = slice(x (2,3,4), 2, -3, 4, 2) is (2,3,2): y[a][b][k] = x[a][b][1 + 2k]. */
-static int64_t slice_map(int64_t i)
-{
-    return (i / 2) * 4 + 1 + 2 * (i % 2);
-}
+static int64_t slice_map(int64_t i) { return (i / 2) * 4 + 1 + 2 * (i % 2); }
 
 /* y = expand(x (3,1), (2,3,4)): y[a][b][c] = x[b][0]. */
-static int64_t expand_map(int64_t i)
-{
-    return (i / 4) % 3;
-}
+static int64_t expand_map(int64_t i) { return (i / 4) % 3; }
 
 START_TEST(test_view_values)
 {
@@ -214,8 +204,7 @@ START_TEST(test_concat_stack_values)
         for (int dim = 0; dim <= 2; dim++) {
             y = awl_stack(2, same, dim == 2 ? -1 : dim);
             int64_t shape[3]; /* (2,3) with the stacked axis of 2 inserted at dim */
-            for (int d = 0, s = 0; d < 3; d++)
-                shape[d] = d == dim ? 2 : same[0]->shape[s++];
+            for (int d = 0, s = 0; d < 3; d++) shape[d] = d == dim ? 2 : same[0]->shape[s++];
             ck_assert_msg(awl_gc_has_shape(y, 3, shape), "stack dim %d", dim);
             double *s0 = awl_gc_values(same[0]), *s1 = awl_gc_values(same[1]);
             double *sv = awl_gc_values(y), w[12];
@@ -224,8 +213,7 @@ START_TEST(test_concat_stack_values)
                     int a[3] = {i, j, 0}; /* insert the stacked index at dim */
                     for (int k = 0; k < 2; k++) {
                         int64_t idx[3];
-                        for (int d = 0, s = 0; d < 3; d++)
-                            idx[d] = d == dim ? k : a[s++];
+                        for (int d = 0, s = 0; d < 3; d++) idx[d] = d == dim ? k : a[s++];
                         w[(idx[0] * shape[1] + idx[1]) * shape[2] + idx[2]] =
                             (k ? s1 : s0)[i * 3 + j];
                     }

@@ -22,10 +22,7 @@
 
 #define N_STEPS 3
 
-static void setup(void)
-{
-    awl_clear_error();
-}
+static void setup(void) { awl_clear_error(); }
 
 /* ---- the tiny problem -------------------------------------------------------------- */
 
@@ -278,8 +275,7 @@ START_TEST(test_adamw_no_decay_on_1d)
         ck_assert_int_eq(awl_optimizer_zero_grad(opt), 0);
     }
     double w[6], b[3];
-    for (int i = 0; i < 6; i++)
-        w[i] = W0[i] * 0.9 * 0.9; /* 1 - lr * wd, twice */
+    for (int i = 0; i < 6; i++) w[i] = W0[i] * 0.9 * 0.9; /* 1 - lr * wd, twice */
     expect_close(pr.w, w, 6, 1e-6);
     memcpy(b, B0, sizeof b);
     expect_close(pr.b, b, 3, 1e-7);
@@ -302,8 +298,7 @@ START_TEST(test_zero_grad_and_accumulation)
     values(gw, once, 6);
     backward(&pr); /* accumulates */
     values(pr.w->grad, twice, 6);
-    for (int i = 0; i < 6; i++)
-        ck_assert_double_eq_tol(twice[i], 2 * once[i], 1e-15);
+    for (int i = 0; i < 6; i++) ck_assert_double_eq_tol(twice[i], 2 * once[i], 1e-15);
     ck_assert_int_eq(awl_scale_grads(&pr.params, 0.5), 0); /* mean of 2 micro-batches */
     expect_close(pr.w->grad, once, 6, 1e-15);
 
@@ -453,10 +448,8 @@ START_TEST(test_clip_grad_norm)
         double gw[6], gb[3], sq = 0;
         values(pr.w->grad, gw, 6);
         values(pr.b->grad, gb, 3);
-        for (int i = 0; i < 6; i++)
-            sq += gw[i] * gw[i];
-        for (int i = 0; i < 3; i++)
-            sq += gb[i] * gb[i];
+        for (int i = 0; i < 6; i++) sq += gw[i] * gw[i];
+        for (int i = 0; i < 3; i++) sq += gb[i] * gb[i];
         double norm = sqrt(sq);
 
         /* below the limit: the norm, grads untouched */
@@ -466,10 +459,8 @@ START_TEST(test_clip_grad_norm)
         /* above it: scaled by max_norm / (norm + 1e-6) */
         double max_norm = 0.5, coef = max_norm / (norm + 1e-6);
         ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, max_norm), norm, 1e-12 * norm);
-        for (int i = 0; i < 6; i++)
-            gw[i] *= coef;
-        for (int i = 0; i < 3; i++)
-            gb[i] *= coef;
+        for (int i = 0; i < 6; i++) gw[i] *= coef;
+        for (int i = 0; i < 3; i++) gb[i] *= coef;
         expect_close(pr.w->grad, gw, 6, tolerances[d]);
         expect_close(pr.b->grad, gb, 3, tolerances[d]);
         ck_assert_double_eq_tol(awl_clip_grad_norm(&pr.params, 1e9), max_norm, 1e-5);

@@ -52,10 +52,7 @@ static void remove_tree(const char *path)
     rmdir(path);
 }
 
-static void teardown(void)
-{
-    remove_tree(dir);
-}
+static void teardown(void) { remove_tree(dir); }
 
 static char *path_in_dir(const char *name)
 {
@@ -316,8 +313,7 @@ END_TEST
 static uint64_t le64(const unsigned char *p)
 {
     uint64_t v = 0;
-    for (int k = 7; k >= 0; k--)
-        v = (v << 8) | p[k];
+    for (int k = 7; k >= 0; k--) v = (v << 8) | p[k];
     return v;
 }
 
@@ -338,8 +334,7 @@ static void good_file_read(good_file *g, const char *path)
     memcpy(g->header, g->bytes + 8, n);
     g->header[n] = '\0';
     size_t end = strlen(g->header);
-    while (end > 0 && g->header[end - 1] == ' ')
-        g->header[--end] = '\0';
+    while (end > 0 && g->header[end - 1] == ' ') g->header[--end] = '\0';
     g->data = g->bytes + 8 + n;
     g->n_data = g->size - 8 - n;
 }
@@ -355,8 +350,7 @@ START_TEST(test_file_layout)
     uint64_t n = le64(g.bytes);
     ck_assert_uint_eq((8 + n) % 8, 0); /* data 8-byte aligned */
     const char *header = g.header;     /* without its padding */
-    for (size_t k = 8 + strlen(header); k < 8 + n; k++)
-        ck_assert_int_eq(g.bytes[k], ' ');
+    for (size_t k = 8 + strlen(header); k < 8 + n; k++) ck_assert_int_eq(g.bytes[k], ' ');
     ck_assert_uint_eq(strncmp(header, "{\"__metadata__\":{", 17), 0);
     ck_assert_int_eq(header[strlen(header) - 1], '}');
     ck_assert_ptr_nonnull(strstr(header, "\"awl.format\":\"checkpoint\""));
@@ -477,8 +471,7 @@ static void write_with_header(const char *path, const char *header, const void *
 {
     size_t h = strlen(header);
     unsigned char *buf = malloc(8 + h + n + 1);
-    for (int k = 0; k < 8; k++)
-        buf[k] = (unsigned char)((uint64_t)h >> (8 * k));
+    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)h >> (8 * k));
     memcpy(buf + 8, header, h);
     memcpy(buf + 8 + h, data, n);
     write_all(path, buf, 8 + h + n);
@@ -551,8 +544,7 @@ START_TEST(test_malformed_files_rejected)
     const char *whys[3] = {"exceeds the", "exceeds the limit", "exceeds the limit"};
     for (int k = 0; k < 3; k++) {
         memcpy(copy, g.bytes, g.size);
-        for (int b = 0; b < 8; b++)
-            copy[b] = (unsigned char)(lengths[k] >> (8 * b));
+        for (int b = 0; b < 8; b++) copy[b] = (unsigned char)(lengths[k] >> (8 * b));
         write_all(bad, copy, g.size);
         expect_rejected(&target, bad, whys[k], "header length");
     }

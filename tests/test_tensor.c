@@ -89,7 +89,8 @@ START_TEST(test_views_share_storage)
     awl_to_host(c, v, sizeof v);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 2; j++)
-            for (int k = 0; k < 3; k++) ck_assert_float_eq(v[i * 6 + j * 3 + k], 12 * j + 4 * k + i);
+            for (int k = 0; k < 3; k++)
+                ck_assert_float_eq(v[i * 6 + j * 3 + k], 12 * j + 4 * k + i);
     /* slice with a step, negative bounds */
     awl_tensor *s = awl_tensor_slice(r, 2, 1, -1, 1); /* (2,3,2): elements 1,2 of each row */
     ck_assert_ptr_eq(s->storage, x->storage);
@@ -150,7 +151,8 @@ START_TEST(test_view_errors)
     awl_scope_begin();
     awl_tensor *x = awl_zeros(AWL_SHAPE(2, 3), AWL_F32, "cpu");
     ck_assert_ptr_null(awl_tensor_permute(x, (int[]){0, 0}));
-    ck_assert_str_eq(awl_last_error(), "awl_permute: (0,0) is not a permutation of the axes of (2,3)");
+    ck_assert_str_eq(awl_last_error(),
+                     "awl_permute: (0,0) is not a permutation of the axes of (2,3)");
     ck_assert_ptr_null(awl_tensor_slice(x, 1, 0, 4, 1));
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "out of bounds for dim 1 of size 3"));
     ck_assert_ptr_null(awl_tensor_slice(x, 2, 0, 1, 1));
@@ -186,7 +188,7 @@ START_TEST(test_scopes_free_temporaries)
     awl_scope_end(); /* b dies */
     ck_assert_int_eq(cpu_stats().live, before.live + 2);
     kept = awl_keep(c); /* to the caller */
-    awl_scope_end(); /* a dies, c survives */
+    awl_scope_end();    /* a dies, c survives */
     ck_assert_int_eq(cpu_stats().live, before.live + 1);
     awl_tensor *first = awl_tensor_slice(kept, 0, 0, 1, 1); /* no scope: the caller owns it */
     ck_assert_double_eq(awl_item(first), 4.0);
@@ -315,9 +317,11 @@ START_TEST(test_broadcast_compute)
     ck_assert_int_eq(sum->shape[1], 4);
     expect_values(sum, (double[]){0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5}, 12);
     awl_tensor *bad = awl_zeros(AWL_SHAPE(2, 3), AWL_F32, "cpu");
-    ck_assert_ptr_null(awl_tensor_binary(AWL_BINARY_ADD, bad, awl_zeros(AWL_SHAPE(4, 3), AWL_F32, "cpu")));
+    ck_assert_ptr_null(
+        awl_tensor_binary(AWL_BINARY_ADD, bad, awl_zeros(AWL_SHAPE(4, 3), AWL_F32, "cpu")));
     ck_assert_str_eq(awl_last_error(), "awl_add: shapes (2,3) and (4,3) cannot be broadcast");
-    ck_assert_ptr_null(awl_tensor_binary(AWL_BINARY_MUL, bad, awl_zeros(AWL_SHAPE(2, 3), AWL_F64, "cpu")));
+    ck_assert_ptr_null(
+        awl_tensor_binary(AWL_BINARY_MUL, bad, awl_zeros(AWL_SHAPE(2, 3), AWL_F64, "cpu")));
     ck_assert_str_eq(awl_last_error(), "awl_mul: dtypes differ: float32 and float64");
     ck_assert_ptr_null(awl_tensor_unary(AWL_UNARY_EXP, awl_zeros(AWL_SHAPE(2), AWL_I32, "cpu"), 0));
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_exp: int32"));
@@ -355,7 +359,8 @@ START_TEST(test_matmul_shapes)
     expect_values(awl_tensor_matmul(a, v), (double[]){5, 14}, 2);
     ck_assert_int_eq(awl_tensor_matmul(v, v)->ndim, 0);
     /* a transposed view is read in place */
-    awl_tensor *at = awl_tensor_transpose(awl_reshape(awl_arange(0, 6, 1, AWL_F64, "cpu"), AWL_SHAPE(3, 2)), 0, 1);
+    awl_tensor *at = awl_tensor_transpose(
+        awl_reshape(awl_arange(0, 6, 1, AWL_F64, "cpu"), AWL_SHAPE(3, 2)), 0, 1);
     expect_values(awl_tensor_matmul(at, b), (double[]){40, 46, 52, 58, 52, 61, 70, 79}, 8);
     /* batch broadcasting: (5,1,2,3) @ (4,3,4) -> (5,4,2,4) */
     awl_tensor *ba = awl_randn(AWL_SHAPE(5, 1, 2, 3), AWL_F64, "cpu");
@@ -385,7 +390,8 @@ START_TEST(test_concat_and_indexing)
     awl_tensor *bad = awl_from_data((int32_t[]){3}, AWL_SHAPE(1), AWL_I32, "cpu");
     ck_assert_ptr_null(awl_tensor_index_select(table, bad));
     ck_assert_str_eq(awl_last_error(), "awl_embedding: index 3 out of range for 3 rows");
-    awl_tensor *g = awl_tensor_gather(table, 1, awl_from_data((int32_t[]){1, 0, 1}, AWL_SHAPE(3, 1), AWL_I32, "cpu"));
+    awl_tensor *g = awl_tensor_gather(
+        table, 1, awl_from_data((int32_t[]){1, 0, 1}, AWL_SHAPE(3, 1), AWL_I32, "cpu"));
     expect_values(g, (double[]){1, 2, 5}, 3);
     awl_tensor *acc = awl_zeros(AWL_SHAPE(3, 2), AWL_F32, "cpu");
     ck_assert_int_eq(awl_tensor_index_add_(acc, idx, awl_ones(AWL_SHAPE(3, 2), AWL_F32, "cpu")), 0);
@@ -398,11 +404,13 @@ START_TEST(test_in_place_and_cast)
 {
     awl_scope_begin();
     awl_tensor *x = awl_zeros(AWL_SHAPE(2, 3), AWL_F32, "cpu");
-    ck_assert_int_eq(awl_tensor_copy_(x, awl_arange(0, 3, 1, AWL_F64, "cpu")), 0); /* broadcast + cast */
+    ck_assert_int_eq(awl_tensor_copy_(x, awl_arange(0, 3, 1, AWL_F64, "cpu")),
+                     0); /* broadcast + cast */
     expect_values(x, (double[]){0, 1, 2, 0, 1, 2}, 6);
     ck_assert_int_eq(awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, x, x, 2.0), 0);
     expect_values(x, (double[]){0, 2, 4, 0, 2, 4}, 6);
-    ck_assert_int_eq(awl_tensor_binary_out(AWL_BINARY_ADD, x, x, awl_ones(AWL_SHAPE(2, 1), AWL_F32, "cpu")), 0);
+    ck_assert_int_eq(
+        awl_tensor_binary_out(AWL_BINARY_ADD, x, x, awl_ones(AWL_SHAPE(2, 1), AWL_F32, "cpu")), 0);
     expect_values(x, (double[]){1, 3, 5, 1, 3, 5}, 6);
     ck_assert_int_lt(awl_tensor_copy_(x, awl_zeros(AWL_SHAPE(3, 3), AWL_F32, "cpu")), 0);
     awl_tensor *i = awl_tensor_cast(awl_full(AWL_SHAPE(2), 2.7, AWL_F32, "cpu"), AWL_I32);

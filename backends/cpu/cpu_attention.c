@@ -218,8 +218,9 @@ int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vie
     const int64_t per_head = 2 * D * Tp + 2 * T * Tp;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
-        return awl_error(AWL_ERR_OOM, "awl_cpu attention_backward: out of memory (%d x %lld floats)",
-                         nt, (long long)per_head);
+        return awl_error(AWL_ERR_OOM,
+                         "awl_cpu attention_backward: out of memory (%d x %lld floats)", nt,
+                         (long long)per_head);
     const float sc = (float)scale;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bh = 0; bh < B * H; bh++) {

@@ -70,10 +70,10 @@ static inline double gelu_grad_d(double x)
 
 /* e^x: the vectorisable float32 version (cpu_math.h), libm's for float64. */
 static inline double exp_d(double x) { return exp(x); }
-#define VEXP(x) _Generic((x), float: cpu_expf, double: exp_d)(x)
+#define VEXP(x) _Generic((x), float : cpu_expf, double : exp_d)(x)
 
-#define GELU(x) _Generic((x), float: gelu_f, double: gelu_d)(x)
-#define GELU_GRAD(x) _Generic((x), float: gelu_grad_f, double: gelu_grad_d)(x)
+#define GELU(x) _Generic((x), float : gelu_f, double : gelu_d)(x)
+#define GELU_GRAD(x) _Generic((x), float : gelu_grad_f, double : gelu_grad_d)(x)
 
 /* ---- unary ------------------------------------------------------------------ */
 
@@ -86,7 +86,7 @@ static inline double exp_d(double x) { return exp(x); }
     X(RELU, x > 0 ? x : 0)                                                                         \
     X(STEP, x > 0)                                                                                 \
     X(ADD_SCALAR, x + al)                                                                          \
-    X(MUL_SCALAR, x * al)                                                                          \
+    X(MUL_SCALAR, (x)*al)                                                                          \
     X(RSUB_SCALAR, al - x)                                                                         \
     X(GT_SCALAR, (double)x > alpha)                                                                \
     X(LT_SCALAR, (double)x < alpha)                                                                \
@@ -98,7 +98,7 @@ static inline double exp_d(double x) { return exp(x); }
     X(SQRT, sqrt(x))                                                                               \
     X(RSQRT, 1 / sqrt(x))                                                                          \
     X(TANH, tanh(x))                                                                               \
-    X(SIGMOID, 1 / (1 + VEXP(-x)))                                                                  \
+    X(SIGMOID, 1 / (1 + VEXP(-x)))                                                                 \
     X(GELU, GELU(x))                                                                               \
     X(GELU_GRAD, GELU_GRAD(x))                                                                     \
     X(RDIV_SCALAR, al / x)                                                                         \
@@ -160,8 +160,13 @@ static const cpu_segment_fn unary_kernels[3][AWL_UNARY_OP_COUNT] = {
 static bool unary_is_costly(awl_unary_op op)
 {
     switch (op) {
-    case AWL_UNARY_EXP: case AWL_UNARY_LOG: case AWL_UNARY_TANH: case AWL_UNARY_SIGMOID:
-    case AWL_UNARY_GELU: case AWL_UNARY_GELU_GRAD: case AWL_UNARY_POW_SCALAR: return true;
+    case AWL_UNARY_EXP:
+    case AWL_UNARY_LOG:
+    case AWL_UNARY_TANH:
+    case AWL_UNARY_SIGMOID:
+    case AWL_UNARY_GELU:
+    case AWL_UNARY_GELU_GRAD:
+    case AWL_UNARY_POW_SCALAR: return true;
     default: return false;
     }
 }
@@ -197,7 +202,7 @@ int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double a
 #define BINARY_COMMON_OPS(X)                                                                       \
     X(ADD, a + b)                                                                                  \
     X(SUB, a - b)                                                                                  \
-    X(MUL, a * b)                                                                                  \
+    X(MUL, a *b)                                                                                   \
     X(EQ, a == b)                                                                                  \
     X(NE, a != b)                                                                                  \
     X(GT, a > b)                                                                                   \

@@ -287,8 +287,8 @@ int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const a
  * gradient); lse (N) from forward; targets int32 (N).
  * dlogits[i] = dloss[i] (softmax(logits[i]) - onehot(t_i)), 0 for ignored rows. */
 int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
-                               const awl_view *logits, const awl_view *lse,
-                               const awl_view *targets, int ignore_index)
+                               const awl_view *logits, const awl_view *lse, const awl_view *targets,
+                               int ignore_index)
 {
     if (!rows_f32(logits) || !rows_f32(dlogits)) return AWL_ERR_UNSUPPORTED;
     const int64_t V = last_dim(logits), N = V ? awl_view_numel(logits) / V : 0;
@@ -332,8 +332,7 @@ int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const a
     int64_t *start = malloc((size_t)(n + 1) * sizeof *start);
     if (!start) return awl_error(AWL_ERR_OOM, "awl_cpu adamw_step: out of memory");
     for (int i = 0; i < n; i++) {
-        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) ||
-            !rows_f32(&v[i])) {
+        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) || !rows_f32(&v[i])) {
             free(start);
             return AWL_ERR_UNSUPPORTED;
         }

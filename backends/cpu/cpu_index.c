@@ -138,8 +138,7 @@ static const cpu_segment_fn add_into[3] = {add_into_f32, add_into_f64, add_into_
 static int check_add_dtype(const char *op, awl_dtype dtype)
 {
     if (dtype >= 0 && dtype < AWL_BF16) return AWL_OK;
-    return awl_error(AWL_ERR_INVALID, "awl_cpu %s: %s is not supported", op,
-                     awl_dtype_name(dtype));
+    return awl_error(AWL_ERR_INVALID, "awl_cpu %s: %s is not supported", op, awl_dtype_name(dtype));
 }
 
 /* ---- index_add ---------------------------------------------------------------- */
@@ -188,7 +187,8 @@ int cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
         for (int64_t i = 0; i < nidx && c0 < c1; i++) {
             int64_t id = ids[offset_of(i, idx->ndim, idx->shape, idx->strides)];
             mine.base[0] = dbase + id * dst->strides[0] * esize;
-            mine.base[1] = (char *)sbase + offset_of(i, idx->ndim, src->shape, src->strides) * esize;
+            mine.base[1] =
+                (char *)sbase + offset_of(i, idx->ndim, src->shape, src->strides) * esize;
             cpu_iter_walk(&mine, c0, c1, add_into[dst->dtype], NULL);
         }
     }
@@ -233,8 +233,8 @@ int cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const aw
         x.strides[d] = src->strides[d];
     }
     o.shape[axis] = i.shape[axis] = x.shape[axis] = 1;
-    scatter_ctx c = {add_into[out->dtype], idx->shape[axis], idx->strides[axis],
-                     src->strides[axis], out->strides[axis], (int64_t)awl_dtype_size(out->dtype)};
+    scatter_ctx c = {add_into[out->dtype], idx->shape[axis],   idx->strides[axis],
+                     src->strides[axis],   out->strides[axis], (int64_t)awl_dtype_size(out->dtype)};
     const awl_view *views[3] = {&o, &i, &x};
     cpu_iter it;
     cpu_iter_init(&it, 3, views);

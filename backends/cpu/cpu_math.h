@@ -25,8 +25,8 @@ static inline float cpu_expf(float x)
     float c = x < lo ? lo : x; /* selects, not fminf: those stay calls */
     c = c > hi ? hi : c;
     float n = floorf(c * 1.44269504088896341f + 0.5f); /* round(c / ln2) */
-    float r = c - n * 0.693359375f;                     /* ln2 in two parts, so */
-    r = r - n * -2.12194440e-4f;                        /* c - n ln2 is exact   */
+    float r = c - n * 0.693359375f;                    /* ln2 in two parts, so */
+    r = r - n * -2.12194440e-4f;                       /* c - n ln2 is exact   */
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;

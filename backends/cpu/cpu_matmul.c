@@ -102,9 +102,8 @@ static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
 }
 
 /* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's gemm. */
-static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                 const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                 int64_t ldc)
+static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
     enum CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
     if (dtype == AWL_F32)
@@ -146,8 +145,8 @@ static void run_one(const gemm_job *j, int64_t batch, char *scratch)
             }
     } else if (j->lc.trans) {
         /* out^T (n x m) = b^T a^T: each operand's transposition flips. */
-        gemm(j->dtype, !j->lb.trans, !j->la.trans, j->n, j->m, j->k, b, j->lb.ld, a, j->la.ld,
-             beta, c, j->lc.ld);
+        gemm(j->dtype, !j->lb.trans, !j->la.trans, j->n, j->m, j->k, b, j->lb.ld, a, j->la.ld, beta,
+             c, j->lc.ld);
     } else {
         gemm(j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b, j->lb.ld, beta,
              c, j->lc.ld);

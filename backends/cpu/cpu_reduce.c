@@ -69,7 +69,8 @@
     static void NAME##_col(double *acc, const char *px, int64_t w)                                 \
     {                                                                                              \
         const T *x = (const T *)px;                                                                \
-        _Pragma("omp simd") for (int64_t j = 0; j < w; j++) acc[j] = COMBINE(acc[j], (double)x[j]); \
+        _Pragma("omp simd") for (int64_t j = 0; j < w; j++) acc[j] =                               \
+            COMBINE(acc[j], (double)x[j]);                                                         \
     }
 
 #define DEFINE_REDUCE_DTYPE(SUF, T)                                                                \
@@ -85,7 +86,10 @@ typedef struct reduce_kernels {
     void (*col)(double *acc, const char *x, int64_t w);
 } reduce_kernels;
 
-#define KERNELS(OP, SUF) {OP##_##SUF##_run, OP##_##SUF##_col}
+#define KERNELS(OP, SUF)                                                                           \
+    {                                                                                              \
+        OP##_##SUF##_run, OP##_##SUF##_col                                                         \
+    }
 /* Indexed [dtype][0 sum, 1 max, 2 min]. */
 static const reduce_kernels kernels[3][3] = {
     [AWL_F32] = {KERNELS(sum, f32), KERNELS(max, f32), KERNELS(min, f32)},
@@ -103,7 +107,7 @@ typedef struct reduce_plan {
     double init;
     const char *in;
     char *out;
-    int nk, nr;                                          /* kept, reduced axes */
+    int nk, nr; /* kept, reduced axes */
     int64_t kshape[AWL_MAX_DIMS], kin[AWL_MAX_DIMS], kout[AWL_MAX_DIMS];
     int64_t rshape[AWL_MAX_DIMS], rin[AWL_MAX_DIMS]; /* innermost last */
     int64_t nout, nred;

@@ -21,7 +21,8 @@
 
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
 const int ADAM_MAX = 32;
 const int ADAM_THREADS = 256;
@@ -71,7 +72,8 @@ __global__ void adamw_kernel(adam_table t)
         }
         done = nv * 4;
     }
-    for (int64_t i = done + first; i < n; i += step) adam_one(t, t.decay[k], p[i], g[i], m[i], v[i]);
+    for (int64_t i = done + first; i < n; i += step)
+        adam_one(t, t.decay[k], p[i], g[i], m[i], v[i]);
 }
 
 bool plain_f32(const awl_view *v, int64_t n)

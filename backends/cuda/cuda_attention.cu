@@ -40,7 +40,8 @@
 
 #include "backends/cuda/cuda_attention.cuh"
 
-namespace {
+namespace
+{
 
 const int TILE = 64;
 const int ATT_THREADS = 256;
@@ -79,7 +80,8 @@ __device__ __forceinline__ void tile_scores(const float *A, const float *Bm, int
         for (int i = 0; i < 4; i++)
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                s[i][j] += a[i].x * bv[j].x + a[i].y * bv[j].y + a[i].z * bv[j].z + a[i].w * bv[j].w;
+                s[i][j] +=
+                    a[i].x * bv[j].x + a[i].y * bv[j].y + a[i].z * bv[j].z + a[i].w * bv[j].w;
     }
 }
 
@@ -149,7 +151,7 @@ __device__ __forceinline__ float row_sum16(float v)
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
-attn_fwd_kernel(heads<T> out, lse_ref lse, heads<T> q, heads<T> k, heads<T> v, att_dims a)
+    attn_fwd_kernel(heads<T> out, lse_ref lse, heads<T> q, heads<T> k, heads<T> v, att_dims a)
 {
     extern __shared__ float sm[];
     float *Qs = sm, *Ks = Qs + TILE * (DP + PAD), *Vs = Ks + TILE * (DP + PAD);
@@ -225,7 +227,8 @@ __global__ void attn_rowdot_kernel(float *Dv, heads<T> dout, heads<T> out, att_d
         int t = (int)(r % a.T), bh = (int)(r / a.T), b = bh / a.H, h = bh % a.H;
         const T *g = row_ptr(dout, b, h, t), *o = row_ptr(out, b, h, t);
         float s = 0.0f;
-        for (int d = lane; d < a.D; d += AWLC_WARP) s += awlc_cast<float>(g[d]) * awlc_cast<float>(o[d]);
+        for (int d = lane; d < a.D; d += AWLC_WARP)
+            s += awlc_cast<float>(g[d]) * awlc_cast<float>(o[d]);
         s = awlc_warp_sum(s);
         if (lane == 0) Dv[r] = s;
     }
@@ -246,8 +249,8 @@ __device__ __forceinline__ void load_row_stats(float *ls, float *ds, const lse_r
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
-attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k, heads<T> v,
-                 lse_ref lse, const float *Dv, att_dims a)
+    attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k, heads<T> v,
+                     lse_ref lse, const float *Dv, att_dims a)
 {
     extern __shared__ float sm[];
     const int TS = TILE * (DP + PAD);
@@ -273,7 +276,7 @@ attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k
         load_row_stats(ls, ds, lse, Dv, b, h, q0, a);
         __syncthreads();
         float s[4][4], dp[4][4];
-        tile_scores<DP>(Ks, Qs, tr, tc, s);  /* S^T: keys x queries */
+        tile_scores<DP>(Ks, Qs, tr, tc, s);   /* S^T: keys x queries */
         tile_scores<DP>(Vs, dOs, tr, tc, dp); /* dP^T */
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -295,8 +298,8 @@ attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
-attn_dq_kernel(heads<T> dq, heads<T> dout, heads<T> q, heads<T> k, heads<T> v, lse_ref lse,
-               const float *Dv, att_dims a)
+    attn_dq_kernel(heads<T> dq, heads<T> dout, heads<T> q, heads<T> k, heads<T> v, lse_ref lse,
+                   const float *Dv, att_dims a)
 {
     extern __shared__ float sm[];
     const int TS = TILE * (DP + PAD);
@@ -342,7 +345,8 @@ attn_dq_kernel(heads<T> dq, heads<T> dout, heads<T> q, heads<T> k, heads<T> v, l
 
 /* ---- host side ---------------------------------------------------------------------- */
 
-template <typename T> bool heads_of(const awl_view *v, const int64_t *shape, awl_dtype dt, heads<T> *h)
+template <typename T>
+bool heads_of(const awl_view *v, const int64_t *shape, awl_dtype dt, heads<T> *h)
 {
     if (v->ndim != 4 || v->dtype != dt) return false;
     for (int d = 0; d < 4; d++)
@@ -372,7 +376,10 @@ size_t dkdv_smem(int DP)
 {
     return (size_t)(4 * TILE * (DP + PAD) + 2 * TILE * (TILE + PAD) + 2 * TILE) * 4;
 }
-size_t dq_smem(int DP) { return (size_t)(4 * TILE * (DP + PAD) + TILE * (TILE + PAD) + 2 * TILE) * 4; }
+size_t dq_smem(int DP)
+{
+    return (size_t)(4 * TILE * (DP + PAD) + TILE * (TILE + PAD) + 2 * TILE) * 4;
+}
 
 template <typename K> int allow_smem(K kernel, size_t bytes)
 {
@@ -383,8 +390,8 @@ template <typename K> int allow_smem(K kernel, size_t bytes)
 
 bool dims_ok(const int64_t *shape, att_dims *a, double scale, bool causal)
 {
-    if (shape[3] < 1 || shape[3] > 128 || shape[2] > INT32_MAX / 2 ||
-        shape[0] * shape[1] > 65535 || shape[0] * shape[1] * shape[2] > ((int64_t)1 << 40))
+    if (shape[3] < 1 || shape[3] > 128 || shape[2] > INT32_MAX / 2 || shape[0] * shape[1] > 65535 ||
+        shape[0] * shape[1] * shape[2] > ((int64_t)1 << 40))
         return false;
     *a = {(int)shape[0], (int)shape[1], (int)shape[2], (int)shape[3], (float)scale, causal};
     return true;
@@ -457,7 +464,8 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
     }
     if (st == AWL_OK) st = allow_smem(attn_dkdv_kernel<DP, T>, dkdv_smem(DP));
     if (st == AWL_OK) {
-        attn_dkdv_kernel<DP, T><<<grid, ATT_THREADS, dkdv_smem(DP)>>>(dk, dv, dout, q, k, v, l, Dv, a);
+        attn_dkdv_kernel<DP, T>
+            <<<grid, ATT_THREADS, dkdv_smem(DP)>>>(dk, dv, dout, q, k, v, l, Dv, a);
         st = awlc_check_launch("attention_backward dk dv");
     }
     if (st == AWL_OK) st = allow_smem(attn_dq_kernel<DP, T>, dq_smem(DP));

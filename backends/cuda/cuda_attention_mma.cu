@@ -34,9 +34,10 @@
  */
 #include "backends/cuda/cuda_attention.cuh"
 
-namespace {
+namespace
+{
 
-const int BR = 64;      /* rows of a tile */
+const int BR = 64;       /* rows of a tile */
 const int THREADS = 128; /* 4 warps x 16 rows */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
@@ -178,8 +179,8 @@ __device__ __forceinline__ bool needs_mask(int q0, int k0, const att_dims &a)
  * to rows t0 + ... of x, skipping rows past T and columns past D. */
 template <int DP>
 __device__ void store_rows(const heads<awl_bf16> &x, int b, int h, int t0, int r0,
-                           const float acc[DP / 8][4], const float mul[2], const att_dims &a,
-                           int g, int t)
+                           const float acc[DP / 8][4], const float mul[2], const att_dims &a, int g,
+                           int t)
 {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -209,8 +210,8 @@ __device__ __forceinline__ float quad_sum(float v)
 
 template <int DP>
 __global__ void __launch_bounds__(THREADS)
-fwd_kernel(heads<awl_bf16> out, lse_ref lse, heads<awl_bf16> q, heads<awl_bf16> k,
-           heads<awl_bf16> v, att_dims a)
+    fwd_kernel(heads<awl_bf16> out, lse_ref lse, heads<awl_bf16> q, heads<awl_bf16> k,
+               heads<awl_bf16> v, att_dims a)
 {
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *Qs = smem, *Ks = Qs + BR * (DP + 8), *Vs = Ks + BR * (DP + 8);
@@ -303,8 +304,8 @@ __device__ __forceinline__ void row_stats(float ls[2], float ds[2], const lse_re
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
 template <int DP>
 __global__ void __launch_bounds__(THREADS)
-dkdv_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout, heads<awl_bf16> q,
-            heads<awl_bf16> k, heads<awl_bf16> v, lse_ref lse, const float *Dv, att_dims a)
+    dkdv_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout, heads<awl_bf16> q,
+                heads<awl_bf16> k, heads<awl_bf16> v, lse_ref lse, const float *Dv, att_dims a)
 {
     extern __shared__ __align__(16) uint16_t smem[];
     const int TS = BR * (DP + 8);
@@ -340,7 +341,7 @@ dkdv_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout, heads<
         }
         __syncthreads();
         float p[8][4], dp[8][4];
-        scores<DP>(p, kf, Qs, lane);  /* S^T: keys x queries */
+        scores<DP>(p, kf, Qs, lane);   /* S^T: keys x queries */
         scores<DP>(dp, vf, dOs, lane); /* dP^T */
         bool mask = needs_mask(q0, k0, a);
 #pragma unroll
@@ -348,8 +349,8 @@ dkdv_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout, heads<
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
-                float pv = !mask || att_visible(q0 + qc, key, a)
-                               ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
+                float pv =
+                    !mask || att_visible(q0 + qc, key, a) ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
                 p[nb][e] = pv;
                 dp[nb][e] = pv * (dp[nb][e] - ds[qc]);
             }
@@ -365,8 +366,8 @@ dkdv_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout, heads<
  * dS = P (dP - D), dQ += dS K. */
 template <int DP>
 __global__ void __launch_bounds__(THREADS)
-dq_kernel(heads<awl_bf16> dq, heads<awl_bf16> dout, heads<awl_bf16> q, heads<awl_bf16> k,
-          heads<awl_bf16> v, lse_ref lse, const float *Dv, att_dims a)
+    dq_kernel(heads<awl_bf16> dq, heads<awl_bf16> dout, heads<awl_bf16> q, heads<awl_bf16> k,
+              heads<awl_bf16> v, lse_ref lse, const float *Dv, att_dims a)
 {
     extern __shared__ __align__(16) uint16_t smem[];
     const int TS = BR * (DP + 8);
@@ -405,8 +406,8 @@ dq_kernel(heads<awl_bf16> dq, heads<awl_bf16> dout, heads<awl_bf16> q, heads<awl
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
-                float pv = !mask || att_visible(row, key, a)
-                               ? exp2f(p[nb][e] * sl2 - ls[e / 2]) : 0.0f;
+                float pv =
+                    !mask || att_visible(row, key, a) ? exp2f(p[nb][e] * sl2 - ls[e / 2]) : 0.0f;
                 dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
             }
         accumulate<DP>(gq, dp, Ks, lane);

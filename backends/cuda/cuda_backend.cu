@@ -77,8 +77,8 @@ int awlc_sm_count(void)
     }
     if (sm_count_cached[device] == 0) {
         int n = 0;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess
-            || n <= 0) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+            n <= 0) {
             (void)cudaGetLastError();
             n = 132;
         }

@@ -41,16 +41,16 @@ int awlc_fail(cudaError_t err, const char *what);
  * every <<<...>>>. */
 int awlc_check_launch(const char *what);
 
-#define AWLC_TRY(call, what)                                                   \
-    do {                                                                       \
-        cudaError_t awlc_err_ = (call);                                        \
-        if (awlc_err_ != cudaSuccess) return awlc_fail(awlc_err_, what);       \
+#define AWLC_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t awlc_err_ = (call);                                                            \
+        if (awlc_err_ != cudaSuccess) return awlc_fail(awlc_err_, what);                           \
     } while (0)
 
-#define AWLC_TRY_STATUS(call)                                                  \
-    do {                                                                       \
-        int awlc_st_ = (call);                                                 \
-        if (awlc_st_ != AWL_OK) return awlc_st_;                               \
+#define AWLC_TRY_STATUS(call)                                                                      \
+    do {                                                                                           \
+        int awlc_st_ = (call);                                                                     \
+        if (awlc_st_ != AWL_OK) return awlc_st_;                                                   \
     } while (0)
 
 /* ---- devices ----------------------------------------------------------------- */
@@ -94,9 +94,15 @@ void awlc_scratch_free(void *ptr, size_t nbytes);
 /* Arithmetic happens in Compute<T>: float for float32 and bfloat16 (bf16 is
  * only a storage format), double for float64 and int32 (int32 ops then round
  * toward zero on the way out, as a C cast does). */
-template <typename T> struct Compute { typedef float type; };
-template <> struct Compute<double> { typedef double type; };
-template <> struct Compute<int32_t> { typedef double type; };
+template <typename T> struct Compute {
+    typedef float type;
+};
+template <> struct Compute<double> {
+    typedef double type;
+};
+template <> struct Compute<int32_t> {
+    typedef double type;
+};
 
 /* Conversions between the storage types, the same as the CPU backend's C
  * casts: bf16 rounds to nearest even through awl_float_to_bf16. */
@@ -144,18 +150,18 @@ template <typename T> static inline T *awlc_ptr(const awl_view *v)
 
 /* Calls f(T()) with T the C type of the dtype (a generic lambda reads it as
  * decltype); AWL_ERR_UNSUPPORTED for anything else. */
-#define AWLC_DISPATCH(dtype, f)                                                \
-    ((dtype) == AWL_F32    ? (f)(float())                                      \
-     : (dtype) == AWL_F64  ? (f)(double())                                     \
-     : (dtype) == AWL_I32  ? (f)(int32_t())                                    \
-     : (dtype) == AWL_BF16 ? (f)(awl_bf16())                                   \
+#define AWLC_DISPATCH(dtype, f)                                                                    \
+    ((dtype) == AWL_F32    ? (f)(float())                                                          \
+     : (dtype) == AWL_F64  ? (f)(double())                                                         \
+     : (dtype) == AWL_I32  ? (f)(int32_t())                                                        \
+     : (dtype) == AWL_BF16 ? (f)(awl_bf16())                                                       \
                            : AWL_ERR_UNSUPPORTED)
 
 /* Float dtypes only (f32, f64, bf16). */
-#define AWLC_DISPATCH_FLOAT(dtype, f)                                          \
-    ((dtype) == AWL_F32    ? (f)(float())                                      \
-     : (dtype) == AWL_F64  ? (f)(double())                                     \
-     : (dtype) == AWL_BF16 ? (f)(awl_bf16())                                   \
+#define AWLC_DISPATCH_FLOAT(dtype, f)                                                              \
+    ((dtype) == AWL_F32    ? (f)(float())                                                          \
+     : (dtype) == AWL_F64  ? (f)(double())                                                         \
+     : (dtype) == AWL_BF16 ? (f)(awl_bf16())                                                       \
                            : AWL_ERR_UNSUPPORTED)
 
 /* ---- strided layouts ------------------------------------------------------------ */
@@ -293,8 +299,8 @@ template <typename T, int V> struct alignas(sizeof(T) * V) awlc_pack {
 /* Calls f(j, x) for the elements x = row[j], j in [0, n), that thread `tid`
  * of `nth` owns; 16-byte loads when the row is 16-byte aligned. */
 template <typename T, typename F>
-static __device__ __forceinline__ void awlc_row_visit_by(const T *row, int64_t n, int tid,
-                                                         int nth, F f)
+static __device__ __forceinline__ void awlc_row_visit_by(const T *row, int64_t n, int tid, int nth,
+                                                         F f)
 {
     const int V = 16 / sizeof(T);
     int64_t done = 0;
@@ -352,8 +358,10 @@ static inline bool awlc_rows_of(const awl_view *v, int64_t *rows, int64_t *n, in
     int64_t r = 1, rs = *n, expect = -1;
     for (int d = v->ndim - 2; d >= 0; d--) {
         if (v->shape[d] == 1) continue;
-        if (expect < 0) rs = v->strides[d];
-        else if (v->strides[d] != expect) return false;
+        if (expect < 0)
+            rs = v->strides[d];
+        else if (v->strides[d] != expect)
+            return false;
         r *= v->shape[d];
         expect = v->strides[d] * v->shape[d];
     }
@@ -446,8 +454,8 @@ int awlc_copy(const awl_view *out, const awl_view *in);
 int awlc_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha);
 int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b);
 int awlc_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b);
-int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
-                double a, double b);
+int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
+                double b);
 
 /* cuda_reduce.cu */
 int awlc_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);

@@ -30,14 +30,17 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "common/philox.h"
 
-namespace {
+namespace
+{
 
 const int THREADS = 256;
 
 /* ---- contiguous engines ------------------------------------------------------------ */
 
 /* Elements per 16-byte pack. */
-template <typename T> struct pack_width { static const int value = 16 / sizeof(T); };
+template <typename T> struct pack_width {
+    static const int value = 16 / sizeof(T);
+};
 
 /* out[i] = op(in[i]) over contiguous arrays; V elements per load when V > 1
  * (the host checked the alignment). */
@@ -127,7 +130,7 @@ int launch_map2(T *out, const T *a, const T *b, int64_t n, const Op &op, const c
  * that alpha is never rounded (as on the CPU). */
 template <typename C> __device__ __forceinline__ C unary_apply(int op, C x, C alpha, double ad)
 {
-    const C k = (C)0.7978845608028654;  /* sqrt(2 / pi) */
+    const C k = (C)0.7978845608028654; /* sqrt(2 / pi) */
     const C c = (C)0.044715;
     switch (op) {
     case AWL_UNARY_NEG: return -x;
@@ -318,9 +321,16 @@ int awlc_copy(const awl_view *out, const awl_view *in)
 static bool int_unary(awl_unary_op op)
 {
     switch (op) {
-    case AWL_UNARY_EXP: case AWL_UNARY_LOG: case AWL_UNARY_SQRT: case AWL_UNARY_RSQRT:
-    case AWL_UNARY_TANH: case AWL_UNARY_SIGMOID: case AWL_UNARY_GELU: case AWL_UNARY_GELU_GRAD:
-    case AWL_UNARY_RDIV_SCALAR: case AWL_UNARY_POW_SCALAR: return false;
+    case AWL_UNARY_EXP:
+    case AWL_UNARY_LOG:
+    case AWL_UNARY_SQRT:
+    case AWL_UNARY_RSQRT:
+    case AWL_UNARY_TANH:
+    case AWL_UNARY_SIGMOID:
+    case AWL_UNARY_GELU:
+    case AWL_UNARY_GELU_GRAD:
+    case AWL_UNARY_RDIV_SCALAR:
+    case AWL_UNARY_POW_SCALAR: return false;
     default: return true;
     }
 }
@@ -409,8 +419,8 @@ int awlc_where(const awl_view *out, const awl_view *cond, const awl_view *a, con
     return AWLC_DISPATCH(out->dtype, run);
 }
 
-int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
-                double a, double b)
+int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
+                double b)
 {
     AWLC_TRY_STATUS(awlc_enter(out->data));
     const awl_view *views[1] = {out};

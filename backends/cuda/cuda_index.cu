@@ -28,7 +28,8 @@
 
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
 /* A view over `shape` (ndim dims) with the given strides. */
 awl_view shaped(const awl_view *like, int ndim, const int64_t *shape, const int64_t *strides)
@@ -62,8 +63,8 @@ template <typename T> struct run_args {
     const int32_t *keys, *vals;
     int64_t R, inner;
     int64_t dst_row_stride;
-    awlc_layout<2> cols;  /* inner columns: dst and src strides */
-    awlc_layout<1> rows;  /* src rows (idx's shape): src strides */
+    awlc_layout<2> cols; /* inner columns: dst and src strides */
+    awlc_layout<1> rows; /* src rows (idx's shape): src strides */
 };
 
 template <typename T> __global__ void index_add_kernel(run_args<T> a)
@@ -262,8 +263,8 @@ int awlc_scatter_add(const awl_view *out, int axis, const awl_view *idx, const a
     if (n == 0 || J == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        scatter_fn<T> f = {awlc_ptr<T>(out), awlc_ptr<int32_t>(idx), awlc_ptr<T>(src), J,
-                           out->strides[axis], idx->strides[axis], src->strides[axis]};
+        scatter_fn<T> f = {awlc_ptr<T>(out),   awlc_ptr<int32_t>(idx), awlc_ptr<T>(src),  J,
+                           out->strides[axis], idx->strides[axis],     src->strides[axis]};
         return awlc_launch_strided<3>(L, n, f, "scatter_add");
     };
     return AWLC_DISPATCH(out->dtype, run);

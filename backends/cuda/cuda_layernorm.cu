@@ -34,10 +34,11 @@
 
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
-const int LN_WARPS = 8;       /* rows in flight per block of the forward */
-const int LN_BLOCKS = 512;    /* blocks of the backward: partial rows */
+const int LN_WARPS = 8;    /* rows in flight per block of the forward */
+const int LN_BLOCKS = 512; /* blocks of the backward: partial rows */
 const size_t LN_SMEM = 48 * 1024;
 
 struct ln_vecs {
@@ -86,8 +87,8 @@ __global__ void ln_fwd_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_
  * unit-stride weight and bias. */
 template <typename T, int NP>
 __global__ void __launch_bounds__(256)
-ln_fwd_reg_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C, float eps,
-                  ln_vecs v)
+    ln_fwd_reg_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
+                      float eps, ln_vecs v)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
@@ -147,8 +148,8 @@ ln_fwd_reg_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int6
  * written to shared memory once at the end. */
 template <typename T, int NP>
 __global__ void __launch_bounds__(256)
-ln_bwd_reg_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int64_t sx,
-                  int64_t rows, int64_t C, ln_vecs v, float *partial)
+    ln_bwd_reg_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int64_t sx,
+                      int64_t rows, int64_t C, ln_vecs v, float *partial)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
@@ -222,8 +223,8 @@ ln_bwd_reg_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int6
 }
 
 template <typename T>
-__global__ void ln_bwd_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x,
-                              int64_t sx, int64_t rows, int64_t C, ln_vecs v, float *partial)
+__global__ void ln_bwd_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int64_t sx,
+                              int64_t rows, int64_t C, ln_vecs v, float *partial)
 {
     extern __shared__ float acc[]; /* [warp][2][C]: dweight then dbias */
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
@@ -305,7 +306,8 @@ template <typename T> int reg_packs(int64_t C, const awl_view *x, int64_t sx, co
 {
     const int64_t V = 16 / sizeof(T);
     if (C % V != 0 || C / V > 8 * AWLC_WARP || !reg_aligned(x, sx)) return 0;
-    if ((v.w && (v.sw != 1 || ((uintptr_t)v.w & 15u))) || (v.b && (v.sb != 1 || ((uintptr_t)v.b & 15u))))
+    if ((v.w && (v.sw != 1 || ((uintptr_t)v.w & 15u))) ||
+        (v.b && (v.sb != 1 || ((uintptr_t)v.b & 15u))))
         return 0;
     int np = (int)((C / V + AWLC_WARP - 1) / AWLC_WARP);
     return np == 5 ? 6 : np == 7 ? 8 : np;
@@ -313,13 +315,12 @@ template <typename T> int reg_packs(int64_t C, const awl_view *x, int64_t sx, co
 
 /* Views shared by forward and backward; AWL_ERR_UNSUPPORTED when a layout
  * or dtype is not handled. */
-int ln_setup(const awl_view *x, const awl_view *mean, const awl_view *rstd,
-             const awl_view *weight, const awl_view *bias, int64_t *rows, int64_t *C,
-             int64_t *sx, ln_vecs *v)
+int ln_setup(const awl_view *x, const awl_view *mean, const awl_view *rstd, const awl_view *weight,
+             const awl_view *bias, int64_t *rows, int64_t *C, int64_t *sx, ln_vecs *v)
 {
     if ((x->dtype != AWL_F32 && x->dtype != AWL_BF16) || !awlc_rows_of(x, rows, C, sx) ||
-        mean->dtype != AWL_F32 || rstd->dtype != AWL_F32 ||
-        !awlc_vector_of(mean, *rows, &v->sm) || !awlc_vector_of(rstd, *rows, &v->sr))
+        mean->dtype != AWL_F32 || rstd->dtype != AWL_F32 || !awlc_vector_of(mean, *rows, &v->sm) ||
+        !awlc_vector_of(rstd, *rows, &v->sr))
         return AWL_ERR_UNSUPPORTED;
     v->mean = awlc_ptr<float>(mean);
     v->rstd = awlc_ptr<float>(rstd);
@@ -379,9 +380,8 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
     int st = x->dtype == AWL_F32 ? reg(float()) : reg(awl_bf16());
     if (st != AWL_ERR_UNSUPPORTED) return st;
     if (x->dtype == AWL_F32)
-        ln_fwd_kernel<float><<<grid, LN_WARPS * AWLC_WARP>>>(awlc_ptr<float>(out), so,
-                                                             awlc_ptr<float>(x), sx, rows, C,
-                                                             (float)eps, v);
+        ln_fwd_kernel<float><<<grid, LN_WARPS * AWLC_WARP>>>(
+            awlc_ptr<float>(out), so, awlc_ptr<float>(x), sx, rows, C, (float)eps, v);
     else
         ln_fwd_kernel<awl_bf16><<<grid, LN_WARPS * AWLC_WARP>>>(
             awlc_ptr<awl_bf16>(out), so, awlc_ptr<awl_bf16>(x), sx, rows, C, (float)eps, v);
@@ -422,18 +422,35 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
         /* Five register rows of NP * V floats each: past 24 the compiler
          * spills, so wider rows take the generic kernel. */
         int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy)
-                     ? reg_packs<T>(C, x, sx, v) : 0;
+                     ? reg_packs<T>(C, x, sx, v)
+                     : 0;
         if (np * (int)(16 / sizeof(T)) > 24) np = 0;
         T *d = awlc_ptr<T>(dx);
         const T *gy = awlc_ptr<T>(dy), *xp = awlc_ptr<T>(x);
         const unsigned th = warps * AWLC_WARP;
         switch (np) {
-        case 1: ln_bwd_reg_kernel<T, 1><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
-        case 2: ln_bwd_reg_kernel<T, 2><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
-        case 3: ln_bwd_reg_kernel<T, 3><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
-        case 4: ln_bwd_reg_kernel<T, 4><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
-        case 6: ln_bwd_reg_kernel<T, 6><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial); break;
-        default: ln_bwd_kernel<T><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        case 1:
+            ln_bwd_reg_kernel<T, 1>
+                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+            break;
+        case 2:
+            ln_bwd_reg_kernel<T, 2>
+                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+            break;
+        case 3:
+            ln_bwd_reg_kernel<T, 3>
+                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+            break;
+        case 4:
+            ln_bwd_reg_kernel<T, 4>
+                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+            break;
+        case 6:
+            ln_bwd_reg_kernel<T, 6>
+                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+            break;
+        default:
+            ln_bwd_kernel<T><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
         }
         AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
         if (!partials) return AWL_OK;

@@ -29,7 +29,8 @@
 
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
 std::mutex handle_mu;
 cublasHandle_t handles[AWLC_MAX_DEVICES];

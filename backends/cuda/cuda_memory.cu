@@ -31,13 +31,14 @@
 
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
 struct device_cache {
     std::mutex mu;
     std::map<size_t, std::vector<void *>> bins; /* class size -> free blocks */
-    size_t reserved = 0;                         /* bytes held from cudaMalloc */
-    size_t cached = 0;                           /* of which sitting in bins */
+    size_t reserved = 0;                        /* bytes held from cudaMalloc */
+    size_t cached = 0;                          /* of which sitting in bins */
 };
 
 device_cache caches[AWLC_MAX_DEVICES];

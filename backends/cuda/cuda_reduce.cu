@@ -31,13 +31,18 @@
 
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
 const int SPLIT_LINE = 4096; /* elements one block reduces before splitting pays */
 const int SPLIT_COL = 256;   /* rows one column block reduces before splitting pays */
 
-template <typename T> struct reduce_acc { typedef double type; };
-template <> struct reduce_acc<awl_bf16> { typedef float type; };
+template <typename T> struct reduce_acc {
+    typedef double type;
+};
+template <> struct reduce_acc<awl_bf16> {
+    typedef float type;
+};
 
 /* Kept axes: shape, stride in the input, stride in the output. */
 struct kept_map {
@@ -102,8 +107,8 @@ template <typename A> __device__ A block_combine(int op, A v, A *scratch)
 /* Where a result goes: a partial slot (accumulator type, contiguous K x
  * nsplit) or its output element, finished. */
 template <typename A, typename TO> struct sink {
-    TO *out;      /* final output, or NULL */
-    A *partial;   /* partials, or NULL */
+    TO *out;    /* final output, or NULL */
+    A *partial; /* partials, or NULL */
     int op;
     double count; /* MEAN's divisor */
     __device__ void put(int64_t slot, int64_t out_off, A acc) const
@@ -120,8 +125,8 @@ template <typename A, typename TO> struct sink {
 /* One block per (output k, chunk s): reduces in[k's base + r * sr] for r in
  * the chunk. */
 template <typename T, typename A, typename TO>
-__global__ void lines_kernel(const T *in, kept_map km, int64_t K, int64_t R, int64_t sr,
-                             int nsplit, int64_t chunk, sink<A, TO> dst)
+__global__ void lines_kernel(const T *in, kept_map km, int64_t K, int64_t R, int64_t sr, int nsplit,
+                             int64_t chunk, sink<A, TO> dst)
 {
     __shared__ A scratch[AWLC_WARP];
     for (int64_t line = blockIdx.x; line < K * nsplit; line += gridDim.x) {
@@ -221,8 +226,7 @@ __global__ void general_kernel(const T *in, kept_map km, int64_t K, reduced_map 
 
 /* Appends axis (shape, strides) to a list kept innermost-first, merging it
  * into the previous entry when every stride continues that run. */
-void push_axis(int *ndim, int64_t *shape, int64_t *s0, int64_t *s1, int64_t n, int64_t a,
-               int64_t b)
+void push_axis(int *ndim, int64_t *shape, int64_t *s0, int64_t *s1, int64_t n, int64_t a, int64_t b)
 {
     int k = *ndim;
     if (k > 0 && a == s0[k - 1] * shape[k - 1] && (!s1 || b == s1[k - 1] * shape[k - 1])) {
@@ -277,7 +281,8 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
         om.ndim--;
         int64_t blocks = (ncol + COL_X - 1) / COL_X * nouter;
         if (blocks < 2 * sms && R > SPLIT_COL)
-            nsplit = std::min((R + SPLIT_COL - 1) / SPLIT_COL, (4 * (int64_t)sms + blocks - 1) / blocks);
+            nsplit =
+                std::min((R + SPLIT_COL - 1) / SPLIT_COL, (4 * (int64_t)sms + blocks - 1) / blocks);
     } else if (K < 2 * sms && R > SPLIT_LINE) {
         nsplit = std::min((R + SPLIT_LINE - 1) / SPLIT_LINE, (4 * (int64_t)sms + K - 1) / K);
     }
@@ -295,10 +300,10 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
 
     if (columns) {
         dim3 block(COL_X, COL_Y);
-        dim3 grid((unsigned)((ncol + COL_X - 1) / COL_X), (unsigned)std::min<int64_t>(nouter, 65535),
-                  (unsigned)nsplit);
-        columns_kernel<T, A, T><<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr,
-                                                 chunk, first);
+        dim3 grid((unsigned)((ncol + COL_X - 1) / COL_X),
+                  (unsigned)std::min<int64_t>(nouter, 65535), (unsigned)nsplit);
+        columns_kernel<T, A, T>
+            <<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr, chunk, first);
     } else if (sr == 1 && chunk <= LINE_WARP) {
         unsigned grid = (unsigned)std::min<int64_t>((K * nsplit + 7) / 8, 1 << 30);
         warp_lines_kernel<T, A, T><<<grid, 256>>>(src, km, K, R, (int)nsplit, chunk, first);
@@ -351,8 +356,10 @@ int awlc_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in)
     reverse_axes(rm.ndim, rm.in);
     if (K == 0) return AWL_OK;
     if (R == 0) {
-        double v = op == AWL_REDUCE_MAX ? -INFINITY : op == AWL_REDUCE_MIN ? INFINITY
-                 : op == AWL_REDUCE_MEAN ? NAN : 0.0;
+        double v = op == AWL_REDUCE_MAX    ? -INFINITY
+                   : op == AWL_REDUCE_MIN  ? INFINITY
+                   : op == AWL_REDUCE_MEAN ? NAN
+                                           : 0.0;
         return awlc_fill(out, v);
     }
     if (rm.ndim == 0) { /* nothing to reduce: every reduced axis has size 1 */

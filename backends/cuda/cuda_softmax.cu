@@ -25,7 +25,8 @@
  */
 #include "backends/cuda/cuda_common.cuh"
 
-namespace {
+namespace
+{
 
 template <typename A> struct online {
     A m, s; /* max so far, sum of exp(x - m) */
@@ -57,7 +58,8 @@ template <typename A> __device__ online<A> block_online(online<A> o)
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
 #pragma unroll
     for (int off = AWLC_WARP / 2; off > 0; off >>= 1) {
-        online<A> p = {__shfl_xor_sync(0xffffffffu, o.m, off), __shfl_xor_sync(0xffffffffu, o.s, off)};
+        online<A> p = {__shfl_xor_sync(0xffffffffu, o.m, off),
+                       __shfl_xor_sync(0xffffffffu, o.s, off)};
         o = online_merge(o, p);
     }
     __syncthreads();
@@ -138,9 +140,9 @@ __global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args 
         if (threadIdx.x == 0) {
             A lse = o.m + awlc_log(o.s);
             int32_t t = a.targets[r * a.s_targets];
-            A l = t == a.ignore_index        ? (A)0
-                  : (t < 0 || t >= a.V)      ? (A)NAN
-                                             : lse - awlc_cast<A>(x[t]);
+            A l = t == a.ignore_index   ? (A)0
+                  : (t < 0 || t >= a.V) ? (A)NAN
+                                        : lse - awlc_cast<A>(x[t]);
             a.lse[r * a.s_lse] = (float)lse;
             loss[r * s_loss] = awlc_cast<T>(l);
         }
@@ -249,9 +251,8 @@ int awlc_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
     ce_args a;
     int64_t s_dloss, r2, v2, s_dlogits;
     if (ce_setup(logits, lse, targets, ignore_index, &a) != AWL_OK ||
-        !awlc_vector_of(dloss, a.N, &s_dloss) ||
-        !awlc_rows_of(dlogits, &r2, &v2, &s_dlogits) || r2 != a.N || v2 != a.V ||
-        dloss->dtype != logits->dtype || dlogits->dtype != logits->dtype)
+        !awlc_vector_of(dloss, a.N, &s_dloss) || !awlc_rows_of(dlogits, &r2, &v2, &s_dlogits) ||
+        r2 != a.N || v2 != a.V || dloss->dtype != logits->dtype || dlogits->dtype != logits->dtype)
         return AWL_ERR_UNSUPPORTED;
     AWLC_TRY_STATUS(awlc_enter(dlogits->data));
     if (a.N == 0 || a.V == 0) return AWL_OK;

@@ -34,8 +34,7 @@ int awl_gc_run_suite(const char *name, int n, const TTest *const *tests)
     Suite *s = suite_create(name);
     TCase *tc = tcase_create(name);
     tcase_set_timeout(tc, 300);
-    for (int i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
+    for (int i = 0; i < n; i++) tcase_add_test(tc, tests[i]);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
@@ -251,8 +250,7 @@ static position *positions_of(const awl_tensor *t)
     int64_t idx[AWL_MAX_DIMS] = {0};
     for (int64_t i = 0; i < n; i++) {
         int64_t at = t->offset;
-        for (int d = 0; d < t->ndim; d++)
-            at += idx[d] * t->strides[d];
+        for (int d = 0; d < t->ndim; d++) at += idx[d] * t->strides[d];
         p[i] = (position){at, i};
         awl_gc_next_index(idx, t->ndim, t->shape);
     }
@@ -329,8 +327,7 @@ static bool compare_with_differences(const char *name, int n, awl_tensor *const 
 static double dot(const double *a, const double *b, int64_t n)
 {
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += a[i] * b[i];
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
@@ -407,12 +404,10 @@ bool awl_gradcheck_ex(awl_gc_fn fn, void *user, int n, awl_tensor *const *inputs
         fprintf(stderr, "gradcheck %s: backward failed: %s\n", name, awl_last_error());
         goto done;
     }
-    for (int i = 0; i < n; i++)
-        analytic[i] = awl_gc_values(grads[i]);
+    for (int i = 0; i < n; i++) analytic[i] = awl_gc_values(grads[i]);
     ok = compare_with_differences(name, n, inputs, analytic, eval_first, &c, o);
 done:
-    for (int i = 0; i < n; i++)
-        free(analytic[i]);
+    for (int i = 0; i < n; i++) free(analytic[i]);
     free(analytic);
     free(grads);
     free(c.upstream);
@@ -495,8 +490,7 @@ bool awl_gradgradcheck_ex(awl_gc_fn fn, void *user, int n, awl_tensor *const *in
         }
         for (int j = 0; j < n; j++) {
             double *hj = awl_gc_values(h[j]);
-            for (int64_t k = 0; hj && k < awl_numel(inputs[j]); k++)
-                analytic[j][k] += hj[k];
+            for (int64_t k = 0; hj && k < awl_numel(inputs[j]); k++) analytic[j][k] += hj[k];
             free(hj);
         }
     }
