@@ -16,7 +16,7 @@ out=${2:-${log%.csv}.png}
 [ -r "$log" ] || { echo "$0: cannot read $log" >&2; exit 1; }
 command -v gnuplot > /dev/null || { echo "$0: gnuplot not found (make setup installs gnuplot-nox)" >&2; exit 1; }
 gnuplot <<GNUPLOT
-set terminal pngcairo size 900,540 font ",11"
+set terminal pngcairo noenhanced size 900,540 font ",11"
 set output "$out"
 set datafile separator ","
 set datafile missing ""
