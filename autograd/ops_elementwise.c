@@ -389,10 +389,32 @@ static awl_tensor *gelu_grad(awl_tensor *x)
     return unary_forward(AWL_UNARY_GELU_GRAD, x, 0.0, "gelu_grad", gelu_grad_backward, SAVE_INPUT);
 }
 
+/* dx = grad * gelu'(x) in one pass with the backend's fused kernel, for a
+ * first-order pass (grad mode off) on same-shaped operands. Returns 1 when
+ * it ran, 0 to compose instead, or a negative status. */
+static int gelu_backward_fused(awl_tensor *grad, awl_tensor *x, awl_tensor **dx)
+{
+    const awl_backend *be = awl_tensor_backend(x);
+    if (!be->gelu_backward || !awl_fused_kernels_enabled() || awl_is_grad_enabled() ||
+        !awl_same_shape(grad, x) || grad->dtype != x->dtype)
+        return 0;
+    awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+    if (!out) return awl_last_error_code();
+    awl_view vdx = awl_tensor_view(out), vdy = awl_tensor_view(grad), vx = awl_tensor_view(x);
+    int rc = be->gelu_backward(&vdx, &vdy, &vx);
+    if (rc == AWL_ERR_UNSUPPORTED) return 0;
+    if (rc != AWL_OK) return rc;
+    *dx = out;
+    return 1;
+}
+
 /* dx = grad * gelu'(x). Saved: x. */
 static int gelu_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
-    grads[0] = awl_mul(grad, gelu_grad(awl_node_saved(node, 0)));
+    awl_tensor *x = awl_node_saved(node, 0);
+    int rc = x ? gelu_backward_fused(grad, x, &grads[0]) : 0;
+    if (rc != 0) return rc < 0 ? rc : AWL_OK;
+    grads[0] = awl_mul(grad, gelu_grad(x));
     return AWL_OK;
 }
 

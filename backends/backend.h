@@ -21,7 +21,8 @@
  * runs every op in autograd/ and trains a GPT; the conformance suite
  * (tests/test_backend.c) checks each one against a float64 CPU reference.
  *
- * Optional fused kernels: softmax, layernorm, cross-entropy, attention, AdamW.
+ * Optional fused kernels: softmax, layernorm, cross-entropy, attention, GELU
+ * backward, AdamW.
  * A NULL pointer, or a return of AWL_ERR_UNSUPPORTED (for a dtype or shape the
  * kernel does not handle; no error message is recorded), makes the framework
  * compose the same computation from primitives. So a student's new backend
@@ -274,6 +275,10 @@ typedef struct awl_backend {
                               const awl_view *dout, const awl_view *q, const awl_view *k,
                               const awl_view *v, const awl_view *out, const awl_view *lse,
                               double scale, bool causal);
+
+    /* dx = dy * gelu'(x) (tanh form), all three the same shape: GELU's
+     * backward in one pass instead of gelu' then a multiply. */
+    int (*gelu_backward)(const awl_view *dx, const awl_view *dy, const awl_view *x);
 
     /* One AdamW step over n parameters, in place on params, m and v
      * (contiguous, float32). weight_decay[i] applies to params[i]. */

@@ -1445,6 +1445,33 @@ START_TEST(test_adamw)
 }
 END_TEST
 
+/* GELU backward: dx = dy * gelu'(x), against the derivative of the tanh
+ * form in float64, below and above the parallel threshold. */
+START_TEST(test_gelu_backward)
+{
+    if (!B->gelu_backward) return;
+    const int64_t sizes[2] = {37, 50000};
+    for (int c = 0; c < 2; c++) {
+        tt x = tt_input(AWL_F32, 1, &sizes[c], L_CONTIG, GEN_ANY);
+        tt dy = tt_input(AWL_F32, 1, &sizes[c], L_CONTIG, GEN_ANY);
+        tt dx = tt_new(AWL_F32, 1, &sizes[c], L_CONTIG);
+        double *ref = malloc((size_t)sizes[c] * sizeof *ref);
+        const double k = 0.7978845608028654, a = 0.044715;
+        for (int64_t e = 0; e < sizes[c]; e++) {
+            double xe = tt_at(&x, &e), t = tanh(k * (xe + a * xe * xe * xe));
+            double slope = 0.5 * (1 + t) + 0.5 * xe * (1 - t * t) * k * (1 + 3 * a * xe * xe);
+            ref[e] = tt_at(&dy, &e) * slope;
+        }
+        int rc = B->gelu_backward(&dx.v, &dy.v, &x.v);
+        if (fused_ran(true, rc, AWL_F32)) expect_out(&dx, ref, 1e-5, "gelu_backward");
+        free(ref);
+        tt_free(&x);
+        tt_free(&dy);
+        tt_free(&dx);
+    }
+}
+END_TEST
+
 static Suite *backend_suite(const char *name)
 {
     static char title[64]; /* Check keeps the pointer */
@@ -1477,6 +1504,7 @@ static Suite *backend_suite(const char *name)
         {"fused", test_cross_entropy},
         {"fused", test_attention},
         {"fused", test_adamw},
+        {"fused", test_gelu_backward},
     };
     TCase *tc = NULL;
     const char *current = "";

@@ -414,10 +414,36 @@ START_TEST(test_gelu_slope)
 }
 END_TEST
 
+/* GELU's backward through the backend's fused kernel (float32, where the
+ * backend has one) agrees with the composed grad * gelu'(x). */
+START_TEST(test_gelu_fused_backward)
+{
+    awl_gc_begin(31);
+    const char *dev = awl_gc_device();
+    awl_tensor *x3 = awl_mul_scalar(awl_randn(AWL_SHAPE(64, 130), AWL_F32, dev), 3.0);
+    awl_tensor *x = awl_requires_grad_(awl_detach(x3), true);
+    awl_tensor *w = awl_randn(AWL_SHAPE(64, 130), AWL_F32, dev);
+    static float got[2][64 * 130];
+    for (int fused = 0; fused < 2; fused++) {
+        awl_set_fused_kernels(fused);
+        awl_tensor *loss = awl_sum_all(awl_mul(awl_gelu(x), w));
+        awl_tensor *g[1];
+        ck_assert_int_eq(awl_grad(loss, 1, &x, g, NULL), 0);
+        ck_assert_int_eq(awl_to_host(g[0], got[fused], sizeof got[fused]), 0);
+    }
+    awl_set_fused_kernels(true);
+    for (int i = 0; i < 64 * 130; i++)
+        ck_assert_msg(fabsf(got[0][i] - got[1][i]) <= 1e-6f * (1 + fabsf(got[0][i])),
+                      "element %d: composed %g, fused %g", i, got[0][i], got[1][i]);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("ops_elementwise", test_unary_forward, test_binary_forward,
                             test_unary_gradcheck, test_binary_gradcheck, test_same_input_twice,
                             test_saves_only_what_is_needed, test_where, test_masked_fill,
-                            test_comparisons_carry_no_gradient, test_gelu_slope);
+                            test_comparisons_carry_no_gradient, test_gelu_slope,
+                            test_gelu_fused_backward);
 }

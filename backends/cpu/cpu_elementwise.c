@@ -32,42 +32,6 @@
 
 #define SEGMENT_ARGS int64_t n, int64_t flat, char *const *p, const int64_t *s, const void *ctx
 
-/* ---- GELU (tanh form) and its exact derivative ---------------------------- */
-
-/* gelu(x) = x/2 (1 + tanh u), u = c (x + a x^3). Since (1 + tanh u)/2 is the
- * logistic function s(2u), this is x s(2u): one exp instead of a tanh (libm's
- * tanhf costs six times expf), and no cancellation in 1 + tanh u for
- * negative x. The derivative, with 1 - tanh^2 u = 4 s (1 - s):
- *   s + 2 x s (1 - s) c (1 + 3 a x^2). */
-#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
-#define GELU_A 0.044715
-
-static inline float gelu_f(float x)
-{
-    float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    return x / (1.0f + cpu_expf(-2.0f * u));
-}
-
-static inline double gelu_d(double x)
-{
-    double u = GELU_C * (x + GELU_A * x * x * x);
-    return x / (1.0 + exp(-2.0 * u));
-}
-
-static inline float gelu_grad_f(float x)
-{
-    float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    float s = 1.0f / (1.0f + cpu_expf(-2.0f * u));
-    return s + 2.0f * x * s * (1.0f - s) * (float)GELU_C * (1.0f + 3.0f * (float)GELU_A * x * x);
-}
-
-static inline double gelu_grad_d(double x)
-{
-    double u = GELU_C * (x + GELU_A * x * x * x);
-    double s = 1.0 / (1.0 + exp(-2.0 * u));
-    return s + 2.0 * x * s * (1.0 - s) * GELU_C * (1.0 + 3.0 * GELU_A * x * x);
-}
-
 /* e^x: the vectorisable float32 version (cpu_math.h), libm's for float64. */
 static inline double exp_d(double x) { return exp(x); }
 #define VEXP(x) _Generic((x), float : cpu_expf, double : exp_d)(x)

@@ -325,6 +325,23 @@ int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
  * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
  * arrangement). All parameters form one flat range split evenly between
  * threads, so many small tensors cost one parallel region. */
+/* ---- GELU backward: dx, dy, x contiguous float32 of one shape ------------------ */
+
+int cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)
+{
+    const int64_t n = awl_view_numel(x);
+    if (dx->dtype != AWL_F32 || dy->dtype != AWL_F32 || x->dtype != AWL_F32 ||
+        awl_view_numel(dx) != n || awl_view_numel(dy) != n || !awl_view_is_contiguous(dx) ||
+        !awl_view_is_contiguous(dy) || !awl_view_is_contiguous(x))
+        return AWL_ERR_UNSUPPORTED;
+    float *o = (float *)cpu_view_ptr(dx);
+    const float *g = (const float *)cpu_view_ptr(dy), *in = (const float *)cpu_view_ptr(x);
+    int nt = cpu_threads_for(n, CPU_GRAIN_COSTLY);
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] * gelu_grad_f(in[i]);
+    return AWL_OK;
+}
+
 int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                    const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
 {

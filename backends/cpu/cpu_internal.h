@@ -146,6 +146,7 @@ int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const a
 int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
                                const awl_view *logits, const awl_view *lse, const awl_view *targets,
                                int ignore_index);
+int cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x);
 int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                    const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
 
