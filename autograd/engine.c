@@ -102,11 +102,11 @@ typedef struct pass {
 
 static int visit_mark; /* distinguishes passes without clearing node->visit */
 
-static bool is_target(const pass *p, const awl_node *n)
+static int target_index(const pass *p, const awl_node *n)
 {
     for (int i = 0; i < p->n_targets; i++)
-        if (p->targets[i] == n) return true;
-    return false;
+        if (p->targets[i] == n) return i;
+    return -1;
 }
 
 /* Collects the nodes reachable from root in post-order (every node after
@@ -145,7 +145,7 @@ static void collect(pass *p, awl_node *root)
         p->nodes[p->n_nodes++] = (scratch){n, n->grad, n->pending, n->needed};
         n->grad = NULL;
         n->pending = 0;
-        n->needed = !p->targets || is_target(p, n);
+        n->needed = !p->targets || target_index(p, n) >= 0;
         for (int i = 0; i < n->n_inputs && !n->needed; i++)
             n->needed = n->inputs[i].node && n->inputs[i].node->needed;
     }
@@ -280,13 +280,6 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
     return status;
 }
 
-static int target_index(const pass *p, const awl_node *n)
-{
-    for (int i = 0; i < p->n_targets; i++)
-        if (p->targets[i] == n) return i;
-    return -1;
-}
-
 static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
 {
     bool previous_mode = awl_set_grad_enabled(p->create_graph);
@@ -333,11 +326,6 @@ static awl_node *start_node(awl_tensor *t)
     return awl_grad_accumulator(t);
 }
 
-static void release_node(awl_node *n)
-{
-    if (n && --n->base.refcount == 0) n->base.destroy(&n->base);
-}
-
 /* The gradient backward starts from: options->grad, or 1 for a scalar. */
 static awl_tensor *seed_gradient(const char *op, awl_tensor *root, const awl_backward_options *o)
 {
@@ -379,7 +367,7 @@ int awl_backward_ex(awl_tensor *root, const awl_backward_options *options)
         p.create_graph = options && options->create_graph;
         awl_node *start = start_node(root);
         status = run_pass(&p, start, grad);
-        release_node(start);
+        awl_node_release(start);
     }
     awl_scope_end();
     return status;
@@ -411,8 +399,8 @@ int awl_grad(awl_tensor *root, int n, awl_tensor *const *inputs, awl_tensor **gr
         p.captured = grads;
         awl_node *start = start_node(root);
         status = run_pass(&p, start, grad);
-        release_node(start);
-        for (int i = 0; i < n; i++) release_node(targets[i]);
+        awl_node_release(start);
+        for (int i = 0; i < n; i++) awl_node_release(targets[i]);
     }
     free(targets);
     awl_scope_end();

@@ -74,7 +74,7 @@ bool awl_fused_kernels_enabled(void) { return !fused_disabled; }
 
 static uint64_t next_sequence;
 
-static void node_release(awl_node *n)
+void awl_node_release(awl_node *n)
 {
     if (n && --n->base.refcount == 0) n->base.destroy(&n->base);
 }
@@ -91,7 +91,7 @@ static void node_destroy(awl_node_base *base)
 {
     awl_node *n = (awl_node *)base;
     node_drop_saved(n);
-    for (int i = 0; i < n->n_inputs; i++) node_release(n->inputs[i].node);
+    for (int i = 0; i < n->n_inputs; i++) awl_node_release(n->inputs[i].node);
     if (n->leaf) {
         n->leaf->grad_accumulator = NULL;
         awl_release(n->leaf);
@@ -158,7 +158,7 @@ awl_node *awl_node_record(awl_tensor *out, const char *name, awl_backward_fn bac
             in->node = awl_grad_accumulator(t);
         }
     }
-    if (out->grad_fn) node_release(awl_grad_fn(out));
+    if (out->grad_fn) awl_node_release(awl_grad_fn(out));
     out->grad_fn = &n->base;
     out->requires_grad = true;
     return n;

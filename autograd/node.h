@@ -103,6 +103,8 @@ static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
 /* For the engine and activation checkpointing: a leaf's accumulate node
  * (one more reference), and dropping a node's saved tensors once it ran. */
 awl_node *awl_grad_accumulator(awl_tensor *leaf);
+/* Drops one reference to a node (NULL is a no-op); the last frees it. */
+void awl_node_release(awl_node *node);
 void awl_node_free_saved(awl_node *node);
 
 /* The autograd node of a tensor, or NULL for a leaf. */

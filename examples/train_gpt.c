@@ -661,11 +661,8 @@ static int run(trainer *t)
         fprintf(stderr, "train_gpt: --precision must be fp32, tf32 or bf16\n");
         return -1;
     }
-    if (!awl_device_available(s->device)) {
-        awl_device d;
-        awl_device_parse(s->device, &d);
-        return fail("--device");
-    }
+    awl_device device;
+    if (awl_device_parse(s->device, &device) < 0) return fail("--device");
     awl_train_state resumed = {0};
     bool resuming = s->resume != NULL;
     if (resuming) {
