@@ -80,7 +80,11 @@ typedef struct tt {
 
 static size_t esize(awl_dtype dt) { return awl_dtype_size(dt); }
 
-static int64_t view_off(const awl_view *v, const int64_t *idx)
+/* noinline: once this is inlined into a caller that passes &j for a 1-D view,
+ * GCC 12 cannot see that v->ndim bounds the reads and warns (-Werror) that
+ * idx[1..] "may be used uninitialized"; which CPUs trigger it depends on
+ * -march=native's cost model. */
+__attribute__((noinline)) static int64_t view_off(const awl_view *v, const int64_t *idx)
 {
     int64_t off = v->offset;
     for (int d = 0; d < v->ndim; d++) off += idx[d] * v->strides[d];
