@@ -349,13 +349,25 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         drop(&y);
         drop(&d);
     }
-    /* causal attention: f32, bf16 on tensor cores, bf16 on CUDA cores */
-    const char *att_names[3][2] = {{"attention_forward f32", "attention_backward f32"},
-                                   {"attention_forward bf16", "attention_backward bf16"},
-                                   {"attention_forward bf16 simt", "attention_backward bf16 simt"}};
-    for (int t = 0; t < 3; t++) {
-        awl_dtype dt = t ? AWL_BF16 : AWL_F32;
-        if (t == 2) setenv("AWL_CUDA_ATTENTION", "simt", 1);
+    /* causal attention on every rung: tensor cores (f32 as 3xTF32, TF32
+     * mode, bf16) and CUDA cores (simt); ceiling: the matching GEMM rate */
+    static const struct {
+        awl_dtype dt;
+        bool simt, tf32;
+        int ceiling; /* index into gemm_tflops */
+        const char *suffix;
+    } rungs[] = {{AWL_F32, false, false, 0, "f32"},
+                 {AWL_F32, false, true, 1, "f32 tf32"},
+                 {AWL_F32, true, false, 0, "f32 simt"},
+                 {AWL_BF16, false, false, 2, "bf16"},
+                 {AWL_BF16, true, false, 2, "bf16 simt"}};
+    for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
+        awl_dtype dt = rungs[t].dt;
+        if (rungs[t].simt) setenv("AWL_CUDA_ATTENTION", "simt", 1);
+        be->set_matmul_fast_fp32(rungs[t].tf32);
+        char fwd_name[64], bwd_name[64];
+        snprintf(fwd_name, sizeof fwd_name, "attention_forward %s", rungs[t].suffix);
+        snprintf(bwd_name, sizeof bwd_name, "attention_backward %s", rungs[t].suffix);
         dbuf q = MAKE(dt, -1, 1, B, H, T, D), k = MAKE(dt, -1, 1, B, H, T, D),
              v = MAKE(dt, -1, 1, B, H, T, D), o = MAKE(dt, -1, 1, B, H, T, D),
              lse = MAKE(AWL_F32, 0, 1, B, H, T), dq = MAKE(dt, -1, 1, B, H, T, D),
@@ -363,10 +375,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
              dout = MAKE(dt, -1, 1, B, H, T, D);
         views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v}, .d0 = 1.0 / sqrt((double)D)};
         double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
-        report_flops(name, att_names[t][0], time_ms(b_att, &f), flops, t ? 2 : 0);
+        report_flops(name, fwd_name, time_ms(b_att, &f), flops, rungs[t].ceiling);
         be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true);
         views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v}, .d0 = f.d0};
-        report_flops(name, att_names[t][1], time_ms(b_att_bwd, &g), 2.5 * flops, t ? 2 : 0);
+        report_flops(name, bwd_name, time_ms(b_att_bwd, &g), 2.5 * flops, rungs[t].ceiling);
+        be->set_matmul_fast_fp32(false);
         unsetenv("AWL_CUDA_ATTENTION");
         drop(&q);
         drop(&k);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # scripts/gpu_run.sh - build awl on a GPU machine and run its GPU stages.
 #
-#     STAGES=tests,bench,train bash scripts/gpu_run.sh      # STAGES=all is the same
+#     STAGES=tests,kernels,bench,train bash scripts/gpu_run.sh   # STAGES=all is the same
 #
 # Made for the lent H200 machine (the `device` tool: one `run` with carry
 # [".cudadev"]), whose image has nvcc, gcc and PyTorch but no pkg-config,
@@ -21,6 +21,9 @@
 #   tests  test_cuda, test_backend on cuda, test_autocast, the op/nn/gradcheck
 #          suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only suites, all at
 #          once (one process each, CK_FORK=no), each under TEST_TIMEOUT;
+#   kernels  bench_cuda: every fused kernel (and each attention rung) against
+#          the copy and GEMM ceilings measured in the same process; JSON
+#          lines in $OUT/kernels.jsonl;
 #   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
 #          for the pairs in TORCH_COMPILE) on shakespeare-char and gpt2-124m
 #          in fp32, tf32 and bf16; JSON lines in $OUT/bench.jsonl;
@@ -50,7 +53,7 @@ D=$ROOT/.cudadev
 OUT=${OUT:-$ROOT/gpu_out}
 B=${AWL_GPU_BUILD:-/tmp/awl-gpu}
 STAGES=${STAGES:-all}
-[ "$STAGES" = all ] && STAGES=tests,bench,train
+[ "$STAGES" = all ] && STAGES=tests,kernels,bench,train
 BENCH_STEPS=${BENCH_STEPS:-10}
 BENCH_WARMUP=${BENCH_WARMUP:-3}
 BENCH_CONFIGS=${BENCH_CONFIGS:-shakespeare-char gpt2-124m}
@@ -114,7 +117,8 @@ shopt -s nullglob
 LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c
          backends/cuda/*.cu)
 TEST_SRC=(tests/test_*.c)
-PROG_SRC=(tests/helpers/*.c examples/train_gpt.c bench/bench_gpt.c "${TEST_SRC[@]}")
+PROG_SRC=(tests/helpers/*.c examples/train_gpt.c bench/bench_gpt.c bench/bench_cuda.c
+          "${TEST_SRC[@]}")
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
 rm -f "$B/FAILED"
 t0=$(date +%s)
@@ -132,6 +136,7 @@ link() { # name, objects...
 if [ ! -e "$B/FAILED" ]; then
     spawn link train_gpt "$B/obj/examples_train_gpt.c.o"
     spawn link bench_gpt "$B/obj/bench_bench_gpt.c.o"
+    spawn link bench_cuda "$B/obj/bench_bench_cuda.c.o"
     for src in "${TEST_SRC[@]}"; do
         name=$(basename "$src" .c)
         spawn link "$name" "$B/obj/${src//\//_}.o" "${HELPERS[@]}"
@@ -189,6 +194,15 @@ stage_tests() {
     grep -h "bf16 vs fp32\|checkpointed blocks\|AdamW steps on one batch" "$B/log/run_test_autocast.log" |
         sed 's/^/autocast: /' | tee -a "$SUMMARY"
     row "tests: $(( $(date +%s) - t0 )) s"
+}
+
+# ---- kernels ----------------------------------------------------------------------------
+stage_kernels() {
+    echo "== kernels: bench_cuda against the copy and GEMM ceilings"
+    local t0=$(date +%s)
+    timeout 240 "$BIN/bench_cuda" > "$OUT/kernels.jsonl" 2>&1
+    grep -E "ceiling|attention" "$OUT/kernels.jsonl"
+    row "kernels: $(( $(date +%s) - t0 )) s (all lines in kernels.jsonl)"
 }
 
 # ---- bench ------------------------------------------------------------------------------
@@ -289,6 +303,7 @@ stage_train() {
 }
 
 has_stage tests && stage_tests
+has_stage kernels && stage_kernels
 has_stage bench && stage_bench
 has_stage train && stage_train
 row ""

@@ -1029,20 +1029,26 @@ END_TEST
 
 typedef struct att_ctx {
     double scale;
-    bool causal;
+    bool causal, tf32;
 } att_ctx;
 
 static int fn_att_fwd(const awl_backend *be, awl_view *const *v, const void *ctx)
 {
     const att_ctx *a = ctx;
-    return be->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->causal);
+    if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(true);
+    int rc = be->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->causal);
+    if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(false);
+    return rc;
 }
 
 static int fn_att_bwd(const awl_backend *be, awl_view *const *v, const void *ctx)
 {
     const att_ctx *a = ctx;
-    return be->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], a->scale,
-                                  a->causal);
+    if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(true);
+    int rc = be->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], a->scale,
+                                    a->causal);
+    if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(false);
+    return rc;
 }
 
 /* q, k or v as a slice of a fused (B, T, 3, H, D) projection: strides along
@@ -1063,17 +1069,28 @@ START_TEST(test_attention)
 {
     const int64_t shapes[][4] = {
         {2, 3, 100, 64}, {1, 2, 256, 128}, {2, 2, 67, 32}, {1, 1, 130, 80}};
-    /* t: float32, bfloat16 on tensor cores, bfloat16 on the CUDA-core rung */
-    for (int t = 0; t < 3; t++)
+    /* Every rung: tensor cores (float32 as 3xTF32, or TF32 in TF32 mode;
+     * bfloat16 mma) and the CUDA-core kernels (AWL_CUDA_ATTENTION=simt). */
+    static const struct {
+        awl_dtype dt;
+        bool simt, tf32;
+        double tol_fwd, tol_bwd;
+        const char *name;
+    } modes[] = {
+        {AWL_F32, false, false, 1e-5, 1e-4, ""},      {AWL_F32, false, true, 5e-3, 1e-2, " tf32"},
+        {AWL_F32, true, false, 1e-5, 1e-4, " simt"},  {AWL_BF16, false, false, 1e-2, 2e-2, ""},
+        {AWL_BF16, true, false, 1e-2, 2e-2, " simt"},
+    };
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
         for (int s = 0; s < 4; s++)
             for (int causal = 0; causal < 2; causal++) {
-                awl_dtype dt = t ? AWL_BF16 : AWL_F32;
-                if (t == 2)
+                awl_dtype dt = modes[m].dt;
+                if (modes[m].simt)
                     setenv("AWL_CUDA_ATTENTION", "simt", 1);
                 else
                     unsetenv("AWL_CUDA_ATTENTION");
                 int64_t B = shapes[s][0], H = shapes[s][1], T = shapes[s][2], D = shapes[s][3];
-                att_ctx a = {1.0 / sqrt((double)D), causal == 1};
+                att_ctx a = {1.0 / sqrt((double)D), causal == 1, modes[m].tf32};
                 bool strided = s % 2 == 0;
                 operand q = strided ? qkv_slice(IN, dt, B, H, T, D, 0)
                                     : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
@@ -1086,9 +1103,9 @@ START_TEST(test_attention)
                            .fn = fn_att_fwd,
                            .ctx = &a,
                            .ref_f32 = true,
-                           .tol = t ? 1e-2 : 1e-5};
+                           .tol = modes[m].tol_fwd};
                 snprintf(f.name, sizeof f.name, "attention %s%s (%lld,%lld,%lld,%lld) causal %d%s",
-                         awl_dtype_name(dt), t == 2 ? " simt" : "", (long long)B, (long long)H,
+                         awl_dtype_name(dt), modes[m].name, (long long)B, (long long)H,
                          (long long)T, (long long)D, causal, strided ? " strided" : "");
                 run_case(&f);
                 operand dq =
@@ -1101,10 +1118,10 @@ START_TEST(test_attention)
                            .fn = fn_att_bwd,
                            .ctx = &a,
                            .ref_f32 = true,
-                           .tol = t ? 2e-2 : 1e-4};
+                           .tol = modes[m].tol_bwd};
                 snprintf(b.name, sizeof b.name,
                          "attention_backward %s%s (%lld,%lld,%lld,%lld) causal %d%s",
-                         awl_dtype_name(dt), t == 2 ? " simt" : "", (long long)B, (long long)H,
+                         awl_dtype_name(dt), modes[m].name, (long long)B, (long long)H,
                          (long long)T, (long long)D, causal, strided ? " strided" : "");
                 run_case(&b);
             }

@@ -29,10 +29,11 @@
  *   across key tiles with float atomics, whose order varies from run to run.
  *
  * These are the CUDA-core rung of the kernel ladder (docs/cuda.md): FFMA on
- * float tiles. float32 always runs here (exact float arithmetic, no TF32);
- * bfloat16 runs on the tensor-core kernels of cuda_attention_mma.cu, or here
- * (widened to float in shared memory) when AWL_CUDA_ATTENTION=simt, which
- * the tests and the benchmark use to compare the two rungs. D up to 128
+ * float tiles. By default float32 and bfloat16 run on the tensor-core
+ * kernels of cuda_attention_mma.cu (float32 as 3xTF32, or plain TF32 in TF32
+ * mode); they run here (bfloat16 widened to float in shared memory) when
+ * AWL_CUDA_ATTENTION=simt, which the tests and the benchmark use to compare
+ * the two rungs. D up to 128
  * (tiles padded to 64 or 128 columns); other dtypes AWL_ERR_UNSUPPORTED.
  */
 #include <stdlib.h>
@@ -408,40 +409,13 @@ int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const hea
     return awlc_check_launch("attention_forward");
 }
 
-/* bfloat16 goes to the tensor-core kernels unless AWL_CUDA_ATTENTION=simt
- * asks for the CUDA-core rung (for comparisons; read on every call). */
-template <typename T> bool tensor_cores(const heads<T> &) { return false; }
-template <> bool tensor_cores(const heads<awl_bf16> &)
+/* float32 and bfloat16 go to the tensor-core kernels unless
+ * AWL_CUDA_ATTENTION=simt asks for the CUDA-core rung (for comparisons; read
+ * on every call). */
+bool tensor_cores(void)
 {
     const char *env = getenv("AWL_CUDA_ATTENTION");
     return !(env && strcmp(env, "simt") == 0);
-}
-
-/* The tensor-core kernels exist for bfloat16 only. */
-int mma_backward(const heads<float> &, const heads<float> &, const heads<float> &,
-                 const heads<float> &, const heads<float> &, const heads<float> &,
-                 const heads<float> &, const lse_ref &, const float *, const att_dims &)
-{
-    return AWL_ERR_UNSUPPORTED;
-}
-
-int mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk, const heads<awl_bf16> &dv,
-                 const heads<awl_bf16> &dout, const heads<awl_bf16> &q, const heads<awl_bf16> &k,
-                 const heads<awl_bf16> &v, const lse_ref &l, const float *Dv, const att_dims &a)
-{
-    return awlc_attention_mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
-}
-
-int mma_forward(const heads<float> &, const lse_ref &, const heads<float> &, const heads<float> &,
-                const heads<float> &, const att_dims &)
-{
-    return AWL_ERR_UNSUPPORTED;
-}
-
-int mma_forward(const heads<awl_bf16> &o, const lse_ref &l, const heads<awl_bf16> &q,
-                const heads<awl_bf16> &k, const heads<awl_bf16> &v, const att_dims &a)
-{
-    return awlc_attention_mma_forward(o, l, q, k, v, a);
 }
 
 template <int DP, typename T>
@@ -457,8 +431,8 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
     attn_rowdot_kernel<T><<<awlc_grid_for(rows * AWLC_WARP, 256), 256>>>(Dv, dout, out, a);
     st = awlc_check_launch("attention_backward rowdot");
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.H);
-    if (st == AWL_OK && tensor_cores(dout)) {
-        st = mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
+    if (st == AWL_OK && tensor_cores()) {
+        st = awlc_attention_mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
         awlc_scratch_free(Dv, dbytes);
         return st;
     }
@@ -495,7 +469,7 @@ int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_v
             return AWL_ERR_UNSUPPORTED;
         AWLC_TRY_STATUS(awlc_enter(out->data));
         if (a.B * a.H * a.T == 0) return AWL_OK;
-        if (tensor_cores(hq)) return mma_forward(ho, l, hq, hk, hv, a);
+        if (tensor_cores()) return awlc_attention_mma_forward(ho, l, hq, hk, hv, a);
         return a.D <= 64 ? fwd_launch<64>(ho, l, hq, hk, hv, a)
                          : fwd_launch<128>(ho, l, hq, hk, hv, a);
     };

@@ -1,9 +1,9 @@
 /*
  * backends/cuda/cuda_attention.cuh - what the two attention files share.
  *
- * cuda_attention.cu holds the entries, the float (CUDA-core) kernels and the
- * backward's row dot product; cuda_attention_mma.cu the bfloat16 kernels on
- * tensor cores. Both read q, k, v (B, H, T, D) through `heads` (strides along
+ * cuda_attention.cu holds the entries, the CUDA-core kernels and the
+ * backward's row dot product; cuda_attention_mma.cu the tensor-core
+ * kernels. Both read q, k, v (B, H, T, D) through `heads` (strides along
  * B, H, T; D contiguous) and the saved log-sum-exp through `lse_ref`.
  */
 #ifndef AWL_BACKENDS_CUDA_ATTENTION_CUH
@@ -40,18 +40,24 @@ static __device__ __forceinline__ bool att_visible(int q, int k, const att_dims 
     return k < a.T && q < a.T && (!a.causal || k <= q);
 }
 
-/* bfloat16 forward on tensor cores: AWL_OK, AWL_ERR_UNSUPPORTED (D > 128),
- * or a device error. */
+/* Forward on tensor cores (cuda_attention_mma.cu): bfloat16 on bf16 mma,
+ * float32 on TF32 mma (three passes for float32 accuracy, one in TF32 mode).
+ * AWL_OK, AWL_ERR_UNSUPPORTED (D > 128), or a device error. */
 int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
                                const heads<awl_bf16> &q, const heads<awl_bf16> &k,
                                const heads<awl_bf16> &v, const att_dims &a);
+int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, const heads<float> &q,
+                               const heads<float> &k, const heads<float> &v, const att_dims &a);
 
-/* bfloat16 backward on tensor cores, given Dv[(b*H + h)*T + t] =
- * rowsum(dout * out). */
+/* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out). */
 int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk,
                                 const heads<awl_bf16> &dv, const heads<awl_bf16> &dout,
                                 const heads<awl_bf16> &q, const heads<awl_bf16> &k,
                                 const heads<awl_bf16> &v, const lse_ref &lse, const float *Dv,
                                 const att_dims &a);
+int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
+                                const heads<float> &dv, const heads<float> &dout,
+                                const heads<float> &q, const heads<float> &k, const heads<float> &v,
+                                const lse_ref &lse, const float *Dv, const att_dims &a);
 
 #endif

@@ -1,36 +1,55 @@
 /*
- * backends/cuda/cuda_attention_mma.cu - bfloat16 attention on tensor cores.
+ * backends/cuda/cuda_attention_mma.cu - attention on tensor cores.
  *
  * The second rung of the attention ladder (docs/cuda.md): the same tiling
  * and the same algorithm as the float kernels of cuda_attention.cu (online
  * softmax forward; backward split into a dK/dV kernel and a dQ kernel so
- * that nothing is added with atomics), but every tile product is an
- * mma.sync.m16n8k16 (bf16 inputs, float32 accumulators) issued by one warp
- * on its own 16 rows, as in FlashAttention-2 (Dao, 2023).
+ * that nothing is added with atomics), but every tile product is a warp-wide
+ * mma.sync issued by one warp on its own 16 rows, as in FlashAttention-2
+ * (Dao, 2023). One algorithm, two instruction families, chosen by a policy
+ * type that the kernels take as a template parameter:
  *
- * Fragment layouts (PTX ISA, "mma.m16n8k16"), with g = lane / 4 and
- * t = lane % 4: A (16 x 16, row-major) holds in its four 32-bit registers
- * the bf16 pairs (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..);
- * B (16 x 8) the pairs (k = 2t..2t+1, n = g) and (k = 2t+8.., n = g);
- * C (16 x 8 floats) the pairs (g, 2t..2t+1) and (g+8, 2t..2t+1).
- * So:
- *   - every tile sits in shared memory row-major, as read from global memory
- *     (16-byte loads); B fragments come from ldmatrix: plain when B's
- *     columns are the tile's rows (K in S = Q K^T), .trans when B runs down
- *     the tile's columns (V in O = P V), so no tile is ever transposed;
- *   - the scores' C fragments of two neighbouring 8-column blocks are
- *     exactly the A fragment of the next product (P V, dS K, ...), so P and
- *     dS never touch shared memory: they are rounded to bf16 in registers;
- *   - a row's values live in the 4 lanes of one g: row max and sum take two
- *     shuffles.
- * Tile rows are padded by 8 bf16 (16 bytes) so that the 8 rows an ldmatrix
- * reads, and the 32 lanes' 32-bit A-fragment loads, fall in different banks.
- * Only tiles that cross the causal diagonal or the end of the sequence
- * evaluate the mask.
+ *   bf16_mma      bfloat16 tensors: mma.m16n8k16 (bf16 inputs, float32
+ *                 accumulators); B fragments through ldmatrix.
+ *   tf32_mma<P>   float32 tensors: mma.m16n8k8 with TF32 inputs (10-bit
+ *                 mantissas). P = 1 pass in TF32 mode, as cuBLAS's TF32
+ *                 matmuls; P = 3 passes in the default float32 mode: each
+ *                 operand is split as big + small, both TF32, and
+ *                 small*big + big*small + big*big keeps about float32's
+ *                 accuracy ("3xTF32", Ootomo and Yokota, 2022).
  *
- * Blocks are 4 warps on 64 rows; D is padded with zeros to 64 or 128.
- * Scores are scaled by scale * log2(e) so that exp2 does the exponentials;
- * lse is stored in natural-log units like the float kernels'.
+ * The accumulator (C) fragment of both instructions is the same 16 x 8
+ * floats: with g = lane / 4 and t = lane % 4, a lane holds (g, 2t..2t+1) and
+ * (g+8, 2t..2t+1) (PTX ISA, "Matrix fragments for mma.m16n8k16/k8"). So
+ * masking, the online softmax and the backward's dS are written once, on
+ * that layout; a policy supplies only how tiles sit in shared memory and
+ * three tile products:
+ *   load_a       A fragments of the warp's 16 rows of a tile (Q, K, V, dO);
+ *   scores       S (16 x 64) = A times a 64-row tile, transposed (Q K^T);
+ *   accumulate   O (16 x DP) += W (16 x 64, C fragments) times a tile (P V).
+ *
+ * bfloat16 (A: pairs (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..);
+ * B: pairs (k = 2t.., n = g), (k = 2t+8.., n = g)): tiles are row-major as
+ * read from global memory; ldmatrix gives B fragments, plain when B's
+ * columns are the tile's rows (K in Q K^T), .trans when B runs down the
+ * tile's columns (V in P V), so no tile is ever transposed; the scores' C
+ * fragments of two neighbouring 8-column blocks are exactly the next
+ * product's A fragment, so P and dS are rounded to bf16 in registers. Rows
+ * are padded by 8 bf16 (16 bytes): ldmatrix rows and A loads hit distinct
+ * banks.
+ *
+ * TF32 (A: (g, t), (g+8, t), (g, t+4), (g+8, t+4); B: (k = t, n = g),
+ * (k = t+4, n = g)): scalar shared-memory loads, rows padded by 4 floats, so
+ * row stride = 4 (mod 32 banks) and lane (g, t) reads bank 4g + t. A C
+ * fragment is not an A fragment here, but the sum over k does not care in
+ * which order k runs: accumulate feeds the lane's own (g, 2t) and (g, 2t+1)
+ * as k = t and k = t + 4, and loads B's rows 2t and 2t + 1 to match
+ * (banks 8t + g), so P and dS still never leave registers.
+ *
+ * Blocks are 4 warps on 64 rows; D is padded with zeros to 64 or 128. Only
+ * tiles that cross the causal diagonal or the end of the sequence evaluate
+ * the mask. Scores are scaled by scale * log2(e) so that exp2 does the
+ * exponentials; lse is stored in natural-log units like the float kernels'.
  */
 #include "backends/cuda/cuda_attention.cuh"
 
@@ -41,6 +60,8 @@ const int BR = 64;       /* rows of a tile */
 const int THREADS = 128; /* 4 warps x 16 rows */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
+
+/* ---- bfloat16: mma.m16n8k16 ------------------------------------------------------ */
 
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
@@ -54,12 +75,6 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
 __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 {
     return (uint32_t)awl_float_to_bf16(lo).bits | ((uint32_t)awl_float_to_bf16(hi).bits << 16);
-}
-
-/* The 32-bit word holding elements (r, c) and (r, c + 1) of a tile. */
-__device__ __forceinline__ uint32_t word(const uint16_t *tile, int stride, int r, int c)
-{
-    return *reinterpret_cast<const uint32_t *>(tile + r * stride + c);
 }
 
 /* Four 8 x 8 bf16 matrices from shared memory; lane i gives the address of
@@ -81,90 +96,209 @@ __device__ __forceinline__ void ldsm4_t(uint32_t r[4], const uint16_t *p)
                  : "r"(a));
 }
 
-/* Rows [t0, t0 + 64) of one head into tile (row-major, row stride DP + 8).
- * Rows past T and columns past D are zero. 16-byte loads where aligned. */
-template <int DP>
-__device__ void load_tile(uint16_t *tile, const heads<awl_bf16> &x, int b, int h, int t0,
-                          const att_dims &a)
-{
-    const int CH = DP / 8; /* 8-element chunks per row */
-    for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
-        int r = idx / CH, c = (idx % CH) * 8, t = t0 + r;
-        awlc_pack<uint16_t, 8> v;
+struct bf16_mma {
+    typedef awl_bf16 elem;             /* tensors in global memory */
+    typedef uint16_t word;             /* tiles in shared memory */
+    static const int PAD = 8, KS = 16; /* row padding (words); k of one mma */
+
+    static __device__ __forceinline__ word to_word(awl_bf16 x) { return x.bits; }
+
+    /* The 32-bit word holding elements (r, c) and (r, c + 1) of a tile. */
+    template <int DP>
+    static __device__ __forceinline__ uint32_t pair(const word *tile, int r, int c)
+    {
+        return *reinterpret_cast<const uint32_t *>(tile + r * (DP + PAD) + c);
+    }
+
+    template <int DP>
+    static __device__ __forceinline__ void load_a(uint32_t f[DP / KS][4], const word *tile, int r0,
+                                                  int g, int t)
+    {
 #pragma unroll
-        for (int e = 0; e < 8; e++) v.v[e] = 0;
-        if (t < a.T) {
-            const awl_bf16 *src = row_ptr(x, b, h, t) + c;
-            if (c + 8 <= a.D && ((uintptr_t)src & 15u) == 0) {
-                v = *reinterpret_cast<const awlc_pack<uint16_t, 8> *>(src);
-            } else {
+        for (int ks = 0; ks < DP / KS; ks++) {
+            f[ks][0] = pair<DP>(tile, r0 + g, ks * 16 + 2 * t);
+            f[ks][1] = pair<DP>(tile, r0 + g + 8, ks * 16 + 2 * t);
+            f[ks][2] = pair<DP>(tile, r0 + g, ks * 16 + 2 * t + 8);
+            f[ks][3] = pair<DP>(tile, r0 + g + 8, ks * 16 + 2 * t + 8);
+        }
+    }
+
+    /* Plain ldmatrix: matrices 0-3 are (rows nb*8.., cols ks*16),
+     * (nb*8.., ks*16+8), ((nb+1)*8.., ks*16), ((nb+1)*8.., ks*16+8), i.e.
+     * b0, b1 of column blocks nb and nb + 1. */
+    template <int DP>
+    static __device__ __forceinline__ void scores(float acc[8][4], const uint32_t af[DP / KS][4],
+                                                  const word *tile, int lane)
+    {
+        int mi = lane / 8, rr = lane % 8;
 #pragma unroll
-                for (int e = 0; e < 8; e++)
-                    if (c + e < a.D) v.v[e] = src[e].bits;
+        for (int nb = 0; nb < 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2)
+#pragma unroll
+            for (int ks = 0; ks < DP / KS; ks++) {
+                uint32_t r[4];
+                ldsm4(r, tile + ((nb + mi / 2) * 8 + rr) * (DP + PAD) + ks * 16 + (mi % 2) * 8);
+                mma16816(acc[nb], af[ks], r[0], r[1]);
+                mma16816(acc[nb + 1], af[ks], r[2], r[3]);
+            }
+    }
+
+    /* ldmatrix.trans: matrices (rows kc*16.., cols nb*8), (kc*16+8.., nb*8),
+     * (kc*16.., (nb+1)*8), (kc*16+8.., (nb+1)*8) give b0, b1 of column
+     * blocks nb and nb + 1. */
+    template <int DP>
+    static __device__ __forceinline__ void accumulate(float acc[DP / 8][4], const float w[8][4],
+                                                      const word *tile, int lane)
+    {
+        int mi = lane / 8, rr = lane % 8;
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            uint32_t a[4] = {pack2(w[2 * kc][0], w[2 * kc][1]), pack2(w[2 * kc][2], w[2 * kc][3]),
+                             pack2(w[2 * kc + 1][0], w[2 * kc + 1][1]),
+                             pack2(w[2 * kc + 1][2], w[2 * kc + 1][3])};
+#pragma unroll
+            for (int nb = 0; nb < DP / 8; nb += 2) {
+                uint32_t r[4];
+                ldsm4_t(r, tile + (kc * 16 + (mi % 2) * 8 + rr) * (DP + PAD) + (nb + mi / 2) * 8);
+                mma16816(acc[nb], a, r[0], r[1]);
+                mma16816(acc[nb + 1], a, r[2], r[3]);
             }
         }
-        *reinterpret_cast<awlc_pack<uint16_t, 8> *>(tile + r * (DP + 8) + c) = v;
     }
+};
+
+/* ---- float32: mma.m16n8k8 on TF32 --------------------------------------------------- */
+
+__device__ __forceinline__ void mma1688(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* A fragments of this warp's 16 rows of a row-major tile, all of DP. */
-template <int DP>
-__device__ __forceinline__ void load_a(uint32_t f[DP / 16][4], const uint16_t *tile, int r0, int g,
-                                       int t)
+/* x rounded to TF32 (nearest, ties away from zero), as the bits of a float. */
+__device__ __forceinline__ uint32_t to_tf32(float x)
 {
-#pragma unroll
-    for (int ks = 0; ks < DP / 16; ks++) {
-        f[ks][0] = word(tile, DP + 8, r0 + g, ks * 16 + 2 * t);
-        f[ks][1] = word(tile, DP + 8, r0 + g + 8, ks * 16 + 2 * t);
-        f[ks][2] = word(tile, DP + 8, r0 + g, ks * 16 + 2 * t + 8);
-        f[ks][3] = word(tile, DP + 8, r0 + g + 8, ks * 16 + 2 * t + 8);
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* An operand of P passes: big = tf32(x), and for P = 3 also
+ * small = tf32(x - big), the bits big dropped. */
+template <int P> struct tf32_split {
+    uint32_t big, small;
+    __device__ __forceinline__ explicit tf32_split(float x)
+    {
+        big = to_tf32(x);
+        small = P == 3 ? to_tf32(x - __uint_as_float(big)) : 0u;
     }
-}
+};
 
-/* acc[nb] (16 x 8 blocks, nb < 8) = A (16 x DP, fragments) times the 64 rows
- * of a row-major tile, transposed: S = Q K^T for one key tile. The tile's
- * rows are B's columns, so plain ldmatrix gives B fragments: matrices 0-3
- * are (rows nb*8.., cols ks*16), (nb*8.., ks*16+8), ((nb+1)*8.., ks*16),
- * ((nb+1)*8.., ks*16+8), i.e. b0, b1 of blocks nb and nb + 1. */
-template <int DP>
-__device__ __forceinline__ void scores(float acc[8][4], const uint32_t af[DP / 16][4],
-                                       const uint16_t *tile, int lane)
-{
-    int mi = lane / 8, rr = lane % 8;
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
-#pragma unroll
-    for (int nb = 0; nb < 8; nb += 2)
-#pragma unroll
-        for (int ks = 0; ks < DP / 16; ks++) {
-            uint32_t r[4];
-            ldsm4(r, tile + ((nb + mi / 2) * 8 + rr) * (DP + 8) + ks * 16 + (mi % 2) * 8);
-            mma16816(acc[nb], af[ks], r[0], r[1]);
-            mma16816(acc[nb + 1], af[ks], r[2], r[3]);
-        }
-}
+template <int P> struct tf32_mma {
+    typedef float elem;
+    typedef float word;
+    static const int PAD = 4, KS = 8;
 
-/* acc (16 x DP) += W (16 x 64, the C fragments w[nb], rounded to bf16) times
- * a row-major 64 x DP tile M. B runs down M's columns, so ldmatrix.trans:
- * matrices (rows kc*16.., cols nb*8), (kc*16+8.., nb*8), (kc*16.., (nb+1)*8),
- * (kc*16+8.., (nb+1)*8) give b0, b1 of column blocks nb and nb + 1. */
-template <int DP>
-__device__ __forceinline__ void accumulate(float acc[DP / 8][4], const float w[8][4],
-                                           const uint16_t *tile, int lane)
-{
-    int mi = lane / 8, rr = lane % 8;
-#pragma unroll
-    for (int kc = 0; kc < 4; kc++) {
-        uint32_t a[4] = {pack2(w[2 * kc][0], w[2 * kc][1]), pack2(w[2 * kc][2], w[2 * kc][3]),
-                         pack2(w[2 * kc + 1][0], w[2 * kc + 1][1]),
-                         pack2(w[2 * kc + 1][2], w[2 * kc + 1][3])};
-#pragma unroll
-        for (int nb = 0; nb < DP / 8; nb += 2) {
-            uint32_t r[4];
-            ldsm4_t(r, tile + (kc * 16 + (mi % 2) * 8 + rr) * (DP + 8) + (nb + mi / 2) * 8);
-            mma16816(acc[nb], a, r[0], r[1]);
-            mma16816(acc[nb + 1], a, r[2], r[3]);
+    static __device__ __forceinline__ word to_word(float x) { return x; }
+
+    /* c += a b, with a (4 floats as bits, split once per k step) and b. */
+    static __device__ __forceinline__ void mma(float c[4], const tf32_split<P> a[4], float b0,
+                                               float b1)
+    {
+        tf32_split<P> x(b0), y(b1);
+        uint32_t big[4] = {a[0].big, a[1].big, a[2].big, a[3].big};
+        if (P == 3) {
+            uint32_t small[4] = {a[0].small, a[1].small, a[2].small, a[3].small};
+            mma1688(c, small, x.big, y.big);
+            mma1688(c, big, x.small, y.small);
         }
+        mma1688(c, big, x.big, y.big);
+    }
+
+    template <int DP>
+    static __device__ __forceinline__ void load_a(uint32_t f[DP / KS][4], const word *tile, int r0,
+                                                  int g, int t)
+    {
+        const word *lo = tile + (r0 + g) * (DP + PAD) + t, *hi = lo + 8 * (DP + PAD);
+#pragma unroll
+        for (int ks = 0; ks < DP / KS; ks++) {
+            f[ks][0] = __float_as_uint(lo[ks * 8]);
+            f[ks][1] = __float_as_uint(hi[ks * 8]);
+            f[ks][2] = __float_as_uint(lo[ks * 8 + 4]);
+            f[ks][3] = __float_as_uint(hi[ks * 8 + 4]);
+        }
+    }
+
+    /* B (k = t and t + 4, n = g) of column block nb is the tile's row
+     * nb * 8 + g, columns ks * 8 + t and + 4. */
+    template <int DP>
+    static __device__ __forceinline__ void scores(float acc[8][4], const uint32_t af[DP / KS][4],
+                                                  const word *tile, int lane)
+    {
+        int g = lane / 4, t = lane % 4;
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < DP / KS; ks++) {
+            const tf32_split<P> a[4] = {tf32_split<P>(__uint_as_float(af[ks][0])),
+                                        tf32_split<P>(__uint_as_float(af[ks][1])),
+                                        tf32_split<P>(__uint_as_float(af[ks][2])),
+                                        tf32_split<P>(__uint_as_float(af[ks][3]))};
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++) {
+                const word *b = tile + (nb * 8 + g) * (DP + PAD) + ks * 8 + t;
+                mma(acc[nb], a, b[0], b[4]);
+            }
+        }
+    }
+
+    /* k = t and t + 4 of key block kc stand for keys 2t and 2t + 1: A is the
+     * lane's own C fragment, B the tile's rows kc * 8 + 2t and + 1. */
+    template <int DP>
+    static __device__ __forceinline__ void accumulate(float acc[DP / 8][4], const float w[8][4],
+                                                      const word *tile, int lane)
+    {
+        int g = lane / 4, t = lane % 4;
+#pragma unroll
+        for (int kc = 0; kc < 8; kc++) {
+            const tf32_split<P> a[4] = {tf32_split<P>(w[kc][0]), tf32_split<P>(w[kc][2]),
+                                        tf32_split<P>(w[kc][1]), tf32_split<P>(w[kc][3])};
+            const word *b = tile + (kc * 8 + 2 * t) * (DP + PAD) + g;
+#pragma unroll
+            for (int nb = 0; nb < DP / 8; nb++) mma(acc[nb], a, b[nb * 8], b[nb * 8 + DP + PAD]);
+        }
+    }
+};
+
+/* ---- what both share ---------------------------------------------------------------- */
+
+/* Rows [t0, t0 + 64) of one head into tile (row-major, row stride DP + PAD).
+ * Rows past T and columns past D are zero. 16-byte loads where aligned. */
+template <typename M, int DP>
+__device__ void load_tile(typename M::word *tile, const heads<typename M::elem> &x, int b, int h,
+                          int t0, const att_dims &a)
+{
+    typedef typename M::word W;
+    const int V = 16 / sizeof(W), CH = DP / V; /* V-element chunks per row */
+    for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
+        int r = idx / CH, c = (idx % CH) * V, t = t0 + r;
+        awlc_pack<W, V> v;
+#pragma unroll
+        for (int e = 0; e < V; e++) v.v[e] = 0;
+        if (t < a.T) {
+            const typename M::elem *src = row_ptr(x, b, h, t) + c;
+            if (c + V <= a.D && ((uintptr_t)src & 15u) == 0) {
+                v = *reinterpret_cast<const awlc_pack<W, V> *>(src);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    if (c + e < a.D) v.v[e] = M::to_word(src[e]);
+            }
+        }
+        *reinterpret_cast<awlc_pack<W, V> *>(tile + r * (DP + M::PAD) + c) = v;
     }
 }
 
@@ -177,8 +311,8 @@ __device__ __forceinline__ bool needs_mask(int q0, int k0, const att_dims &a)
 
 /* Writes acc (this warp's rows r0 + g and r0 + g + 8, times mul[0], mul[1])
  * to rows t0 + ... of x, skipping rows past T and columns past D. */
-template <int DP>
-__device__ void store_rows(const heads<awl_bf16> &x, int b, int h, int t0, int r0,
+template <typename T, int DP>
+__device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
                            const float acc[DP / 8][4], const float mul[2], const att_dims &a, int g,
                            int t)
 {
@@ -186,12 +320,12 @@ __device__ void store_rows(const heads<awl_bf16> &x, int b, int h, int t0, int r
     for (int i = 0; i < 2; i++) {
         int row = t0 + r0 + g + 8 * i;
         if (row >= a.T) continue;
-        awl_bf16 *dst = const_cast<awl_bf16 *>(row_ptr(x, b, h, row));
+        T *dst = const_cast<T *>(row_ptr(x, b, h, row));
 #pragma unroll
         for (int nb = 0; nb < DP / 8; nb++) {
             int c = nb * 8 + 2 * t;
-            if (c < a.D) dst[c] = awl_float_to_bf16(acc[nb][2 * i] * mul[i]);
-            if (c + 1 < a.D) dst[c + 1] = awl_float_to_bf16(acc[nb][2 * i + 1] * mul[i]);
+            if (c < a.D) dst[c] = awlc_cast<T>(acc[nb][2 * i] * mul[i]);
+            if (c + 1 < a.D) dst[c + 1] = awlc_cast<T>(acc[nb][2 * i + 1] * mul[i]);
         }
     }
 }
@@ -208,23 +342,25 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int DP>
+template <typename M, int DP>
 __global__ void __launch_bounds__(THREADS)
-    fwd_kernel(heads<awl_bf16> out, lse_ref lse, heads<awl_bf16> q, heads<awl_bf16> k,
-               heads<awl_bf16> v, att_dims a)
+    fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
+               heads<typename M::elem> k, heads<typename M::elem> v, att_dims a)
 {
-    extern __shared__ __align__(16) uint16_t smem[];
-    uint16_t *Qs = smem, *Ks = Qs + BR * (DP + 8), *Vs = Ks + BR * (DP + 8);
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    typedef typename M::word W;
+    W *smem = reinterpret_cast<W *>(smem_bytes);
+    W *Qs = smem, *Ks = Qs + BR * (DP + M::PAD), *Vs = Ks + BR * (DP + M::PAD);
     int ntiles = (a.T + BR - 1) / BR;
     int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
     int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
 
-    load_tile<DP>(Qs, q, b, h, q0, a);
+    load_tile<M, DP>(Qs, q, b, h, q0, a);
     __syncthreads();
-    uint32_t qf[DP / 16][4];
-    load_a<DP>(qf, Qs, r0, g, t);
+    uint32_t qf[DP / M::KS][4];
+    M::template load_a<DP>(qf, Qs, r0, g, t);
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
@@ -233,11 +369,11 @@ __global__ void __launch_bounds__(THREADS)
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
         __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile<DP>(Ks, k, b, h, k0, a);
-        load_tile<DP>(Vs, v, b, h, k0, a);
+        load_tile<M, DP>(Ks, k, b, h, k0, a);
+        load_tile<M, DP>(Vs, v, b, h, k0, a);
         __syncthreads();
         float s[8][4];
-        scores<DP>(s, qf, Ks, lane);
+        M::template scores<DP>(s, qf, Ks, lane);
         float mx[2] = {-INFINITY, -INFINITY};
         bool mask = needs_mask(q0, k0, a);
 #pragma unroll
@@ -272,7 +408,7 @@ __global__ void __launch_bounds__(THREADS)
             o[nb][2] *= alpha[1];
             o[nb][3] *= alpha[1];
         }
-        accumulate<DP>(o, s, Vs, lane);
+        M::template accumulate<DP>(o, s, Vs, lane);
     }
     float inv[2];
 #pragma unroll
@@ -282,7 +418,7 @@ __global__ void __launch_bounds__(THREADS)
         if (t == 0 && row < a.T)
             lse.p[b * lse.sb + h * lse.sh + (int64_t)row * lse.st] = (m[i] + log2f(l[i])) * LN2;
     }
-    store_rows<DP>(out, b, h, q0, r0, o, inv, a, g, t);
+    store_rows<typename M::elem, DP>(out, b, h, q0, r0, o, inv, a, g, t);
 }
 
 /* lse (in log2 units) and Di of rows r and r + 8 of this warp. */
@@ -302,14 +438,17 @@ __device__ __forceinline__ void row_stats(float ls[2], float ds[2], const lse_re
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
  * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
-template <int DP>
+template <typename M, int DP>
 __global__ void __launch_bounds__(THREADS)
-    dkdv_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout, heads<awl_bf16> q,
-                heads<awl_bf16> k, heads<awl_bf16> v, lse_ref lse, const float *Dv, att_dims a)
+    dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
+                heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
+                heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a)
 {
-    extern __shared__ __align__(16) uint16_t smem[];
-    const int TS = BR * (DP + 8);
-    uint16_t *Qs = smem, *dOs = Qs + TS;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    typedef typename M::word W;
+    W *smem = reinterpret_cast<W *>(smem_bytes);
+    const int TS = BR * (DP + M::PAD);
+    W *Qs = smem, *dOs = Qs + TS;
     float *ls = reinterpret_cast<float *>(dOs + TS), *ds = ls + BR;
     int ntiles = (a.T + BR - 1) / BR;
     int kt = blockIdx.x, b = blockIdx.y / a.H, h = blockIdx.y % a.H, k0 = kt * BR;
@@ -317,12 +456,12 @@ __global__ void __launch_bounds__(THREADS)
     int r0 = warp * 16;
 
     /* K and V fragments of the warp's keys, through the Q/dO buffers. */
-    load_tile<DP>(Qs, k, b, h, k0, a);
-    load_tile<DP>(dOs, v, b, h, k0, a);
+    load_tile<M, DP>(Qs, k, b, h, k0, a);
+    load_tile<M, DP>(dOs, v, b, h, k0, a);
     __syncthreads();
-    uint32_t kf[DP / 16][4], vf[DP / 16][4];
-    load_a<DP>(kf, Qs, r0, g, t);
-    load_a<DP>(vf, dOs, r0, g, t);
+    uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
+    M::template load_a<DP>(kf, Qs, r0, g, t);
+    M::template load_a<DP>(vf, dOs, r0, g, t);
     float gk[DP / 8][4], gv[DP / 8][4];
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++)
@@ -332,8 +471,8 @@ __global__ void __launch_bounds__(THREADS)
     for (int qt = a.causal ? kt : 0; qt < ntiles; qt++) {
         int q0 = qt * BR;
         __syncthreads();
-        load_tile<DP>(Qs, q, b, h, q0, a);
-        load_tile<DP>(dOs, dout, b, h, q0, a);
+        load_tile<M, DP>(Qs, q, b, h, q0, a);
+        load_tile<M, DP>(dOs, dout, b, h, q0, a);
         for (int r = threadIdx.x; r < BR; r += THREADS) {
             bool ok = q0 + r < a.T;
             ls[r] = ok ? lse.p[b * lse.sb + h * lse.sh + (int64_t)(q0 + r) * lse.st] * LOG2E : 0.0f;
@@ -341,8 +480,8 @@ __global__ void __launch_bounds__(THREADS)
         }
         __syncthreads();
         float p[8][4], dp[8][4];
-        scores<DP>(p, kf, Qs, lane);   /* S^T: keys x queries */
-        scores<DP>(dp, vf, dOs, lane); /* dP^T */
+        M::template scores<DP>(p, kf, Qs, lane);   /* S^T: keys x queries */
+        M::template scores<DP>(dp, vf, dOs, lane); /* dP^T */
         bool mask = needs_mask(q0, k0, a);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
@@ -354,36 +493,39 @@ __global__ void __launch_bounds__(THREADS)
                 p[nb][e] = pv;
                 dp[nb][e] = pv * (dp[nb][e] - ds[qc]);
             }
-        accumulate<DP>(gv, p, dOs, lane);
-        accumulate<DP>(gk, dp, Qs, lane);
+        M::template accumulate<DP>(gv, p, dOs, lane);
+        M::template accumulate<DP>(gk, dp, Qs, lane);
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
-    store_rows<DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
-    store_rows<DP>(dv, b, h, k0, r0, gv, one, a, g, t);
+    store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
+    store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
 }
 
 /* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = dO V^T,
  * dS = P (dP - D), dQ += dS K. */
-template <int DP>
+template <typename M, int DP>
 __global__ void __launch_bounds__(THREADS)
-    dq_kernel(heads<awl_bf16> dq, heads<awl_bf16> dout, heads<awl_bf16> q, heads<awl_bf16> k,
-              heads<awl_bf16> v, lse_ref lse, const float *Dv, att_dims a)
+    dq_kernel(heads<typename M::elem> dq, heads<typename M::elem> dout, heads<typename M::elem> q,
+              heads<typename M::elem> k, heads<typename M::elem> v, lse_ref lse, const float *Dv,
+              att_dims a)
 {
-    extern __shared__ __align__(16) uint16_t smem[];
-    const int TS = BR * (DP + 8);
-    uint16_t *Ks = smem, *Vs = Ks + TS;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    typedef typename M::word W;
+    W *smem = reinterpret_cast<W *>(smem_bytes);
+    const int TS = BR * (DP + M::PAD);
+    W *Ks = smem, *Vs = Ks + TS;
     int ntiles = (a.T + BR - 1) / BR;
     int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
     int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
 
-    load_tile<DP>(Ks, q, b, h, q0, a);
-    load_tile<DP>(Vs, dout, b, h, q0, a);
+    load_tile<M, DP>(Ks, q, b, h, q0, a);
+    load_tile<M, DP>(Vs, dout, b, h, q0, a);
     __syncthreads();
-    uint32_t qf[DP / 16][4], of[DP / 16][4];
-    load_a<DP>(qf, Ks, r0, g, t);
-    load_a<DP>(of, Vs, r0, g, t);
+    uint32_t qf[DP / M::KS][4], of[DP / M::KS][4];
+    M::template load_a<DP>(qf, Ks, r0, g, t);
+    M::template load_a<DP>(of, Vs, r0, g, t);
     float ls[2], ds[2];
     row_stats(ls, ds, lse, Dv, b, h, q0 + r0 + g, a);
     float gq[DP / 8][4];
@@ -394,12 +536,12 @@ __global__ void __launch_bounds__(THREADS)
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
         __syncthreads();
-        load_tile<DP>(Ks, k, b, h, k0, a);
-        load_tile<DP>(Vs, v, b, h, k0, a);
+        load_tile<M, DP>(Ks, k, b, h, k0, a);
+        load_tile<M, DP>(Vs, v, b, h, k0, a);
         __syncthreads();
         float p[8][4], dp[8][4];
-        scores<DP>(p, qf, Ks, lane);
-        scores<DP>(dp, of, Vs, lane);
+        M::template scores<DP>(p, qf, Ks, lane);
+        M::template scores<DP>(dp, of, Vs, lane);
         bool mask = needs_mask(q0, k0, a);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
@@ -410,10 +552,10 @@ __global__ void __launch_bounds__(THREADS)
                     !mask || att_visible(row, key, a) ? exp2f(p[nb][e] * sl2 - ls[e / 2]) : 0.0f;
                 dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
             }
-        accumulate<DP>(gq, dp, Ks, lane);
+        M::template accumulate<DP>(gq, dp, Ks, lane);
     }
     const float sc[2] = {a.scale, a.scale};
-    store_rows<DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
+    store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
 }
 
 template <typename K> int allow(K kernel, size_t bytes)
@@ -423,31 +565,62 @@ template <typename K> int allow(K kernel, size_t bytes)
     return AWL_OK;
 }
 
-template <int DP>
-int forward(const heads<awl_bf16> &out, const lse_ref &lse, const heads<awl_bf16> &q,
-            const heads<awl_bf16> &k, const heads<awl_bf16> &v, const att_dims &a)
+/* Bytes of n tiles of policy M. */
+template <typename M, int DP> size_t tiles(int n)
 {
-    size_t smem = (size_t)(3 * BR * (DP + 8)) * 2;
-    AWLC_TRY_STATUS(allow(fwd_kernel<DP>, smem));
+    return (size_t)(n * BR * (DP + M::PAD)) * sizeof(typename M::word);
+}
+
+template <typename M, int DP>
+int forward(const heads<typename M::elem> &out, const lse_ref &lse,
+            const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+            const heads<typename M::elem> &v, const att_dims &a)
+{
+    size_t smem = tiles<M, DP>(3);
+    AWLC_TRY_STATUS(allow(fwd_kernel<M, DP>, smem));
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
-    fwd_kernel<DP><<<grid, THREADS, smem>>>(out, lse, q, k, v, a);
+    fwd_kernel<M, DP><<<grid, THREADS, smem>>>(out, lse, q, k, v, a);
     return awlc_check_launch("attention_forward (tensor cores)");
 }
 
-template <int DP>
-int backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk, const heads<awl_bf16> &dv,
-             const heads<awl_bf16> &dout, const heads<awl_bf16> &q, const heads<awl_bf16> &k,
-             const heads<awl_bf16> &v, const lse_ref &lse, const float *Dv, const att_dims &a)
+template <typename M, int DP>
+int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
+             const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
+             const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+             const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
+             const att_dims &a)
 {
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
-    size_t s1 = (size_t)(2 * BR * (DP + 8)) * 2 + 2 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(dkdv_kernel<DP>, s1));
-    dkdv_kernel<DP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+    size_t s1 = tiles<M, DP>(2) + 2 * BR * sizeof(float);
+    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP>, s1));
+    dkdv_kernel<M, DP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
-    size_t s2 = (size_t)(2 * BR * (DP + 8)) * 2;
-    AWLC_TRY_STATUS(allow(dq_kernel<DP>, s2));
-    dq_kernel<DP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
+    size_t s2 = tiles<M, DP>(2);
+    AWLC_TRY_STATUS(allow(dq_kernel<M, DP>, s2));
+    dq_kernel<M, DP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
     return awlc_check_launch("attention_backward dq (tensor cores)");
+}
+
+/* D padded to 64 or 128. */
+template <typename M>
+int forward_d(const heads<typename M::elem> &out, const lse_ref &lse,
+              const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+              const heads<typename M::elem> &v, const att_dims &a)
+{
+    if (a.D > 128) return AWL_ERR_UNSUPPORTED;
+    return a.D <= 64 ? forward<M, 64>(out, lse, q, k, v, a) : forward<M, 128>(out, lse, q, k, v, a);
+}
+
+template <typename M>
+int backward_d(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
+               const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
+               const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+               const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
+               const att_dims &a)
+{
+    if (a.D > 128) return AWL_ERR_UNSUPPORTED;
+    return a.D <= 64 ? backward<M, 64>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                     : backward<M, 128>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
 
 } // namespace
@@ -456,8 +629,7 @@ int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
                                const heads<awl_bf16> &q, const heads<awl_bf16> &k,
                                const heads<awl_bf16> &v, const att_dims &a)
 {
-    if (a.D > 128) return AWL_ERR_UNSUPPORTED;
-    return a.D <= 64 ? forward<64>(out, lse, q, k, v, a) : forward<128>(out, lse, q, k, v, a);
+    return forward_d<bf16_mma>(out, lse, q, k, v, a);
 }
 
 int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk,
@@ -466,7 +638,21 @@ int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16>
                                 const heads<awl_bf16> &v, const lse_ref &lse, const float *Dv,
                                 const att_dims &a)
 {
-    if (a.D > 128) return AWL_ERR_UNSUPPORTED;
-    return a.D <= 64 ? backward<64>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                     : backward<128>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    return backward_d<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+}
+
+int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, const heads<float> &q,
+                               const heads<float> &k, const heads<float> &v, const att_dims &a)
+{
+    return awlc_matmul_fast_fp32() ? forward_d<tf32_mma<1>>(out, lse, q, k, v, a)
+                                   : forward_d<tf32_mma<3>>(out, lse, q, k, v, a);
+}
+
+int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
+                                const heads<float> &dv, const heads<float> &dout,
+                                const heads<float> &q, const heads<float> &k, const heads<float> &v,
+                                const lse_ref &lse, const float *Dv, const att_dims &a)
+{
+    return awlc_matmul_fast_fp32() ? backward_d<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                                   : backward_d<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }

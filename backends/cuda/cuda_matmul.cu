@@ -209,6 +209,8 @@ bool representable(const awl_view *v, int64_t rows, int64_t cols)
 
 void awlc_set_matmul_fast_fp32(bool on) { fast_fp32 = on; }
 
+bool awlc_matmul_fast_fp32(void) { return fast_fp32; }
+
 int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
 {
     AWLC_TRY_STATUS(awlc_enter(out->data));
