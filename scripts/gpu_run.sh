@@ -21,6 +21,9 @@
 #   tests  test_cuda, test_backend on cuda, test_autocast, the op/nn/gradcheck
 #          suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only suites, all at
 #          once (one process each, CK_FORK=no), each under TEST_TIMEOUT;
+#   profile  kernel time of one training step by kernel, for the pairs in
+#          PROFILE (scripts/profile_kernels.py: torch.profiler over bench_gpt
+#          built as a shared library); $OUT/profile.txt; not part of all;
 #   kernels  bench_cuda: every fused kernel (and each attention rung) against
 #          the copy and GEMM ceilings measured in the same process; JSON
 #          lines in $OUT/kernels.jsonl;
@@ -90,9 +93,9 @@ export LD_LIBRARY_PATH=$D/lib:$CUBLAS_DIR:$CUDA_HOME/lib64:$LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | sed 's/^/gpu: /' | tee -a "$SUMMARY"
 
 # ---- build ---------------------------------------------------------------------------
-CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -fopenmp -Wall -Wextra
+CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -fopenmp -Wall -Wextra
         -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include"
-NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo"
+NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC"
 LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lm -lrt
       -lpthread"
 
@@ -205,6 +208,23 @@ stage_kernels() {
     row "kernels: $(( $(date +%s) - t0 )) s (all lines in kernels.jsonl)"
 }
 
+# ---- profile ----------------------------------------------------------------------------
+# PROFILE="config:precision ..." (default gpt2-124m:bf16 shakespeare-char:fp32)
+stage_profile() {
+    echo "== profile: kernel time per step (scripts/profile_kernels.py)"
+    local t0=$(date +%s) pair
+    gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
+        nvcc -arch=sm_90 -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
+            "${LIB_OBJ[@]}" -L$D/lib -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lm -lrt \
+            -lpthread || { row "profile: build failed"; return; }
+    : > "$OUT/profile.txt"
+    for pair in ${PROFILE:-gpt2-124m:bf16 shakespeare-char:fp32}; do
+        timeout 120 python3 scripts/profile_kernels.py "$B/bin/libawl_bench.so" "$DATA" \
+            "${pair%%:*}" "${pair##*:}" 2>&1 | grep -v '^{' | tee -a "$OUT/profile.txt"
+    done
+    row "profile: $(( $(date +%s) - t0 )) s (profile.txt)"
+}
+
 # ---- bench ------------------------------------------------------------------------------
 stage_bench() {
     echo "== bench: $BENCH_STEPS steps after $BENCH_WARMUP warm-up"
@@ -304,6 +324,7 @@ stage_train() {
 
 has_stage tests && stage_tests
 has_stage kernels && stage_kernels
+has_stage profile && stage_profile
 has_stage bench && stage_bench
 has_stage train && stage_train
 row ""

@@ -46,11 +46,16 @@
  * as k = t and k = t + 4, and loads B's rows 2t and 2t + 1 to match
  * (banks 8t + g), so P and dS still never leave registers.
  *
- * Blocks are 4 warps on 64 rows; D is padded with zeros to 64 or 128. Only
+ * Blocks are 4 warps on 64 rows; D is padded with zeros to 64 or 128. The
+ * tiles of the walked side sit in two buffers: while the warps work on one,
+ * cp.async fills the other with the next tile, so global-memory latency
+ * hides behind the tile products (FlashAttention-2's pipelining). Only
  * tiles that cross the causal diagonal or the end of the sequence evaluate
  * the mask. Scores are scaled by scale * log2(e) so that exp2 does the
  * exponentials; lse is stored in natural-log units like the float kernels'.
  */
+#include <cuda_bf16.h>
+
 #include "backends/cuda/cuda_attention.cuh"
 
 namespace
@@ -71,10 +76,12 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Two floats as a bf16 pair, `lo` in the low half (the smaller index). */
+/* Two floats as a bf16 pair, `lo` in the low half (the smaller index); one
+ * cvt.rn.bf16x2.f32, rounding to nearest even like awl_float_to_bf16. */
 __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 {
-    return (uint32_t)awl_float_to_bf16(lo).bits | ((uint32_t)awl_float_to_bf16(hi).bits << 16);
+    __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&p);
 }
 
 /* Four 8 x 8 bf16 matrices from shared memory; lane i gives the address of
@@ -275,8 +282,27 @@ template <int P> struct tf32_mma {
 
 /* ---- what both share ---------------------------------------------------------------- */
 
-/* Rows [t0, t0 + 64) of one head into tile (row-major, row stride DP + PAD).
- * Rows past T and columns past D are zero. 16-byte loads where aligned. */
+/* Asynchronous copies (cp.async, sm_80+): 16 bytes from global to shared
+ * memory without passing through registers; a thread groups the copies it
+ * has issued with commit and waits until at most N groups are in flight. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Starts loading rows [t0, t0 + 64) of one head into tile (row-major, row
+ * stride DP + PAD): whole aligned 16-byte chunks by cp.async, the rest (rows
+ * past T and columns past D as zeros, unaligned rows) by plain stores. The
+ * tile is complete once this thread's cp.async group is waited for and the
+ * block has synchronised. */
 template <typename M, int DP>
 __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> &x, int b, int h,
                           int t0, const att_dims &a)
@@ -285,20 +311,17 @@ __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> 
     const int V = 16 / sizeof(W), CH = DP / V; /* V-element chunks per row */
     for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
         int r = idx / CH, c = (idx % CH) * V, t = t0 + r;
+        W *dst = tile + r * (DP + M::PAD) + c;
+        int n = t < a.T ? min(max(a.D - c, 0), V) : 0; /* elements to read */
+        const typename M::elem *src = n > 0 ? row_ptr(x, b, h, t) + c : nullptr;
+        if (n == V && ((uintptr_t)src & 15u) == 0) {
+            cp_async16(dst, src);
+            continue;
+        }
         awlc_pack<W, V> v;
 #pragma unroll
-        for (int e = 0; e < V; e++) v.v[e] = 0;
-        if (t < a.T) {
-            const typename M::elem *src = row_ptr(x, b, h, t) + c;
-            if (c + V <= a.D && ((uintptr_t)src & 15u) == 0) {
-                v = *reinterpret_cast<const awlc_pack<W, V> *>(src);
-            } else {
-#pragma unroll
-                for (int e = 0; e < V; e++)
-                    if (c + e < a.D) v.v[e] = M::to_word(src[e]);
-            }
-        }
-        *reinterpret_cast<awlc_pack<W, V> *>(tile + r * (DP + M::PAD) + c) = v;
+        for (int e = 0; e < V; e++) v.v[e] = e < n ? M::to_word(src[e]) : W(0);
+        *reinterpret_cast<awlc_pack<W, V> *>(dst) = v;
     }
 }
 
@@ -350,17 +373,24 @@ __global__ void __launch_bounds__(THREADS)
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
     W *smem = reinterpret_cast<W *>(smem_bytes);
-    W *Qs = smem, *Ks = Qs + BR * (DP + M::PAD), *Vs = Ks + BR * (DP + M::PAD);
+    const int TS = BR * (DP + M::PAD);
     int ntiles = (a.T + BR - 1) / BR;
     int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
     int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
 
-    load_tile<M, DP>(Qs, q, b, h, q0, a);
+    /* Two K/V buffers, [K0 V0 K1 V1]: the next key tile loads while this one
+     * is used. Q passes through K1 on its way to registers. */
+    load_tile<M, DP>(smem + 2 * TS, q, b, h, q0, a);
+    load_tile<M, DP>(smem, k, b, h, 0, a);
+    load_tile<M, DP>(smem + TS, v, b, h, 0, a);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[DP / M::KS][4];
-    M::template load_a<DP>(qf, Qs, r0, g, t);
+    M::template load_a<DP>(qf, smem + 2 * TS, r0, g, t);
+    __syncthreads(); /* every warp holds its Q before K1 is refilled */
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
@@ -368,9 +398,13 @@ __global__ void __launch_bounds__(THREADS)
     int last = a.causal ? qt : ntiles - 1;
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
-        __syncthreads(); /* every warp is done with the previous K and V */
-        load_tile<M, DP>(Ks, k, b, h, k0, a);
-        load_tile<M, DP>(Vs, v, b, h, k0, a);
+        W *Ks = smem + (kt & 1) * 2 * TS, *Vs = Ks + TS, *next = smem + (~kt & 1) * 2 * TS;
+        if (kt < last) {
+            load_tile<M, DP>(next, k, b, h, k0 + BR, a);
+            load_tile<M, DP>(next + TS, v, b, h, k0 + BR, a);
+        }
+        cp_async_commit();
+        cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
         float s[8][4];
         M::template scores<DP>(s, qf, Ks, lane);
@@ -409,6 +443,7 @@ __global__ void __launch_bounds__(THREADS)
             o[nb][3] *= alpha[1];
         }
         M::template accumulate<DP>(o, s, Vs, lane);
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     float inv[2];
 #pragma unroll
@@ -435,6 +470,18 @@ __device__ __forceinline__ void row_stats(float ls[2], float ds[2], const lse_re
     }
 }
 
+/* lse (in log2 units) and Di of query rows [q0, q0 + 64) into ls and ds;
+ * zeros past T. */
+__device__ void load_stats(float *ls, float *ds, const lse_ref &lse, const float *Dv, int b, int h,
+                           int q0, const att_dims &a)
+{
+    for (int r = threadIdx.x; r < BR; r += THREADS) {
+        bool ok = q0 + r < a.T;
+        ls[r] = ok ? lse.p[b * lse.sb + h * lse.sh + (int64_t)(q0 + r) * lse.st] * LOG2E : 0.0f;
+        ds[r] = ok ? Dv[((int64_t)b * a.H + h) * a.T + q0 + r] : 0.0f;
+    }
+}
+
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
  * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
@@ -448,37 +495,47 @@ __global__ void __launch_bounds__(THREADS)
     typedef typename M::word W;
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
-    W *Qs = smem, *dOs = Qs + TS;
-    float *ls = reinterpret_cast<float *>(dOs + TS), *ds = ls + BR;
+    float *stats = reinterpret_cast<float *>(smem + 6 * TS); /* [ls0 ds0 ls1 ds1] */
     int ntiles = (a.T + BR - 1) / BR;
     int kt = blockIdx.x, b = blockIdx.y / a.H, h = blockIdx.y % a.H, k0 = kt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
+    int first = a.causal ? kt : 0;
 
-    /* K and V fragments of the warp's keys, through the Q/dO buffers. */
-    load_tile<M, DP>(Qs, k, b, h, k0, a);
-    load_tile<M, DP>(dOs, v, b, h, k0, a);
-    __syncthreads();
-    uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
-    M::template load_a<DP>(kf, Qs, r0, g, t);
-    M::template load_a<DP>(vf, dOs, r0, g, t);
+    /* K and V stay in shared memory, followed by two Q/dO buffers,
+     * [K V Q0 dO0 Q1 dO1]: the next query tile loads while this one is used.
+     * The warp re-reads its K and V fragments for each tile rather than
+     * holding them in registers across the loop: that would leave too few
+     * for the 3xTF32 split. */
+    const W *Ks = smem, *Vs = smem + TS;
+    load_tile<M, DP>(smem, k, b, h, k0, a);
+    load_tile<M, DP>(smem + TS, v, b, h, k0, a);
+    load_tile<M, DP>(smem + 2 * TS, q, b, h, first * BR, a);
+    load_tile<M, DP>(smem + 3 * TS, dout, b, h, first * BR, a);
+    load_stats(stats, stats + BR, lse, Dv, b, h, first * BR, a);
+    cp_async_commit();
     float gk[DP / 8][4], gv[DP / 8][4];
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
     const float sl2 = a.scale * LOG2E;
-    for (int qt = a.causal ? kt : 0; qt < ntiles; qt++) {
-        int q0 = qt * BR;
-        __syncthreads();
-        load_tile<M, DP>(Qs, q, b, h, q0, a);
-        load_tile<M, DP>(dOs, dout, b, h, q0, a);
-        for (int r = threadIdx.x; r < BR; r += THREADS) {
-            bool ok = q0 + r < a.T;
-            ls[r] = ok ? lse.p[b * lse.sb + h * lse.sh + (int64_t)(q0 + r) * lse.st] * LOG2E : 0.0f;
-            ds[r] = ok ? Dv[((int64_t)b * a.H + h) * a.T + q0 + r] : 0.0f;
+    for (int qt = first; qt < ntiles; qt++) {
+        int q0 = qt * BR, cur = (qt - first) & 1;
+        W *Qs = smem + (2 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (4 - 2 * cur) * TS;
+        const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
+        if (qt + 1 < ntiles) {
+            float *nls = stats + (cur ^ 1) * 2 * BR;
+            load_tile<M, DP>(next, q, b, h, q0 + BR, a);
+            load_tile<M, DP>(next + TS, dout, b, h, q0 + BR, a);
+            load_stats(nls, nls + BR, lse, Dv, b, h, q0 + BR, a);
         }
+        cp_async_commit();
+        cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
+        uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
+        M::template load_a<DP>(kf, Ks, r0, g, t);
+        M::template load_a<DP>(vf, Vs, r0, g, t);
         float p[8][4], dp[8][4];
         M::template scores<DP>(p, kf, Qs, lane);   /* S^T: keys x queries */
         M::template scores<DP>(dp, vf, dOs, lane); /* dP^T */
@@ -495,6 +552,7 @@ __global__ void __launch_bounds__(THREADS)
             }
         M::template accumulate<DP>(gv, p, dOs, lane);
         M::template accumulate<DP>(gk, dp, Qs, lane);
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
@@ -513,19 +571,20 @@ __global__ void __launch_bounds__(THREADS)
     typedef typename M::word W;
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
-    W *Ks = smem, *Vs = Ks + TS;
     int ntiles = (a.T + BR - 1) / BR;
     int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
     int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
 
-    load_tile<M, DP>(Ks, q, b, h, q0, a);
-    load_tile<M, DP>(Vs, dout, b, h, q0, a);
-    __syncthreads();
-    uint32_t qf[DP / M::KS][4], of[DP / M::KS][4];
-    M::template load_a<DP>(qf, Ks, r0, g, t);
-    M::template load_a<DP>(of, Vs, r0, g, t);
+    /* Q and dO stay in shared memory, followed by two K/V buffers as in the
+     * forward, [Q dO K0 V0 K1 V1]; fragments re-read per tile as in dK/dV. */
+    const W *Qs = smem, *dOs = smem + TS;
+    load_tile<M, DP>(smem, q, b, h, q0, a);
+    load_tile<M, DP>(smem + TS, dout, b, h, q0, a);
+    load_tile<M, DP>(smem + 2 * TS, k, b, h, 0, a);
+    load_tile<M, DP>(smem + 3 * TS, v, b, h, 0, a);
+    cp_async_commit();
     float ls[2], ds[2];
     row_stats(ls, ds, lse, Dv, b, h, q0 + r0 + g, a);
     float gq[DP / 8][4];
@@ -535,10 +594,18 @@ __global__ void __launch_bounds__(THREADS)
     int last = a.causal ? qt : ntiles - 1;
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
+        W *Ks = smem + (2 + 2 * (kt & 1)) * TS, *Vs = Ks + TS,
+          *next = smem + (4 - 2 * (kt & 1)) * TS;
+        if (kt < last) {
+            load_tile<M, DP>(next, k, b, h, k0 + BR, a);
+            load_tile<M, DP>(next + TS, v, b, h, k0 + BR, a);
+        }
+        cp_async_commit();
+        cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
-        load_tile<M, DP>(Ks, k, b, h, k0, a);
-        load_tile<M, DP>(Vs, v, b, h, k0, a);
-        __syncthreads();
+        uint32_t qf[DP / M::KS][4], of[DP / M::KS][4];
+        M::template load_a<DP>(qf, Qs, r0, g, t);
+        M::template load_a<DP>(of, dOs, r0, g, t);
         float p[8][4], dp[8][4];
         M::template scores<DP>(p, qf, Ks, lane);
         M::template scores<DP>(dp, of, Vs, lane);
@@ -553,6 +620,7 @@ __global__ void __launch_bounds__(THREADS)
                 dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
             }
         M::template accumulate<DP>(gq, dp, Ks, lane);
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
@@ -576,7 +644,7 @@ int forward(const heads<typename M::elem> &out, const lse_ref &lse,
             const heads<typename M::elem> &q, const heads<typename M::elem> &k,
             const heads<typename M::elem> &v, const att_dims &a)
 {
-    size_t smem = tiles<M, DP>(3);
+    size_t smem = tiles<M, DP>(4);
     AWLC_TRY_STATUS(allow(fwd_kernel<M, DP>, smem));
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
     fwd_kernel<M, DP><<<grid, THREADS, smem>>>(out, lse, q, k, v, a);
@@ -591,11 +659,11 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
              const att_dims &a)
 {
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
-    size_t s1 = tiles<M, DP>(2) + 2 * BR * sizeof(float);
+    size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
     AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP>, s1));
     dkdv_kernel<M, DP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
-    size_t s2 = tiles<M, DP>(2);
+    size_t s2 = tiles<M, DP>(6);
     AWLC_TRY_STATUS(allow(dq_kernel<M, DP>, s2));
     dq_kernel<M, DP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
     return awlc_check_launch("attention_backward dq (tensor cores)");

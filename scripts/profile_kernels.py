@@ -1,0 +1,58 @@
+"""scripts/profile_kernels.py - where one GPU training step of awl spends its time.
+
+    python3 scripts/profile_kernels.py LIB DATA CONFIG PRECISION
+
+LIB is bench/bench_gpt.c built as a shared library whose main() is renamed
+awl_bench_main (the `profile` stage of scripts/gpu_run.sh builds it). The
+machines lent for GPU work have neither Nsight Systems nor the permission
+Nsight Compute needs, but they have PyTorch, whose profiler records every
+kernel of the process through CUPTI, whoever launched it. So this runs
+bench_gpt inside Python under torch.profiler, twice (2 and 7 timed steps,
+each after 2 warm-up steps), and prints the difference over 5: the kernel
+time of one step by kernel, without what runs once (the matmul-ceiling
+measurement, warm-up). Development tool only: nothing in awl's build or
+tests uses Python.
+"""
+import collections
+import ctypes
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+def kernel_times(lib, data, config, precision, steps):
+    """{kernel name: (total microseconds, launches)} of one bench_gpt run."""
+    args = ["bench_gpt", "--device", "cuda", "--configs", config, "--precisions", precision,
+            "--steps", str(steps), "--warmup", "2", "--data", data]
+    argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        lib.awl_bench_main(len(args), argv)
+    out = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            out[e.name][0] += e.device_time
+            out[e.name][1] += 1
+    return out
+
+
+def main():
+    lib_path, data, config, precision = sys.argv[1:5]
+    torch.zeros(1, device="cuda")  # one CUDA context, shared with awl
+    lib = ctypes.CDLL(lib_path)
+    short = kernel_times(lib, data, config, precision, 2)
+    long = kernel_times(lib, data, config, precision, 7)
+    rows = []
+    for name, (us, n) in long.items():
+        s_us, s_n = short.get(name, (0.0, 0))
+        rows.append(((us - s_us) / 5, (n - s_n) / 5, name))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"== {config} {precision}: {total / 1e3:.2f} ms of kernels per step, "
+          f"{sum(r[1] for r in rows):.0f} launches")
+    for us, n, name in rows[:28]:
+        print(f"{us / 1e3:8.3f} ms {100 * us / total:5.1f}% {n:5.0f}  {name[:100]}")
+
+
+if __name__ == "__main__":
+    main()
