@@ -276,6 +276,12 @@ typedef struct awl_backend {
                               const awl_view *v, const awl_view *out, const awl_view *lse,
                               double scale, bool causal);
 
+    /* out (M, N) = a (M, K) @ b (K, N) + bias (N) broadcast over the rows: a
+     * linear layer's forward, the bias added as the product is written (a
+     * GEMM epilogue) rather than in a pass of its own. Same dtype for all. */
+    int (*matmul_bias)(const awl_view *out, const awl_view *a, const awl_view *b,
+                       const awl_view *bias);
+
     /* dx = dy * gelu'(x) (tanh form), all three the same shape: GELU's
      * backward in one pass instead of gelu' then a multiply. */
     int (*gelu_backward)(const awl_view *dx, const awl_view *dy, const awl_view *x);

@@ -131,7 +131,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                             o->device, &x, &y);
         awl_synchronize(o->device);
         double t0 = bench_now();
-        awl_optimizer_zero_grad(opt);
+        awl_optimizer_zero_grad_ex(opt, true); /* set_to_none, as the PyTorch peer */
         awl_tensor *loss = status == 0 ? awl_gpt_loss(model, x, y) : NULL;
         if (!loss || awl_backward(loss) < 0 || awl_optimizer_step(opt) < 0) status = -1;
         awl_synchronize(o->device);

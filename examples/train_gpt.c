@@ -465,7 +465,7 @@ static double train_step(trainer *t, double lr)
     }
     if (t->s.grad_clip > 0) awl_clip_grad_norm(awl_gpt_parameters(t->model), t->s.grad_clip);
     if (awl_optimizer_step(t->opt) < 0) return NAN;
-    awl_optimizer_zero_grad(t->opt);
+    awl_optimizer_zero_grad_ex(t->opt, true); /* set_to_none, as PyTorch */
     return total / t->s.grad_accum;
 }
 

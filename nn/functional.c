@@ -99,6 +99,12 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     return AWL_OK;
 }
 
+static bool same_device(const awl_tensor *a, const awl_tensor *b)
+{
+    return a->storage->device.backend == b->storage->device.backend &&
+           a->storage->device.index == b->storage->device.index;
+}
+
 awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
 {
     if (!x || !weight) return NULL;
@@ -119,12 +125,25 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
     awl_tensor *out = awl_tensor_new_on(x, x->ndim, shape, x->dtype);
     awl_tensor *out2 = awl_tensor_reshape(out, AWL_SHAPE(rows, out_f));
     awl_tensor *x2 = awl_tensor_reshape(x, AWL_SHAPE(rows, in_f));
-    /* With a bias, the output starts as the bias broadcast over the rows and
-     * the product is accumulated onto it: one pass over the output instead
-     * of the two that zeroing (BLAS's beta = 0) and a separate add take. */
-    int status = bias ? awl_tensor_copy_(out2, bias) : AWL_OK;
-    if (status == AWL_OK)
-        status = awl_tensor_matmul_out(out2, x2, awl_tensor_transpose(weight, 0, 1), bias != NULL);
+    awl_tensor *wt = awl_tensor_transpose(weight, 0, 1);
+    /* A backend with a bias epilogue (CUDA: cuBLASLt) adds the bias as the
+     * product is written. Otherwise the output starts as the bias broadcast
+     * over the rows and the product is accumulated onto it: one pass over
+     * the output instead of the two that zeroing (BLAS's beta = 0) and a
+     * separate add take. */
+    int status = AWL_ERR_UNSUPPORTED;
+    const awl_backend *be = awl_tensor_backend(x);
+    if (bias && be->matmul_bias && out2 && x2 && wt && weight->dtype == x->dtype &&
+        bias->dtype == x->dtype && same_device(x, weight) && same_device(x, bias)) {
+        awl_view vo = awl_tensor_view(out2), vx = awl_tensor_view(x2), vw = awl_tensor_view(wt),
+                 vb = awl_tensor_view(bias);
+        status = be->matmul_bias(&vo, &vx, &vw, &vb);
+        if (status != AWL_ERR_UNSUPPORTED) status = awl_backend_status(op, status);
+    }
+    if (status == AWL_ERR_UNSUPPORTED) {
+        status = bias ? awl_tensor_copy_(out2, bias) : AWL_OK;
+        if (status == AWL_OK) status = awl_tensor_matmul_out(out2, x2, wt, bias != NULL);
+    }
     out = status == AWL_OK ? awl_keep(out) : NULL;
     awl_scope_end();
 

@@ -10,6 +10,7 @@
 # against what the git-ignored folder .cudadev carries from a dev machine:
 #     .cudadev/include   cblas.h openblas_config.h check.h check_stdint.h zlib.h zconf.h
 #     .cudadev/lib       libopenblas.so.0 (+ libgfortran, libquadmath, libgomp),
+#                        libz.so.1 (the profile stage: the Debian libz.a is not PIC),
 #                        libcheck.a libsubunit.a libz.a
 #     .cudadev/data/tinyshakespeare.txt      (from ../shared/data)
 #     .cudadev/torch_gpt_gpu.py              (from ../shared/peers: the PyTorch peer)
@@ -96,7 +97,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -fopenmp -Wall -Wextra
         -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include"
 NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC"
-LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lm -lrt
+LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lcublasLt -lm -lrt
       -lpthread"
 
 # Compiles $1 to $B/obj/<path with / as _>.o; a failure leaves $B/FAILED.
@@ -213,10 +214,11 @@ stage_kernels() {
 stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
     local t0=$(date +%s) pair
-    gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
+    { gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
         nvcc -arch=sm_90 -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
-            "${LIB_OBJ[@]}" -L$D/lib -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lm -lrt \
-            -lpthread || { row "profile: build failed"; return; }
+            "${LIB_OBJ[@]}" -L$D/lib -l:libopenblas.so.0 -l:libz.so.1 -lgomp -lcublas -lcublasLt -lm -lrt \
+            -lpthread; } > "$B/log/profile_build.log" 2>&1 ||
+        { row "profile: build failed"; tail -20 "$B/log/profile_build.log"; return; }
     : > "$OUT/profile.txt"
     for pair in ${PROFILE:-gpt2-124m:bf16 shakespeare-char:fp32}; do
         timeout 120 python3 scripts/profile_kernels.py "$B/bin/libawl_bench.so" "$DATA" \

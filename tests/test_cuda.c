@@ -736,6 +736,44 @@ START_TEST(test_matmul_tf32)
 }
 END_TEST
 
+/* out = a @ b + bias: the CUDA backend's epilogue against the CPU's copy of
+ * the bias broadcast over the rows plus an accumulating product. */
+static int fn_matmul_bias(const awl_backend *be, awl_view *const *v, const void *ctx)
+{
+    (void)ctx;
+    if (be->matmul_bias) {
+        int rc = be->matmul_bias(v[0], v[1], v[2], v[3]);
+        if (rc != AWL_ERR_UNSUPPORTED) return rc;
+    }
+    awl_view rows = *v[3];
+    rows.ndim = 2;
+    rows.shape[0] = v[0]->shape[0];
+    rows.shape[1] = v[3]->shape[0];
+    rows.strides[0] = 0;
+    rows.strides[1] = v[3]->strides[0];
+    int rc = be->copy(v[0], &rows);
+    return rc < 0 ? rc : be->matmul(v[0], v[1], v[2], true);
+}
+
+START_TEST(test_matmul_bias)
+{
+    const awl_dtype types[] = {AWL_F32, AWL_BF16};
+    for (int t = 0; t < 2; t++) {
+        awl_dtype dt = types[t];
+        /* b as a linear layer passes it: the transposed view of a (N, K) weight */
+        tcase c = {.n = 4,
+                   .op = {OPND(OUT, dt, 300, 96), OPND(IN, dt, 300, 48),
+                          transposed(OPND(IN, dt, 48, 96), 0, 1), OPND(IN, dt, 96)},
+                   .fn = fn_matmul_bias,
+                   .ref_f32 = true,
+                   .tol = dt == AWL_BF16 ? 1e-2 : 0};
+        snprintf(c.name, sizeof c.name, "matmul_bias %s", awl_dtype_name(dt));
+        run_case(&c);
+    }
+    ck_assert_msg(cuda->matmul_bias != NULL, "the CUDA backend has a bias epilogue");
+}
+END_TEST
+
 /* ---- indexing -------------------------------------------------------------------------------- */
 
 static int fn_index_select(const awl_backend *be, awl_view *const *v, const void *ctx)
@@ -1182,6 +1220,7 @@ static Suite *cuda_suite(void)
         {"reduce", test_reduce},
         {"matmul", test_matmul},
         {"matmul", test_matmul_tf32},
+        {"matmul", test_matmul_bias},
         {"index", test_index_select_add},
         {"index", test_gather_scatter},
         {"random", test_random},

@@ -139,6 +139,7 @@ static awl_backend make_table(void)
     t.where = awlc_where;
     t.reduce = awlc_reduce;
     t.matmul = awlc_matmul;
+    t.matmul_bias = awlc_matmul_bias;
     t.index_select = awlc_index_select;
     t.index_add = awlc_index_add;
     t.gather = awlc_gather;

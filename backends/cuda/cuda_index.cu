@@ -17,10 +17,12 @@
  *   - index_add (embedding backward, many source rows onto few destination
  *     rows): the (index, position) pairs are sorted with CUB's stable radix
  *     sort, so each destination row's sources form one run in position
- *     order; one block per run then adds its sources column by column, in
- *     that order, starting from the destination's old value. Each output
- *     element is thus dst + s_1 + s_2 + ..., the same sequence a serial loop
- *     would add. The sort costs two short launches and R * 16 bytes of scratch.
+ *     order; one block per run and 32 columns then adds them: its 8 warps
+ *     take every 8th source in order and their sums are added in warp order
+ *     onto the destination's old value. The grouping depends only on the
+ *     run's length, so the result is the same on every run (not the serial
+ *     loop's rounding, but as close). The sort costs two short launches and
+ *     R * 16 bytes of scratch.
  */
 #include <algorithm>
 
@@ -67,24 +69,58 @@ template <typename T> struct run_args {
     awlc_layout<1> rows; /* src rows (idx's shape): src strides */
 };
 
-template <typename T> __global__ void index_add_kernel(run_args<T> a)
+const int ADD_COLS = 32;  /* columns of a block: one per lane */
+const int ADD_GROUPS = 8; /* warps of a block, splitting a run's sources */
+
+/* Block (p, column tile): if p starts a run, warp g sums the run's sources
+ * p + g, p + g + 8, ... for its lane's column, and the eight partial sums
+ * are added in warp order. The split depends only on the run's length, so
+ * every run adds the same numbers in the same order each time; a long run
+ * (a frequent token) is eight chains, not one. */
+template <typename T>
+__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_kernel(run_args<T> a)
 {
     typedef typename Compute<T>::type A;
+    __shared__ A part[ADD_GROUPS][ADD_COLS];
+    __shared__ int64_t run_end;
+    int lane = threadIdx.x % ADD_COLS, grp = threadIdx.x / ADD_COLS;
     for (int64_t p = blockIdx.x; p < a.R; p += gridDim.x) {
         int32_t v = a.keys[p];
         if (p > 0 && a.keys[p - 1] == v) continue;
-        for (int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; j < a.inner;
-             j += (int64_t)gridDim.y * blockDim.x) {
-            int64_t cj[2];
-            awlc_offsets<2, int64_t>(a.cols, j, cj);
-            T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
-            A acc = awlc_cast<A>(*d);
-            for (int64_t q = p; q < a.R && a.keys[q] == v; q++) {
-                int64_t rr[1];
-                awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
-                acc += awlc_cast<A>(a.src[rr[0] + cj[1]]);
+        /* The run's end: the first q > p with another key (keys are sorted),
+         * looked for 256 keys a round. */
+        if (threadIdx.x == 0) run_end = a.R;
+        __syncthreads();
+        int64_t end;
+        for (int64_t base = p + 1;; base += blockDim.x) {
+            end = run_end;
+            __syncthreads(); /* all have read it before it changes */
+            if (base >= end) break;
+            int64_t q = base + threadIdx.x;
+            if (q < a.R && a.keys[q] != v && a.keys[q - 1] == v) run_end = q;
+            __syncthreads();
+        }
+        for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
+             j0 += (int64_t)gridDim.y * ADD_COLS) {
+            int64_t j = j0 + lane, cj[2] = {0, 0};
+            if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
+            A acc = 0;
+            if (j < a.inner)
+                for (int64_t q = p + grp; q < end; q += ADD_GROUPS) {
+                    int64_t rr[1];
+                    awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
+                    acc += awlc_cast<A>(a.src[rr[0] + cj[1]]);
+                }
+            part[grp][lane] = acc;
+            __syncthreads();
+            if (grp == 0 && j < a.inner) {
+                T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
+                A sum = awlc_cast<A>(*d);
+#pragma unroll
+                for (int g = 0; g < ADD_GROUPS; g++) sum += part[g][lane];
+                *d = awlc_cast<T>(sum);
             }
-            *d = awlc_cast<T>(acc);
+            __syncthreads();
         }
     }
 }
@@ -216,11 +252,10 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             a.dst_row_stride = dst->strides[0];
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
-            const int threads = 128;
-            int64_t col_blocks = (inner + threads - 1) / threads;
+            int64_t col_blocks = (inner + ADD_COLS - 1) / ADD_COLS;
             dim3 grid((unsigned)std::min<int64_t>(R, 1 << 30),
                       (unsigned)std::min<int64_t>(col_blocks, 65535));
-            index_add_kernel<T><<<grid, threads>>>(a);
+            index_add_kernel<T><<<grid, ADD_COLS * ADD_GROUPS>>>(a);
             return awlc_check_launch("index_add");
         };
         st = AWLC_DISPATCH(dst->dtype, run);

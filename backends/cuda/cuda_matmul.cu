@@ -21,9 +21,16 @@
  * uses CUBLAS_COMPUTE_64F. `accumulate` is beta = 1. One cuBLAS handle per
  * device, created on first use, works on the default stream like the rest of
  * the backend.
+ *
+ * A linear layer's product with its bias (matmul_bias) goes through
+ * cuBLASLt instead, whose bias epilogue adds the bias as the product is
+ * written: no pass to broadcast the bias into the output first, and no read
+ * of it back (beta = 0).
  */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
+#include <string.h>
 
 #include <mutex>
 
@@ -247,5 +254,206 @@ int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool 
     if (ta.v.data) awlc_scratch_free(ta.v.data, ta.bytes);
     if (tb.v.data) awlc_scratch_free(tb.v.data, tb.bytes);
     if (tc.v.data) awlc_scratch_free(tc.v.data, tc.bytes);
+    return st;
+}
+
+/* ---- out = a @ b + bias: cuBLASLt's bias epilogue --------------------------------- */
+
+namespace
+{
+
+cublasLtHandle_t lt_handles[AWLC_MAX_DEVICES];
+const size_t LT_WORKSPACE = (size_t)32 << 20;
+
+int lt_fail(cublasStatus_t st, const char *what)
+{
+    return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul_bias: %s: %s", what,
+                     cublasGetStatusString(st));
+}
+
+int get_lt_handle(cublasLtHandle_t *out, int *device)
+{
+    AWLC_TRY(cudaGetDevice(device), "cudaGetDevice");
+    std::lock_guard<std::mutex> lock(handle_mu);
+    if (!lt_handles[*device]) {
+        cublasStatus_t st = cublasLtCreate(&lt_handles[*device]);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            lt_handles[*device] = NULL;
+            return lt_fail(st, "cublasLtCreate");
+        }
+    }
+    *out = lt_handles[*device];
+    return AWL_OK;
+}
+
+/* The algorithm cuBLASLt's heuristic picked for one problem, remembered so
+ * that a training step does not ask again for each of its linear layers. */
+struct lt_key {
+    int device;
+    cudaDataType_t type;
+    cublasComputeType_t compute;
+    cublasOperation_t op1, op2;
+    int64_t m, n, k, ld1, ld2, ldc;
+    int align[3]; /* bytes, of the two operands and the output */
+};
+
+struct lt_plan {
+    lt_key key;
+    cublasLtMatmulAlgo_t algo;
+};
+
+const int LT_PLANS = 64;
+lt_plan lt_plans[LT_PLANS];
+int lt_count;
+
+/* Largest power of two up to 256 dividing the address. */
+int alignment(const void *p)
+{
+    int a = 256;
+    while (a > 1 && ((uintptr_t)p & (uintptr_t)(a - 1))) a /= 2;
+    return a;
+}
+
+struct lt_problem {
+    lt_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t l1, l2, lc;
+};
+
+void lt_destroy(lt_problem *p)
+{
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->l1) cublasLtMatrixLayoutDestroy(p->l1);
+    if (p->l2) cublasLtMatrixLayoutDestroy(p->l2);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+}
+
+#define LT_TRY(call, what)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t st_ = (call);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS) return lt_fail(st_, what);                               \
+    } while (0)
+
+int lt_describe(lt_problem *p, const void *bias)
+{
+    const lt_key &k = p->key;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    LT_TRY(cublasLtMatmulDescCreate(&p->desc, k.compute, CUDA_R_32F), "desc");
+    LT_TRY(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k.op1, sizeof k.op1),
+        "transa");
+    LT_TRY(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &k.op2, sizeof k.op2),
+        "transb");
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+           "epilogue");
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                          sizeof bias),
+           "bias pointer");
+    bool n1 = k.op1 == CUBLAS_OP_N, n2 = k.op2 == CUBLAS_OP_N;
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->l1, k.type, n1 ? k.m : k.k, n1 ? k.k : k.m, k.ld1), "a");
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->l2, k.type, n2 ? k.k : k.n, n2 ? k.n : k.k, k.ld2), "b");
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, k.type, k.m, k.n, k.ldc), "c");
+    return AWL_OK;
+}
+
+/* The cached algorithm for p, asking the heuristic on a miss. AWL_OK,
+ * AWL_ERR_UNSUPPORTED when no algorithm fits, or an error. */
+int lt_algo(cublasLtHandle_t h, const lt_problem *p, cublasLtMatmulAlgo_t *algo)
+{
+    {
+        std::lock_guard<std::mutex> lock(handle_mu);
+        for (int i = 0; i < lt_count; i++)
+            if (memcmp(&lt_plans[i].key, &p->key, sizeof p->key) == 0) {
+                *algo = lt_plans[i].algo;
+                return AWL_OK;
+            }
+    }
+    cublasLtMatmulPreference_t pref;
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    uint64_t ws = LT_WORKSPACE;
+    uint32_t al[3] = {(uint32_t)p->key.align[0], (uint32_t)p->key.align[1],
+                      (uint32_t)p->key.align[2]};
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0],
+                                         sizeof al[0]);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1],
+                                         sizeof al[1]);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2],
+                                         sizeof al[2]);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2],
+                                         sizeof al[2]);
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->l1, p->l2, p->lc, p->lc, pref,
+                                                       1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return AWL_ERR_UNSUPPORTED;
+    *algo = result.algo;
+    std::lock_guard<std::mutex> lock(handle_mu);
+    lt_plans[lt_count % LT_PLANS] = {p->key, result.algo}; /* oldest out when full */
+    if (lt_count < LT_PLANS) lt_count++;
+    return AWL_OK;
+}
+
+} // namespace
+
+/* out (M, N) row-major = a (M, K) @ b (K, N) + bias (N): as run_gemm's
+ * swapped form, C^T = B^T A^T, whose rows are out's columns, so the
+ * epilogue's bias (one value per row of the column-major C) is out's bias
+ * per column. Cases outside the simple one (batched, float64, a layout or
+ * alignment cuBLASLt refuses) are AWL_ERR_UNSUPPORTED: the caller then
+ * copies the bias and accumulates the product onto it. */
+int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
+                     const awl_view *bias)
+{
+    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || bias->ndim != 1)
+        return AWL_ERR_UNSUPPORTED;
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
+    if (out->dtype == AWL_F64 || M == 0 || N == 0 || K == 0 || out->strides[1] != 1 ||
+        out->strides[0] < N || (N > 1 && bias->strides[0] != 1))
+        return AWL_ERR_UNSUPPORTED;
+    operand o1 = describe(N, K, b->strides[1], b->strides[0]);
+    operand o2 = describe(K, M, a->strides[1], a->strides[0]);
+    if (!o1.ok || !o2.ok || M > INT_MAX || N > INT_MAX || K > INT_MAX || out->strides[0] > INT_MAX)
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    gemm_plan plan = {CUDA_R_32F, CUBLAS_COMPUTE_32F, 4};
+    AWLC_TRY_STATUS(plan_for(out->dtype, &plan));
+    const char *p1 = (const char *)b->data + b->offset * plan.esize;
+    const char *p2 = (const char *)a->data + a->offset * plan.esize;
+    char *pc = (char *)out->data + out->offset * plan.esize;
+    const char *pb = (const char *)bias->data + bias->offset * plan.esize;
+    if (alignment(pb) < 16) return AWL_ERR_UNSUPPORTED;
+    cublasLtHandle_t h;
+    lt_problem p = {};
+    AWLC_TRY_STATUS(get_lt_handle(&h, &p.key.device));
+    p.key.type = plan.type;
+    p.key.compute = plan.compute;
+    p.key.op1 = o1.op;
+    p.key.op2 = o2.op;
+    p.key.m = N;
+    p.key.n = M;
+    p.key.k = K;
+    p.key.ld1 = o1.ld;
+    p.key.ld2 = o2.ld;
+    p.key.ldc = out->strides[0];
+    p.key.align[0] = alignment(p1);
+    p.key.align[1] = alignment(p2);
+    p.key.align[2] = alignment(pc);
+    int st = lt_describe(&p, pb);
+    cublasLtMatmulAlgo_t algo;
+    if (st == AWL_OK) st = lt_algo(h, &p, &algo);
+    void *ws = st == AWL_OK ? awlc_scratch_alloc(LT_WORKSPACE) : NULL;
+    if (st == AWL_OK && !ws) st = AWL_ERR_OOM;
+    if (st == AWL_OK) {
+        float one = 1.0f, zero = 0.0f;
+        cublasStatus_t s = cublasLtMatmul(h, p.desc, &one, p1, p.l1, p2, p.l2, &zero, pc, p.lc, pc,
+                                          p.lc, &algo, ws, LT_WORKSPACE, 0);
+        if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(s, "cublasLtMatmul");
+    }
+    if (ws) awlc_scratch_free(ws, LT_WORKSPACE);
+    lt_destroy(&p);
     return st;
 }
