@@ -1398,10 +1398,11 @@ static void attention_case(const int64_t *s, bool causal)
 
 START_TEST(test_attention)
 {
-    const int64_t small[4] = {2, 3, 7, 4}, larger[4] = {2, 2, 64, 16};
+    const int64_t small[4] = {2, 3, 7, 4}, larger[4] = {2, 2, 64, 16}, ragged[4] = {1, 2, 37, 20};
     for (int causal = 0; causal < 2; causal++) {
         attention_case(small, causal);
         attention_case(larger, causal);
+        attention_case(ragged, causal);
     }
 }
 END_TEST
