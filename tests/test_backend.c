@@ -375,6 +375,28 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* A backend with a cache hands a freed large block out again for a request
+ * of the same size class, counts it as reserved while cached, and gives it
+ * back on empty_cache. */
+START_TEST(test_memory_cache)
+{
+    if (!B->memory_reserved || !B->empty_cache) return;
+    B->empty_cache(0);
+    const size_t before = B->memory_reserved(0), big = (size_t)3 << 20;
+    float *p = B->alloc(0, big);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_ge(B->memory_reserved(0), before + big);
+    for (size_t i = 0; i < big / sizeof *p; i++) p[i] = (float)i;
+    B->free(0, p, big);
+    ck_assert_uint_ge(B->memory_reserved(0), before + big); /* cached, still held */
+    void *q = B->alloc(0, big - 1000);                      /* same class */
+    ck_assert_ptr_eq(q, p);
+    B->free(0, q, big - 1000);
+    B->empty_cache(0);
+    ck_assert_uint_eq(B->memory_reserved(0), before);
+}
+END_TEST
+
 /* ---- fill and copy -------------------------------------------------------------------- */
 
 static const int64_t SHAPE3[3] = {3, 5, 7};
@@ -1487,6 +1509,7 @@ static Suite *backend_suite(const char *name)
         const TTest *test;
     } cases[] = {
         {"memory", test_memory},
+        {"memory_cache", test_memory_cache},
         {"fill_copy", test_fill},
         {"fill_copy", test_copy},
         {"unary", test_unary},
