@@ -107,11 +107,12 @@ static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, in
                            float scale, float *dst)
 {
     const int64_t Tp = round_up(T, BLOCK);
-    for (int64_t d = 0; d < D; d++)
+    const float *r = row_of(src, b, i, 0);
+    /* d outermost: the first pass reads one float of every row, so the
+     * cache misses on all T rows are in flight together */
+    for (int64_t d = 0; d < D; d++) {
+        for (int64_t t = 0; t < T; t++) dst[d * Tp + t] = r[t * src->st + d] * scale;
         for (int64_t t = T; t < Tp; t++) dst[d * Tp + t] = 0.0f;
-    for (int64_t t = 0; t < T; t++) {
-        const float *r = row_of(src, b, i, t);
-        for (int64_t d = 0; d < D; d++) dst[d * Tp + t] = r[d] * scale;
     }
 }
 
