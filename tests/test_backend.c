@@ -863,6 +863,14 @@ START_TEST(test_matmul)
         matmul_case(dt, 1, many, 16, 8, 16, L_CONTIG, L_PERM, L_CONTIG, false, false);
         matmul_case(dt, 1, many, 9, 8, 7, L_SLICED, L_CONTIG, L_CONTIG, true, true);
         matmul_case(dt, 0, none, 130, 70, 90, L_PERM, L_CONTIG, L_CONTIG, false, false);
+        /* large enough to be split between threads, in bands of rows
+         * (M > N) or of columns (M < N), under every transposition */
+        for (int la = 0; la < 2; la++)
+            for (int lb = 0; lb < 2; lb++)
+                for (int lo = 0; lo < 2; lo++) {
+                    matmul_case(dt, 0, none, 150, 100, 40, ls[la], ls[lb], ls[lo], false, lo == 1);
+                    matmul_case(dt, 0, none, 40, 100, 150, ls[la], ls[lb], ls[lo], false, lo == 0);
+                }
     }
 }
 END_TEST
