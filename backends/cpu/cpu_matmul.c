@@ -119,7 +119,8 @@ static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_
 }
 
 /* Rows (or columns) per band of a product split between threads: a
- * multiple of 16, the size of OpenBLAS's float32 register tile on AVX-512. */
+ * multiple of 16, so that no band but the last ends in a partial register
+ * tile of OpenBLAS's float32 kernels. */
 #define BAND_ALIGN 16
 /* Multiply-adds per thread below which a product is not split. */
 #define SPLIT_GRAIN (1 << 17)
