@@ -375,6 +375,28 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* A backend with a cache hands a freed large block out again for a request
+ * of the same size class, counts it as reserved while cached, and gives it
+ * back on empty_cache. */
+START_TEST(test_memory_cache)
+{
+    if (!B->memory_reserved || !B->empty_cache) return;
+    B->empty_cache(0);
+    const size_t before = B->memory_reserved(0), big = (size_t)3 << 20;
+    float *p = B->alloc(0, big);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_ge(B->memory_reserved(0), before + big);
+    for (size_t i = 0; i < big / sizeof *p; i++) p[i] = (float)i;
+    B->free(0, p, big);
+    ck_assert_uint_ge(B->memory_reserved(0), before + big); /* cached, still held */
+    void *q = B->alloc(0, big - 1000);                      /* same class */
+    ck_assert_ptr_eq(q, p);
+    B->free(0, q, big - 1000);
+    B->empty_cache(0);
+    ck_assert_uint_eq(B->memory_reserved(0), before);
+}
+END_TEST
+
 /* ---- fill and copy -------------------------------------------------------------------- */
 
 static const int64_t SHAPE3[3] = {3, 5, 7};
@@ -841,6 +863,14 @@ START_TEST(test_matmul)
         matmul_case(dt, 1, many, 16, 8, 16, L_CONTIG, L_PERM, L_CONTIG, false, false);
         matmul_case(dt, 1, many, 9, 8, 7, L_SLICED, L_CONTIG, L_CONTIG, true, true);
         matmul_case(dt, 0, none, 130, 70, 90, L_PERM, L_CONTIG, L_CONTIG, false, false);
+        /* large enough to be split between threads, in bands of rows
+         * (M > N) or of columns (M < N), under every transposition */
+        for (int la = 0; la < 2; la++)
+            for (int lb = 0; lb < 2; lb++)
+                for (int lo = 0; lo < 2; lo++) {
+                    matmul_case(dt, 0, none, 150, 100, 40, ls[la], ls[lb], ls[lo], false, lo == 1);
+                    matmul_case(dt, 0, none, 40, 100, 150, ls[la], ls[lb], ls[lo], false, lo == 0);
+                }
     }
 }
 END_TEST
@@ -1398,10 +1428,11 @@ static void attention_case(const int64_t *s, bool causal)
 
 START_TEST(test_attention)
 {
-    const int64_t small[4] = {2, 3, 7, 4}, larger[4] = {2, 2, 64, 16};
+    const int64_t small[4] = {2, 3, 7, 4}, larger[4] = {2, 2, 64, 16}, ragged[4] = {1, 2, 37, 20};
     for (int causal = 0; causal < 2; causal++) {
         attention_case(small, causal);
         attention_case(larger, causal);
+        attention_case(ragged, causal);
     }
 }
 END_TEST
@@ -1486,6 +1517,7 @@ static Suite *backend_suite(const char *name)
         const TTest *test;
     } cases[] = {
         {"memory", test_memory},
+        {"memory_cache", test_memory_cache},
         {"fill_copy", test_fill},
         {"fill_copy", test_copy},
         {"unary", test_unary},

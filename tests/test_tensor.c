@@ -233,6 +233,19 @@ START_TEST(test_memory_stats)
     ck_assert_int_eq(s2.peak, s1.in_use);
     awl_memory_reset_peak("cpu");
     ck_assert_int_eq(cpu_stats().peak, s0.in_use);
+
+    /* a large storage's block stays reserved (cached) after it dies, and the
+     * next one of its size reuses it without reserving more */
+    awl_scope_begin();
+    awl_zeros(AWL_SHAPE(1 << 20), AWL_F32, "cpu");
+    awl_scope_end();
+    awl_memory_stats s3 = cpu_stats();
+    ck_assert_int_eq(s3.in_use, s0.in_use);
+    ck_assert_int_ge(s3.reserved, s3.in_use + (4 << 20));
+    awl_scope_begin();
+    awl_zeros(AWL_SHAPE(1 << 20), AWL_F32, "cpu");
+    ck_assert_int_eq(cpu_stats().reserved, s3.reserved);
+    awl_scope_end();
 }
 END_TEST
 

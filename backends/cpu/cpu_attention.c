@@ -7,7 +7,7 @@
  * (B, H, T) float32, the log of each softmax row's denominator.
  *
  * Each (b, h) is an independent problem, and the (b, h) problems are split
- * between OpenMP threads. Within one, the work goes a query row at a time:
+ * between OpenMP threads. Within one, for each query row:
  *
  *   forward, row r:   s_j = scale q_r . k_j            for the keys j it sees
  *                     p = softmax(s), lse_r = log sum exp(s)
@@ -19,10 +19,12 @@
  *
  * (dO_r . out_r equals sum_j p_j dp_j, the softmax backward's dot product,
  * without a pass over the row.) With the causal mask row r sees keys 0..r
- * only, so half of the T x T work is skipped outright, and no T x T matrix
- * exists anywhere: per head the scratch is k and v transposed (D x T, so the
- * dot products with every key vectorise over the keys), one row of scores,
- * and the dk, dv accumulators (T x D).
+ * only, so half of the T x T work is skipped outright. Per head the scratch
+ * is k (and in the backward v) transposed, D x T, so the dot products with
+ * every key vectorise over the keys; the forward keeps one tile of scores
+ * (ROWS x T), the backward the head's P and dS (T x T), so that dk and dv
+ * are summed column by column once all rows are done. The loops run over
+ * ROWS query rows at a time (see ROWS below).
  *
  * Why not three BLAS calls per head: at a GPT's head sizes (T = 64..256,
  * D = 32..64) each product is tiny, BLAS spends its time packing operands
@@ -92,56 +94,82 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
  * read BLOCK consecutive floats per dimension. */
 #define BLOCK 16
 
-static int64_t padded(int64_t T) { return (T + BLOCK - 1) / BLOCK * BLOCK; }
+/* Query rows (and, in the backward's second phase, key columns) are taken
+ * ROWS at a time. One row's sums alone form a single chain of dependent
+ * multiply-adds, each waiting for the last; ROWS rows give ROWS independent
+ * chains that keep the vector units busy, and each block of keys or values
+ * loaded from memory serves all of them. */
+#define ROWS 8
+
+static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, int64_t D,
                            float scale, float *dst)
 {
-    const int64_t Tp = padded(T);
-    for (int64_t d = 0; d < D; d++)
+    const int64_t Tp = round_up(T, BLOCK);
+    const float *r = row_of(src, b, i, 0);
+    /* d outermost: the first pass reads one float of every row, so the
+     * cache misses on all T rows are in flight together */
+    for (int64_t d = 0; d < D; d++) {
+        for (int64_t t = 0; t < T; t++) dst[d * Tp + t] = r[t * src->st + d] * scale;
         for (int64_t t = T; t < Tp; t++) dst[d * Tp + t] = 0.0f;
-    for (int64_t t = 0; t < T; t++) {
-        const float *r = row_of(src, b, i, t);
-        for (int64_t d = 0; d < D; d++) dst[d * Tp + t] = r[d] * scale;
     }
 }
 
-/* s[j] = x . yt[:, j] for j < n (and up to n rounded up to BLOCK, which
- * the caller ignores), yt (D x Tp). A block of BLOCK sums stays in
- * registers while the loop walks the D dimensions. */
-static void row_dots(const float *x, const float *yt, int64_t n, int64_t Tp, int64_t D, float *s)
+/* Pointers to rows r0 .. r0+ROWS-1 of head (b, i); rows past T point to
+ * `spare` (a D-float row: zeros for inputs, a sink for outputs). */
+static void tile_rows(const heads *h, int64_t b, int64_t i, int64_t r0, int64_t T, float *spare,
+                      float *rows[ROWS])
+{
+    for (int k = 0; k < ROWS; k++) rows[k] = r0 + k < T ? row_of(h, b, i, r0 + k) : spare;
+}
+
+/* s[k * Tp + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
+ * up to BLOCK, yt (D x Tp). A ROWS x BLOCK tile of sums stays in registers
+ * while the loop walks the D dimensions. */
+static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t Tp, int64_t D,
+                      float *s)
 {
     for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {
-        float acc[BLOCK] = {0};
+        float acc[ROWS][BLOCK] = {{0}};
         for (int64_t d = 0; d < D; d++) {
-            const float xd = x[d], *y = yt + d * Tp + j0;
+            const float *y = yt + d * Tp + j0;
+            for (int k = 0; k < ROWS; k++) {
+                const float xd = x[k][d];
 #pragma omp simd
-            for (int jj = 0; jj < BLOCK; jj++) acc[jj] += xd * y[jj];
+                for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] += xd * y[jj];
+            }
         }
-        memcpy(s + j0, acc, sizeof acc);
+        for (int k = 0; k < ROWS; k++) memcpy(s + k * Tp + j0, acc[k], sizeof acc[k]);
     }
 }
 
-/* out = sum_{j<n} w[j * w_stride] * rows[j], rows[j] = base + j * stride (D
- * floats): a weighted sum of rows, D / BLOCK register blocks at a time. */
-static void weighted_rows(const float *w, int64_t w_stride, int64_t n, const float *base,
-                          int64_t stride, int64_t D, float *out)
+/* out[k] = sum_{j<n} w[k * wk + j * wj] rows[j] for k < ROWS, rows[j] = base
+ * + j * stride (D floats each): ROWS weighted sums of the same rows, BLOCK
+ * dimensions at a time. The weights are a ROWS-row tile of P or dS
+ * (wk = Tp, wj = 1) or a ROWS-column one (wk = 1, wj = Tp). */
+static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n, const float *base,
+                               int64_t stride, int64_t D, float *const out[ROWS])
 {
     int64_t d0 = 0;
     for (; d0 + BLOCK <= D; d0 += BLOCK) {
-        float acc[BLOCK] = {0};
+        float acc[ROWS][BLOCK] = {{0}};
         for (int64_t j = 0; j < n; j++) {
-            const float wj = w[j * w_stride], *r = base + j * stride + d0;
+            const float *r = base + j * stride + d0;
+            for (int k = 0; k < ROWS; k++) {
+                const float wkj = w[k * wk + j * wj];
 #pragma omp simd
-            for (int dd = 0; dd < BLOCK; dd++) acc[dd] += wj * r[dd];
+                for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] += wkj * r[dd];
+            }
         }
-        memcpy(out + d0, acc, sizeof acc);
+        for (int k = 0; k < ROWS; k++) memcpy(out[k] + d0, acc[k], sizeof acc[k]);
     }
-    for (; d0 < D; d0++) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < n; j++) acc += w[j * w_stride] * base[j * stride + d0];
-        out[d0] = acc;
-    }
+    for (; d0 < D; d0++)
+        for (int k = 0; k < ROWS; k++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < n; j++) acc += w[k * wk + j * wj] * base[j * stride + d0];
+            out[k][d0] = acc;
+        }
 }
 
 /* Threads for B*H problems of cost T*T*D each, and the scratch they need. */
@@ -150,7 +178,7 @@ static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, in
     *nt = cpu_threads_for(BH * T * T * D, 1 << 16);
     if (*nt > BH) *nt = (int)BH;
     if (*nt < 1) *nt = 1;
-    return malloc((size_t)(*nt * per_head) * sizeof(float));
+    return calloc((size_t)(*nt * per_head), sizeof(float));
 }
 
 int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
@@ -162,10 +190,11 @@ int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_vi
     if (!heads_of(q, shape, &hq) || !heads_of(k, shape, &hk) || !heads_of(v, shape, &hv) ||
         !heads_of(out, shape, &ho) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
-    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = padded(T);
+    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    const int64_t per_head = D * Tp + Tp; /* k transposed, one row of scores */
+    /* k transposed, a tile of scores, a zero row and a sink row */
+    const int64_t per_head = D * Tp + ROWS * Tp + 2 * D;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory (%d x %lld floats)",
@@ -173,24 +202,34 @@ int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_vi
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
-        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *p = kt + D * Tp;
+        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *S = kt + D * Tp;
+        float *zeros = S + ROWS * Tp, *sink = zeros + D;
         transpose_head(&hk, b, i, T, D, (float)scale, kt);
-        for (int64_t r = 0; r < T; r++) {
-            const int64_t n = causal ? r + 1 : T;
-            row_dots(row_of(&hq, b, i, r), kt, n, Tp, D, p);
-            float m = -INFINITY, sum = 0.0f;
+        for (int64_t r0 = 0; r0 < T; r0 += ROWS) {
+            /* the keys the tile's last row sees; rows past T score 0 */
+            const int64_t n = causal ? (r0 + ROWS < T ? r0 + ROWS : T) : T;
+            float *qs[ROWS], *os[ROWS];
+            tile_rows(&hq, b, i, r0, T, zeros, qs);
+            tile_rows(&ho, b, i, r0, T, sink, os);
+            tile_dots(qs, kt, n, Tp, D, S);
+            for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
+                float *p = S + (r - r0) * Tp;
+                const int64_t nr = causal ? r + 1 : T;
+                float m = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : m)
-            for (int64_t j = 0; j < n; j++) m = p[j] > m ? p[j] : m;
+                for (int64_t j = 0; j < nr; j++) m = p[j] > m ? p[j] : m;
 #pragma omp simd reduction(+ : sum)
-            for (int64_t j = 0; j < n; j++) {
-                p[j] = cpu_expf(p[j] - m);
-                sum += p[j];
-            }
-            *lse_at(&hl, b, i, r) = m + logf(sum);
-            const float inv = 1.0f / sum;
+                for (int64_t j = 0; j < nr; j++) {
+                    p[j] = cpu_expf(p[j] - m);
+                    sum += p[j];
+                }
+                *lse_at(&hl, b, i, r) = m + logf(sum);
+                const float inv = 1.0f / sum;
 #pragma omp simd
-            for (int64_t j = 0; j < n; j++) p[j] *= inv;
-            weighted_rows(p, 1, n, row_of(&hv, b, i, 0), hv.st, D, row_of(&ho, b, i, r));
+                for (int64_t j = 0; j < nr; j++) p[j] *= inv;
+                for (int64_t j = nr; j < n; j++) p[j] = 0.0f; /* masked */
+            }
+            tile_weighted_rows(S, Tp, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
         }
     }
     free(scratch);
@@ -209,13 +248,14 @@ int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vie
         !heads_of(out, shape, &ho) || !heads_of(dq, shape, &hdq) || !heads_of(dk, shape, &hdk) ||
         !heads_of(dv, shape, &hdv) || !heads_of(dout, shape, &hdo) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
-    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = padded(T);
+    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK),
+                  Tr = round_up(T, ROWS);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    /* k and v transposed; P and dS (T x Tp each, row r filled up to the
-     * keys it sees), kept so that dk and dv can be summed column by column
-     * after all rows are done */
-    const int64_t per_head = 2 * D * Tp + 2 * T * Tp;
+    /* k and v transposed; P and dS (Tr x Tp each, row r filled up to the
+     * keys it sees, zero after), kept so that dk and dv can be summed column
+     * by column after all rows are done; a zero row and a sink row */
+    const int64_t per_head = 2 * D * Tp + 2 * Tr * Tp + 2 * D;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM,
@@ -226,35 +266,46 @@ int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vie
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * Tp;
-        float *P = vt + D * Tp, *dS = P + T * Tp;
+        float *P = vt + D * Tp, *dS = P + Tr * Tp, *zeros = dS + Tr * Tp, *sink = zeros + D;
+        float *in[ROWS], *grads[ROWS], *outs[ROWS];
         transpose_head(&hk, b, i, T, D, sc, kt);
         transpose_head(&hv, b, i, T, D, 1.0f, vt);
         /* rows: P, dS and dq */
-        for (int64_t r = 0; r < T; r++) {
-            const int64_t n = causal ? r + 1 : T;
-            const float *qr = row_of(&hq, b, i, r), *gr = row_of(&hdo, b, i, r);
-            const float *orow = row_of(&ho, b, i, r), l = *lse_at(&hl, b, i, r);
-            float *p = P + r * Tp, *ds = dS + r * Tp;
-            row_dots(qr, kt, n, Tp, D, p);
-            row_dots(gr, vt, n, Tp, D, ds); /* dp, overwritten by ds below */
-            float delta = 0.0f;
+        for (int64_t r0 = 0; r0 < T; r0 += ROWS) {
+            const int64_t n = causal ? (r0 + ROWS < T ? r0 + ROWS : T) : T;
+            tile_rows(&hq, b, i, r0, T, zeros, in);
+            tile_rows(&hdo, b, i, r0, T, zeros, grads);
+            tile_dots(in, kt, n, Tp, D, P + r0 * Tp);
+            tile_dots(grads, vt, n, Tp, D, dS + r0 * Tp); /* dp, overwritten by ds below */
+            for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
+                const int64_t nr = causal ? r + 1 : T;
+                const float *gr = row_of(&hdo, b, i, r), *orow = row_of(&ho, b, i, r);
+                const float l = *lse_at(&hl, b, i, r);
+                float *p = P + r * Tp, *ds = dS + r * Tp, delta = 0.0f;
 #pragma omp simd reduction(+ : delta)
-            for (int64_t d = 0; d < D; d++) delta += gr[d] * orow[d];
+                for (int64_t d = 0; d < D; d++) delta += gr[d] * orow[d];
 #pragma omp simd
-            for (int64_t j = 0; j < n; j++) {
-                p[j] = cpu_expf(p[j] - l);
-                ds[j] = p[j] * (ds[j] - delta) * sc;
+                for (int64_t j = 0; j < nr; j++) {
+                    p[j] = cpu_expf(p[j] - l);
+                    ds[j] = p[j] * (ds[j] - delta) * sc;
+                }
+                /* masked: the column tiles below read up to ROWS - 1 past
+                 * the diagonal */
+                for (int64_t j = nr; j < Tp; j++) p[j] = ds[j] = 0.0f;
             }
-            weighted_rows(ds, 1, n, row_of(&hk, b, i, 0), hk.st, D, row_of(&hdq, b, i, r));
+            tile_rows(&hdq, b, i, r0, T, sink, outs);
+            tile_weighted_rows(dS + r0 * Tp, Tp, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
         }
         /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r over
-         * the rows that see key j */
-        for (int64_t j = 0; j < T; j++) {
-            const int64_t r0 = causal ? j : 0;
-            weighted_rows(dS + r0 * Tp + j, Tp, T - r0, row_of(&hq, b, i, r0), hq.st, D,
-                          row_of(&hdk, b, i, j));
-            weighted_rows(P + r0 * Tp + j, Tp, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
-                          row_of(&hdv, b, i, j));
+         * the rows that see key j, ROWS columns at a time */
+        for (int64_t j0 = 0; j0 < T; j0 += ROWS) {
+            const int64_t r0 = causal ? j0 : 0;
+            tile_rows(&hdk, b, i, j0, T, sink, outs);
+            tile_weighted_rows(dS + r0 * Tp + j0, 1, Tp, T - r0, row_of(&hq, b, i, r0), hq.st, D,
+                               outs);
+            tile_rows(&hdv, b, i, j0, T, sink, outs);
+            tile_weighted_rows(P + r0 * Tp + j0, 1, Tp, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
+                               outs);
         }
     }
     free(scratch);

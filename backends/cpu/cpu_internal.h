@@ -1,11 +1,11 @@
 /*
  * backends/cpu/cpu_internal.h - private pieces shared by the CPU backend's files.
  *
- * The CPU backend is split by concept: memory and the table (cpu_backend.c),
- * the strided iterator (cpu_iter.c), element-wise ops (cpu_elementwise.c),
- * reductions (cpu_reduce.c), matmul (cpu_matmul.c), indexing and random
- * numbers (cpu_index.c), and the fused kernels (cpu_fused.c,
- * cpu_attention.c). This header holds what more than one of them needs: the
+ * The CPU backend is split by concept: the table and settings
+ * (cpu_backend.c), memory (cpu_memory.c), the strided iterator (cpu_iter.c),
+ * element-wise ops (cpu_elementwise.c), reductions (cpu_reduce.c), matmul
+ * (cpu_matmul.c), indexing and random numbers (cpu_index.c), and the fused
+ * kernels (cpu_fused.c, cpu_attention.c). This header holds what more than one of them needs: the
  * iterator that walks up to four same-shaped strided views at once, the
  * parallel-size thresholds, and the declarations the table is built from.
  *
@@ -110,6 +110,13 @@ static inline void cpu_store(awl_dtype dtype, char *p, int64_t i, double d)
 }
 
 /* ---- the table's entries, by file ---- */
+
+/* cpu_memory.c: the backend interface's memory functions; free takes the
+ * nbytes that alloc was given. */
+void *cpu_alloc(int device, size_t nbytes);
+void cpu_free(int device, void *ptr, size_t nbytes);
+size_t cpu_memory_reserved(int device);
+void cpu_empty_cache(int device);
 
 /* cpu_elementwise.c */
 int cpu_fill(const awl_view *out, double value);
