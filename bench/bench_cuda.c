@@ -398,6 +398,13 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         views v = {.v = {&dst.v, &idx.v, &src.v}};
         report_bytes(name, "index_add (embedding backward)", time_ms(b_index_add, &v),
                      (double)src.bytes + 2.0 * dst.bytes);
+        /* the same with every index among 65 rows, as with a character
+         * vocabulary: long runs of one row */
+        dbuf few = MAKE(AWL_I32, 0, 65.0, N);
+        views vf = {.v = {&dst.v, &few.v, &src.v}};
+        report_bytes(name, "index_add (65 distinct rows)", time_ms(b_index_add, &vf),
+                     (double)src.bytes + 2.0 * 65 * C * 4);
+        drop(&few);
         drop(&dst);
         drop(&idx);
         drop(&src);

@@ -210,7 +210,8 @@ stage_kernels() {
 }
 
 # ---- profile ----------------------------------------------------------------------------
-# PROFILE="config:precision ..." (default gpt2-124m:bf16 shakespeare-char:fp32)
+# PROFILE="config:precision ..." (default gpt2-124m:bf16 shakespeare-char:fp32);
+# PROFILE_PEER=1 profiles the PyTorch peer's eager step on each pair too.
 stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
     local t0=$(date +%s) pair
@@ -221,8 +222,11 @@ stage_profile() {
         { row "profile: build failed"; tail -20 "$B/log/profile_build.log"; return; }
     : > "$OUT/profile.txt"
     for pair in ${PROFILE:-gpt2-124m:bf16 shakespeare-char:fp32}; do
-        timeout 120 python3 scripts/profile_kernels.py "$B/bin/libawl_bench.so" "$DATA" \
-            "${pair%%:*}" "${pair##*:}" 2>&1 | grep -v '^{' | tee -a "$OUT/profile.txt"
+        for target in "$B/bin/libawl_bench.so" ${PROFILE_PEER:+$D/torch_gpt_gpu.py}; do
+            timeout 120 python3 scripts/profile_kernels.py "$target" "$DATA" "${pair%%:*}" \
+                "${pair##*:}" 2>&1 | grep -v -E '^\{|_warn_once|UserWarning' |
+                tee -a "$OUT/profile.txt"
+        done
     done
     row "profile: $(( $(date +%s) - t0 )) s (profile.txt)"
 }

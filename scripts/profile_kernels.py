@@ -1,6 +1,7 @@
 """scripts/profile_kernels.py - where one GPU training step of awl spends its time.
 
     python3 scripts/profile_kernels.py LIB DATA CONFIG PRECISION
+    python3 scripts/profile_kernels.py PEER.py DATA CONFIG PRECISION
 
 LIB is bench/bench_gpt.c built as a shared library whose main() is renamed
 awl_bench_main (the `profile` stage of scripts/gpu_run.sh builds it). The
@@ -10,24 +11,36 @@ kernel of the process through CUPTI, whoever launched it. So this runs
 bench_gpt inside Python under torch.profiler, twice (2 and 7 timed steps,
 each after 2 warm-up steps), and prints the difference over 5: the kernel
 time of one step by kernel, without what runs once (the matmul-ceiling
-measurement, warm-up). Development tool only: nothing in awl's build or
-tests uses Python.
+measurement, warm-up). Given the PyTorch peer script (a .py whose run()
+trains one configuration, ../shared/peers/torch_gpt_gpu.py) instead, it
+profiles the peer's eager step the same way, for a side-by-side view.
+Development tool only: nothing in awl's build or tests uses Python.
 """
 import collections
 import ctypes
+import importlib
+import os
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-def kernel_times(lib, data, config, precision, steps):
-    """{kernel name: (total microseconds, launches)} of one bench_gpt run."""
+def run_awl(lib, data, config, precision, steps):
     args = ["bench_gpt", "--device", "cuda", "--configs", config, "--precisions", precision,
             "--steps", str(steps), "--warmup", "2", "--data", data]
     argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
+    lib.awl_bench_main(len(args), argv)
+
+
+def run_peer(peer, data, config, precision, steps):
+    peer.run(config, precision, "eager", steps, 2, 989.0)
+
+
+def kernel_times(runner, target, data, config, precision, steps):
+    """{kernel name: (total microseconds, launches)} of one run."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        lib.awl_bench_main(len(args), argv)
+        runner(target, data, config, precision, steps)
     out = collections.defaultdict(lambda: [0.0, 0])
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -39,16 +52,21 @@ def kernel_times(lib, data, config, precision, steps):
 def main():
     lib_path, data, config, precision = sys.argv[1:5]
     torch.zeros(1, device="cuda")  # one CUDA context, shared with awl
-    lib = ctypes.CDLL(lib_path)
-    short = kernel_times(lib, data, config, precision, 2)
-    long = kernel_times(lib, data, config, precision, 7)
+    if lib_path.endswith(".py"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(lib_path)))
+        runner, target = run_peer, importlib.import_module(os.path.basename(lib_path)[:-3])
+        config_name = f"{config} (PyTorch eager)"
+    else:
+        runner, target, config_name = run_awl, ctypes.CDLL(lib_path), config
+    short = kernel_times(runner, target, data, config, precision, 2)
+    long = kernel_times(runner, target, data, config, precision, 7)
     rows = []
     for name, (us, n) in long.items():
         s_us, s_n = short.get(name, (0.0, 0))
         rows.append(((us - s_us) / 5, (n - s_n) / 5, name))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
-    print(f"== {config} {precision}: {total / 1e3:.2f} ms of kernels per step, "
+    print(f"== {config_name} {precision}: {total / 1e3:.2f} ms of kernels per step, "
           f"{sum(r[1] for r in rows):.0f} launches")
     for us, n, name in rows[:28]:
         print(f"{us / 1e3:8.3f} ms {100 * us / total:5.1f}% {n:5.0f}  {name[:100]}")

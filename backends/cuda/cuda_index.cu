@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_kernel(run_arg
             if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
             A acc = 0;
             if (j < a.inner)
+#pragma unroll 4
                 for (int64_t q = p + grp; q < end; q += ADD_GROUPS) {
                     int64_t rr[1];
                     awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
@@ -253,7 +254,9 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
             int64_t col_blocks = (inner + ADD_COLS - 1) / ADD_COLS;
-            dim3 grid((unsigned)std::min<int64_t>(R, 1 << 30),
+            /* blocks stride over the sorted positions: most are not run
+             * starts, and a block per position would be mostly empty ones */
+            dim3 grid((unsigned)std::min<int64_t>(R, 1024),
                       (unsigned)std::min<int64_t>(col_blocks, 65535));
             index_add_kernel<T><<<grid, ADD_COLS * ADD_GROUPS>>>(a);
             return awlc_check_launch("index_add");
