@@ -44,27 +44,6 @@ typedef struct bench_options {
     int steps, warmup, threads, n_layer, batch;
 } bench_options;
 
-/* Matmul FLOP/s in dtype on the device: the MFU ceiling. */
-static double matmul_ceiling(const char *device, awl_dtype dtype)
-{
-    const int64_t n = strcmp(device, "cpu") == 0 ? 1024 : 8192;
-    double best = 0;
-    awl_scope_begin();
-    awl_tensor *a = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
-    awl_tensor *b = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
-    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), dtype, device);
-    for (int rep = 0; a && b && c && rep < 6; rep++) {
-        awl_synchronize(device);
-        double t0 = bench_now();
-        awl_tensor_matmul_out(c, a, b, false);
-        awl_synchronize(device);
-        double rate = 2.0 * (double)n * (double)n * (double)n / (bench_now() - t0);
-        if (rep > 0 && rate > best) best = rate;
-    }
-    awl_scope_end();
-    return best;
-}
-
 /* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
 static int make_batch(const int32_t *tokens, size_t n_tokens, int vocab, int B, int T,
                       uint64_t draw, const char *device, awl_tensor **x, awl_tensor **y)
@@ -109,7 +88,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         awl_gpt_free(model);
         return -1;
     }
-    double ceiling = matmul_ceiling(o->device, bf16 ? AWL_BF16 : AWL_F32);
+    double ceiling = awl_gpt_matmul_rate(o->device, bf16 ? AWL_BF16 : AWL_F32);
     awl_gpt_set_checkpointing(model, checkpointing);
     awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
     if (!opt) return -1;

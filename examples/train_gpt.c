@@ -350,28 +350,6 @@ static void format_duration(double seconds, char *buf, size_t size)
         snprintf(buf, size, "%lds", s);
 }
 
-/* FLOP/s of a float32 (n x n) @ (n x n) product on the device: the ceiling
- * MFU is measured against. */
-static double measure_matmul_rate(const char *device)
-{
-    const int64_t n = strcmp(device, "cpu") == 0 ? 768 : 4096;
-    double best = 0;
-    awl_scope_begin();
-    awl_tensor *a = awl_randn(AWL_SHAPE(n, n), AWL_F32, device);
-    awl_tensor *b = awl_randn(AWL_SHAPE(n, n), AWL_F32, device);
-    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), AWL_F32, device);
-    for (int rep = 0; a && b && c && rep < 5; rep++) {
-        awl_synchronize(device);
-        double t0 = now();
-        awl_tensor_matmul_out(c, a, b, false);
-        awl_synchronize(device);
-        double rate = 2.0 * (double)n * (double)n * (double)n / (now() - t0);
-        if (rep > 0 && rate > best) best = rate; /* the first is a warm-up */
-    }
-    awl_scope_end();
-    return best;
-}
-
 typedef struct progress {
     bool tty;
     int start_step, total_steps;
@@ -580,7 +558,9 @@ static int train(trainer *t)
 {
     settings *s = &t->s;
     bool tty = isatty(STDOUT_FILENO);
-    double peak = measure_matmul_rate(s->device);
+    /* MFU against the matmul rate of the run's precision (TF32 mode is on) */
+    double peak =
+        awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32);
     double flops_per_token = awl_gpt_flops_per_token(&t->cfg);
     int64_t tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum;
     printf("model: %s, %lld parameters (%d layers, %d heads, width %d, block %d, vocab %d)\n",

@@ -36,6 +36,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/philox.h"
 #include "tensor/tensor_internal.h"
@@ -98,6 +99,33 @@ double awl_gpt_flops_per_token(const awl_gpt_config *cfg)
 {
     return 6.0 * (double)awl_gpt_config_num_params(cfg) +
            12.0 * cfg->n_layer * (double)cfg->block * cfg->n_embd;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double awl_gpt_matmul_rate(const char *device, awl_dtype dtype)
+{
+    const int64_t n = strcmp(device, "cpu") == 0 ? 1024 : 8192;
+    double best = 0;
+    awl_scope_begin();
+    awl_tensor *a = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
+    awl_tensor *b = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
+    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), dtype, device);
+    for (int rep = 0; a && b && c && rep < 8; rep++) {
+        awl_synchronize(device);
+        double t0 = seconds_now();
+        if (awl_tensor_matmul_out(c, a, b, false) < 0) break;
+        awl_synchronize(device);
+        double rate = 2.0 * (double)n * (double)n * (double)n / (seconds_now() - t0);
+        if (rep > 0 && rate > best) best = rate; /* the first is a warm-up */
+    }
+    awl_scope_end();
+    return best;
 }
 
 /* ---- construction ------------------------------------------------------------------------ */

@@ -52,6 +52,11 @@ int64_t awl_gpt_config_num_params(const awl_gpt_config *cfg);
  * (PaLM's estimate, as nanoGPT's estimate_mfu, with N = all parameters). */
 double awl_gpt_flops_per_token(const awl_gpt_config *cfg);
 
+/* MFU's denominator: the best FLOP/s of awl's own matmul in dtype on device
+ * (an n x n product, n = 1024 on the CPU, 8192 elsewhere), measured now, in
+ * this process. 0 when it cannot be measured. */
+double awl_gpt_matmul_rate(const char *device, awl_dtype dtype);
+
 typedef struct awl_gpt awl_gpt;
 
 /* Builds and initialises a model on device (NULL: "cpu"). Initialisation
