@@ -383,10 +383,13 @@ START_TEST(test_memory_cache)
     if (!B->memory_reserved || !B->empty_cache) return;
     B->empty_cache(0);
     const size_t before = B->memory_reserved(0), big = (size_t)3 << 20;
-    float *p = B->alloc(0, big);
+    void *p = B->alloc(0, big);
     ck_assert_ptr_nonnull(p);
     ck_assert_uint_ge(B->memory_reserved(0), before + big);
-    for (size_t i = 0; i < big / sizeof *p; i++) p[i] = (float)i;
+    char *host = calloc(1, big); /* touch it through the backend: p may be device memory */
+    ck_assert_ptr_nonnull(host);
+    ck_assert_int_eq(B->copy_from_host(0, p, host, big), AWL_OK);
+    free(host);
     B->free(0, p, big);
     ck_assert_uint_ge(B->memory_reserved(0), before + big); /* cached, still held */
     void *q = B->alloc(0, big - 1000);                      /* same class */
