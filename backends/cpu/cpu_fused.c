@@ -12,10 +12,11 @@
  * accumulate in double; exponentials are taken of x - max(x) so nothing
  * overflows. Layernorm's row sums run as `omp simd` reductions: a few
  * partial sums side by side instead of one chain of dependent adds (the
- * order is fixed by the build, so results stay reproducible). Rows are independent and split
- * between threads; the one cross-row sum (layernorm's dweight and dbias) is done over fixed chunks
- * of rows whose partials are added in chunk order, so the result does not depend on the number of
- * threads.
+ * order is fixed by the build, so results stay reproducible). Rows are
+ * independent and split between threads; the one cross-row sum
+ * (layernorm's dweight and dbias) is done over fixed chunks of rows whose
+ * partials are added in chunk order, so the result does not depend on the
+ * number of threads.
  */
 #include <math.h>
 #include <omp.h>

@@ -304,7 +304,7 @@ struct lt_plan {
 
 const int LT_PLANS = 64;
 lt_plan lt_plans[LT_PLANS];
-int lt_count;
+int lt_count, lt_next; /* plans held; the slot the next one takes */
 
 /* Largest power of two up to 256 dividing the address. */
 int alignment(const void *p)
@@ -392,7 +392,8 @@ int lt_algo(cublasLtHandle_t h, const lt_problem *p, cublasLtMatmulAlgo_t *algo)
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) return AWL_ERR_UNSUPPORTED;
     *algo = result.algo;
     std::lock_guard<std::mutex> lock(handle_mu);
-    lt_plans[lt_count % LT_PLANS] = {p->key, result.algo}; /* oldest out when full */
+    lt_plans[lt_next] = {p->key, result.algo}; /* the oldest goes when full */
+    lt_next = (lt_next + 1) % LT_PLANS;
     if (lt_count < LT_PLANS) lt_count++;
     return AWL_OK;
 }
