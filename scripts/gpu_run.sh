@@ -19,7 +19,7 @@
 # Stages (each writes its logs under $OUT and adds rows to the summary,
 # printed at the end and kept in $OUT/summary.txt; at most 8 files come
 # back from $OUT, so logs are concatenated):
-#   tests  test_cuda, test_backend on cuda, test_autocast, the op/nn/gradcheck
+#   tests  test_cuda, test_backend(_fused) on cuda, test_autocast, the op/nn/gradcheck
 #          suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only suites, all at
 #          once (one process each, CK_FORK=no), each under TEST_TIMEOUT;
 #   profile  kernel time of one training step by kernel, for the pairs in
@@ -177,6 +177,7 @@ stage_tests() {
     rm -f "$B"/log/result_* "$B"/log/run_*
     run_suite test_cuda &
     run_suite test_backend AWL_TEST_BACKEND=cuda &
+    run_suite test_backend_fused AWL_TEST_BACKEND=cuda &
     run_suite test_autocast &
     for s in "${gpu_suites[@]}"; do run_suite "$s" AWL_TEST_DEVICE=cuda:0 & done
     for s in "${cpu_suites[@]}"; do run_suite "$s" & done
@@ -190,7 +191,7 @@ stage_tests() {
     for f in "$B"/log/result_*; do
         IFS='|' read -r name result secs < "$f"
         local dev=cpu checks
-        case " test_cuda test_backend test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
+        case " test_cuda test_backend test_backend_fused test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
         checks=$(grep -h -E "^[0-9]+%: Checks" "$B/log/run_$name.log" | tr '\n' ' ')
         [ -z "$checks" ] && checks=$(grep -h "skipped" "$B/log/run_$name.log" | head -1)
         row "$(printf '%-22s %-8s %-12s %3s  %s' "$name" "$dev" "$result" "$secs" "$checks")"
