@@ -42,10 +42,11 @@
 # gpt2-124m:bf16" ("" for none), TRAIN_STEPS=5000, TRAIN_PRECISION=bf16,
 # EVAL_INTERVAL=1000, EVAL_ITERS=50, TEST_TIMEOUT=150, TIME_BUDGET=560.
 #
-# Time (H200, measured 2026-11-30 with a short run): build 21 s, tests 59 s
-# (test_cuda is the longest), bench_gpt all six runs about 10 s, the peer
-# eager about 40 s, train 35 ms a step in bf16 (dropout 0.2 sends attention
-# down the composed path), so about 185 s for 5000 steps. torch.compile
+# Time (H200, the last full call on 2026-11-30): build 26-37 s, tests 43-60 s
+# (test_cuda is the longest), kernels 2 s, bench_gpt all six runs about
+# 10 s, the peer eager about 35 s, train 30 ms a step in bf16 (dropout 0.2
+# sends attention down the composed path): 155 s for 5000 steps; the lent
+# machine's start adds about a minute of held time. torch.compile
 # takes the rest: each compile run gets what is left of TIME_BUDGET after
 # the train stage's reserve (at most 150 s) and is skipped, with a line in
 # the summary, when less than 60 s is left. STAGES=all then ends within
