@@ -7,7 +7,8 @@
 # [".cudadev"]), whose image has nvcc, gcc and PyTorch but no pkg-config,
 # OpenBLAS, Check or zlib headers. So the build is no CMake: every .c is
 # compiled with gcc and every .cu with nvcc -arch=sm_90, all in parallel,
-# against what the git-ignored folder .cudadev carries from a dev machine:
+# against what the git-ignored folder .cudadev carries from a dev machine
+# (scripts/make_cudadev.sh fills it):
 #     .cudadev/include   cblas.h openblas_config.h check.h check_stdint.h zlib.h zconf.h
 #     .cudadev/lib       libopenblas.so.0 (+ libgfortran, libquadmath, libgomp),
 #                        libz.so.1 (the profile stage: the Debian libz.a is not PIC),
@@ -86,7 +87,7 @@ train_reserve() { if has_stage train; then echo $(( TRAIN_STEPS * 37 / 1000 + 35
 
 for f in include/cblas.h include/check.h include/zlib.h lib/libopenblas.so.0 lib/libcheck.a \
          lib/libz.a data/tinyshakespeare.txt torch_gpt_gpu.py; do
-    [ -e "$D/$f" ] || { echo "gpu_run: missing .cudadev/$f (see the header of this script)"; exit 1; }
+    [ -e "$D/$f" ] || { echo "gpu_run: missing .cudadev/$f (run scripts/make_cudadev.sh on a dev machine)"; exit 1; }
 done
 
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
