@@ -99,12 +99,6 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     return AWL_OK;
 }
 
-static bool same_device(const awl_tensor *a, const awl_tensor *b)
-{
-    return a->storage->device.backend == b->storage->device.backend &&
-           a->storage->device.index == b->storage->device.index;
-}
-
 awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
 {
     if (!x || !weight) return NULL;
@@ -134,7 +128,7 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
     int status = AWL_ERR_UNSUPPORTED;
     const awl_backend *be = awl_tensor_backend(x);
     if (bias && be->matmul_bias && out2 && x2 && wt && weight->dtype == x->dtype &&
-        bias->dtype == x->dtype && same_device(x, weight) && same_device(x, bias)) {
+        bias->dtype == x->dtype && awl_same_device(x, weight) && awl_same_device(x, bias)) {
         awl_view vo = awl_tensor_view(out2), vx = awl_tensor_view(x2), vw = awl_tensor_view(wt),
                  vb = awl_tensor_view(bias);
         status = be->matmul_bias(&vo, &vx, &vw, &vb);

@@ -348,12 +348,6 @@ static int adam_update(awl_optimizer *o, int i, awl_tensor *grad, int64_t step)
 
 /* ---- fused AdamW ---------------------------------------------------------------- */
 
-static bool same_device(const awl_tensor *a, const awl_tensor *b)
-{
-    return a->storage->device.backend == b->storage->device.backend &&
-           a->storage->device.index == b->storage->device.index;
-}
-
 static bool fusable(const awl_optimizer *o, int i)
 {
     awl_tensor *p = o->params[i], *g = p->grad;
@@ -377,7 +371,7 @@ static int adamw_fused(awl_optimizer *o, bool *done)
         if (grouped[lead] || !fusable(o, lead)) continue;
         int count = 0;
         for (int i = lead; i < o->n; i++) {
-            if (grouped[i] || !fusable(o, i) || !same_device(o->params[i], o->params[lead]) ||
+            if (grouped[i] || !fusable(o, i) || !awl_same_device(o->params[i], o->params[lead]) ||
                 o->steps[i] != o->steps[lead])
                 continue;
             grouped[i] = true;
@@ -529,7 +523,7 @@ static int add_square_sum(device_sum *sums, int *n_sums, awl_tensor *g)
     awl_tensor *s = awl_tensor_reduce(AWL_REDUCE_SUM, sq, 0, NULL, false);
     if (!s) return AWL_ERR_INVALID;
     for (int k = 0; k < *n_sums; k++)
-        if (same_device(sums[k].like, g))
+        if (awl_same_device(sums[k].like, g))
             return awl_tensor_binary_out(AWL_BINARY_ADD, sums[k].sum, sums[k].sum, s);
     sums[(*n_sums)++] = (device_sum){g, s};
     return AWL_OK;

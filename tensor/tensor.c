@@ -483,11 +483,15 @@ const awl_backend *awl_tensor_backend(const awl_tensor *t) { return t->storage->
 
 int awl_tensor_device_index(const awl_tensor *t) { return t->storage->device.index; }
 
+bool awl_same_device(const awl_tensor *a, const awl_tensor *b)
+{
+    return a->storage->device.backend == b->storage->device.backend &&
+           a->storage->device.index == b->storage->device.index;
+}
+
 int awl_check_same_device(const char *op, const awl_tensor *a, const awl_tensor *b)
 {
-    if (a->storage->device.backend == b->storage->device.backend &&
-        a->storage->device.index == b->storage->device.index)
-        return AWL_OK;
+    if (awl_same_device(a, b)) return AWL_OK;
     char na[32], nb[32];
     return awl_error(AWL_ERR_INVALID, "%s: tensors are on different devices: %s and %s", op,
                      awl_tensor_device_name(a, na, sizeof na),

@@ -288,6 +288,8 @@ awl_view awl_tensor_view(const awl_tensor *t);
 /* t's backend and device index. */
 const awl_backend *awl_tensor_backend(const awl_tensor *t);
 int awl_tensor_device_index(const awl_tensor *t);
+/* Whether two tensors live on the same device. */
+bool awl_same_device(const awl_tensor *a, const awl_tensor *b);
 /* Checks that two tensors live on the same device; records an error naming
  * `op` otherwise. */
 int awl_check_same_device(const char *op, const awl_tensor *a, const awl_tensor *b);
