@@ -33,8 +33,8 @@
  * kernels of cuda_attention_mma.cu (float32 as 3xTF32, or plain TF32 in TF32
  * mode); they run here (bfloat16 widened to float in shared memory) when
  * AWL_CUDA_ATTENTION=simt, which the tests and the benchmark use to compare
- * the two rungs. D up to 128
- * (tiles padded to 64 or 128 columns); other dtypes AWL_ERR_UNSUPPORTED.
+ * the two rungs. D up to 128 (tiles padded to 64 or 128 columns); other
+ * dtypes AWL_ERR_UNSUPPORTED.
  */
 #include <stdlib.h>
 #include <string.h>
