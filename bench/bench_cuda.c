@@ -350,20 +350,24 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         drop(&d);
     }
     /* causal attention on every rung: tensor cores (f32 as 3xTF32, TF32
-     * mode, bf16) and CUDA cores (simt); ceiling: the matching GEMM rate */
+     * mode, bf16), f32's backward in two kernels (split: dK/dV, then dQ)
+     * and CUDA cores (simt); ceiling: the matching GEMM rate */
     static const struct {
         awl_dtype dt;
-        bool simt, tf32;
+        const char *env; /* AWL_CUDA_ATTENTION, or NULL */
+        bool tf32;
         int ceiling; /* index into gemm_tflops */
         const char *suffix;
-    } rungs[] = {{AWL_F32, false, false, 0, "f32"},
-                 {AWL_F32, false, true, 1, "f32 tf32"},
-                 {AWL_F32, true, false, 0, "f32 simt"},
-                 {AWL_BF16, false, false, 2, "bf16"},
-                 {AWL_BF16, true, false, 2, "bf16 simt"}};
+    } rungs[] = {{AWL_F32, NULL, false, 0, "f32"},
+                 {AWL_F32, "split", false, 0, "f32 split"},
+                 {AWL_F32, NULL, true, 1, "f32 tf32"},
+                 {AWL_F32, "split", true, 1, "f32 tf32 split"},
+                 {AWL_F32, "simt", false, 0, "f32 simt"},
+                 {AWL_BF16, NULL, false, 2, "bf16"},
+                 {AWL_BF16, "simt", false, 2, "bf16 simt"}};
     for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
         awl_dtype dt = rungs[t].dt;
-        if (rungs[t].simt) setenv("AWL_CUDA_ATTENTION", "simt", 1);
+        if (rungs[t].env) setenv("AWL_CUDA_ATTENTION", rungs[t].env, 1);
         be->set_matmul_fast_fp32(rungs[t].tf32);
         char fwd_name[64], bwd_name[64];
         snprintf(fwd_name, sizeof fwd_name, "attention_forward %s", rungs[t].suffix);

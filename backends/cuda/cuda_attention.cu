@@ -418,6 +418,17 @@ bool tensor_cores(void)
     return !(env && strcmp(env, "simt") == 0);
 }
 
+} // namespace
+
+bool awlc_attention_split(void)
+{
+    const char *env = getenv("AWL_CUDA_ATTENTION");
+    return env && strcmp(env, "split") == 0;
+}
+
+namespace
+{
+
 template <int DP, typename T>
 int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const heads<T> &dout,
                const heads<T> &q, const heads<T> &k, const heads<T> &v, const heads<T> &out,

@@ -49,7 +49,14 @@ int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
 int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, const heads<float> &q,
                                const heads<float> &k, const heads<float> &v, const att_dims &a);
 
-/* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out). */
+/* Whether AWL_CUDA_ATTENTION=split asks for the float32 backward in two
+ * kernels (dK/dV, then dQ) where the one-pass kernel would run (tests and
+ * the benchmark compare them; read on every call). */
+bool awlc_attention_split(void);
+
+/* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).
+ * float32 with D <= 64 takes one pass (dK, dV and slices of dQ) and a sum;
+ * the rest a dK/dV kernel and a dQ kernel. */
 int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk,
                                 const heads<awl_bf16> &dv, const heads<awl_bf16> &dout,
                                 const heads<awl_bf16> &q, const heads<awl_bf16> &k,

@@ -280,6 +280,27 @@ template <int P> struct tf32_mma {
             for (int nb = 0; nb < DP / 8; nb++) mma(acc[nb], a, b[nb * 8], b[nb * 8 + DP + PAD]);
         }
     }
+
+    /* The same product with W read from shared memory, transposed: W (16 x
+     * 64) is columns [r0, r0 + 16) of `wt`, a 64 x 64 tile (dS^T: keys x
+     * queries), so W's (g, k) is wt's (k, r0 + g). Keys 2t and 2t + 1 again
+     * stand for k = t and t + 4: both operands' loads sit at banks 8t + g. */
+    template <int DP>
+    static __device__ __forceinline__ void accumulate_t(float acc[DP / 8][4], const word *wt,
+                                                        int r0, const word *tile, int lane)
+    {
+        int g = lane / 4, t = lane % 4;
+        const int WS = 64 + PAD; /* wt's row stride */
+#pragma unroll
+        for (int kc = 0; kc < 8; kc++) {
+            const word *w = wt + (kc * 8 + 2 * t) * WS + r0 + g;
+            const tf32_split<P> a[4] = {tf32_split<P>(w[0]), tf32_split<P>(w[8]),
+                                        tf32_split<P>(w[WS]), tf32_split<P>(w[WS + 8])};
+            const word *b = tile + (kc * 8 + 2 * t) * (DP + PAD) + g;
+#pragma unroll
+            for (int nb = 0; nb < DP / 8; nb++) mma(acc[nb], a, b[nb * 8], b[nb * 8 + DP + PAD]);
+        }
+    }
 };
 
 /* ---- what both share ---------------------------------------------------------------- */
@@ -628,6 +649,145 @@ __global__ void __launch_bounds__(THREADS)
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
 }
 
+/* The float32 backward in one pass (D <= 64): dK and dV of a key tile as in
+ * dkdv_kernel, and with the same dS^T the tile's share of dQ, dS K, so that
+ * nothing is recomputed (5 tile products a pair of tiles, not 7). The
+ * warps own keys, but dQ sums over keys: dS^T goes through shared memory
+ * and each warp then takes 16 query rows, as FlashAttention-2 does.
+ *
+ * Adding those shares without atomics whose order varies: block (s, b*H+h)
+ * walks the key tiles s, 2n-1-s, 2n+s, ... (n = nsplit: a snake, so that
+ * under the causal mask every block has the same work) and owns slice s of
+ * dq_acc, (nsplit, B, H, T, D) float32. Its first key tile stores a query
+ * row's share, later ones add to it with red.global.add: one thread always
+ * adds to the same address, in program order, so the sums are the same on
+ * every run. dq_sum_kernel then adds the slices in order.
+ *
+ * Shared memory: [K Q0 dO0 Q1 dO1 dS^T] and the row statistics; V passes
+ * through the dS^T tile into registers (each warp needs only its own 16
+ * rows of V), so that two blocks fit on an SM. */
+template <int P>
+__global__ void __launch_bounds__(THREADS)
+    bwd_fused_kernel(float *dq_acc, heads<float> dk, heads<float> dv, heads<float> dout,
+                     heads<float> q, heads<float> k, heads<float> v, lse_ref lse, const float *Dv,
+                     att_dims a, int nsplit)
+{
+    typedef tf32_mma<P> M;
+    const int DP = 64, TS = BR * (DP + M::PAD);
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    float *smem = reinterpret_cast<float *>(smem_bytes);
+    float *Ks = smem, *dSs = smem + 5 * TS, *stats = smem + 6 * TS; /* [ls0 ds0 ls1 ds1] */
+    int ntiles = (a.T + BR - 1) / BR, s = blockIdx.x;
+    int b = blockIdx.y / a.H, h = blockIdx.y % a.H;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int r0 = warp * 16;
+    float *acc = dq_acc + ((int64_t)s * a.B * a.H + blockIdx.y) * a.T * a.D;
+    const float sl2 = a.scale * LOG2E;
+    for (int round = 0;; round++) {
+        int kt = round * nsplit + (round % 2 == 0 ? s : nsplit - 1 - s);
+        if (kt >= ntiles) break;
+        int k0 = kt * BR, first = a.causal ? kt : 0;
+        load_tile<M, DP>(Ks, k, b, h, k0, a);
+        load_tile<M, DP>(dSs, v, b, h, k0, a);
+        load_tile<M, DP>(smem + TS, q, b, h, first * BR, a);
+        load_tile<M, DP>(smem + 2 * TS, dout, b, h, first * BR, a);
+        load_stats(stats, stats + BR, lse, Dv, b, h, first * BR, a);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        uint32_t vf[DP / M::KS][4];
+        M::template load_a<DP>(vf, dSs, r0, g, t);
+        float gk[DP / 8][4], gv[DP / 8][4];
+#pragma unroll
+        for (int nb = 0; nb < DP / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
+        for (int qt = first; qt < ntiles; qt++) {
+            int q0 = qt * BR, cur = (qt - first) & 1;
+            float *Qs = smem + (1 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (3 - 2 * cur) * TS;
+            const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
+            if (qt + 1 < ntiles) {
+                float *nls = stats + (cur ^ 1) * 2 * BR;
+                load_tile<M, DP>(next, q, b, h, q0 + BR, a);
+                load_tile<M, DP>(next + TS, dout, b, h, q0 + BR, a);
+                load_stats(nls, nls + BR, lse, Dv, b, h, q0 + BR, a);
+            }
+            cp_async_commit();
+            cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
+            __syncthreads();
+            float p[8][4], dp[8][4];
+            {
+                uint32_t kf[DP / M::KS][4];
+                M::template load_a<DP>(kf, Ks, r0, g, t);
+                M::template scores<DP>(p, kf, Qs, lane); /* S^T: keys x queries */
+            }
+            M::template scores<DP>(dp, vf, dOs, lane); /* dP^T */
+            bool mask = needs_mask(q0, k0, a);
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
+                    float pv = !mask || att_visible(q0 + qc, key, a)
+                                   ? exp2f(p[nb][e] * sl2 - ls[qc])
+                                   : 0.0f;
+                    p[nb][e] = pv;
+                    dp[nb][e] = pv * (dp[nb][e] - ds[qc]);
+                }
+            M::template accumulate<DP>(gv, p, dOs, lane);
+            M::template accumulate<DP>(gk, dp, Qs, lane);
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    *reinterpret_cast<float2 *>(dSs + (r0 + g + 8 * i) * (DP + M::PAD) + nb * 8 +
+                                                2 * t) = make_float2(dp[nb][2 * i], dp[nb][2 * i + 1]);
+            __syncthreads(); /* dS^T complete */
+            float gq[DP / 8][4];
+#pragma unroll
+            for (int nb = 0; nb < DP / 8; nb++) gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
+            M::template accumulate_t<DP>(gq, dSs, r0, Ks, lane);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                int row = q0 + r0 + g + 8 * i;
+                if (row >= a.T) continue;
+                float *dst = acc + (int64_t)row * a.D;
+#pragma unroll
+                for (int nb = 0; nb < DP / 8; nb++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        int c = nb * 8 + 2 * t + j;
+                        if (c >= a.D) continue;
+                        if (round == 0)
+                            dst[c] = gq[nb][2 * i + j];
+                        else
+                            atomicAdd(dst + c, gq[nb][2 * i + j]); /* the result unused: red */
+                    }
+            }
+            __syncthreads(); /* every warp is done with Q, dO and dS^T before they are refilled */
+        }
+        const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
+        store_rows<float, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
+        store_rows<float, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
+    }
+}
+
+/* dq = scale * the sum of dq_acc's slices, in slice order; under the causal
+ * mask slice s holds rows of query tiles s and later only. */
+__global__ void dq_sum_kernel(heads<float> dq, const float *dq_acc, int nsplit, att_dims a)
+{
+    int64_t n = (int64_t)a.B * a.H * a.T * a.D;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / a.D;
+        int d = (int)(i - r * a.D), tq = (int)(r % a.T), bh = (int)(r / a.T);
+        int used = a.causal ? min(nsplit, tq / BR + 1) : nsplit;
+        float sum = 0.0f;
+        for (int j = 0; j < used; j++) sum += dq_acc[j * n + i];
+        const_cast<float *>(row_ptr(dq, bh / a.H, bh % a.H, tq))[d] = sum * a.scale;
+    }
+}
+
 template <typename K> int allow(K kernel, size_t bytes)
 {
     AWLC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
@@ -669,6 +829,56 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     AWLC_TRY_STATUS(allow(dq_kernel<M, DP>, s2));
     dq_kernel<M, DP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
     return awlc_check_launch("attention_backward dq (tensor cores)");
+}
+
+/* How many slices the one-pass backward uses. Its blocks all do about the
+ * same work (the snake), so they run in waves of `slots` (the blocks that
+ * fit on the GPU at once), and a last wave that is mostly empty wastes the
+ * rest: gpt2-124m's 12 x 16 heads in 3 slices make 2.2 waves of 264 blocks
+ * on an H200, run as 3 (73% busy), in 4 slices 2.9 (97%). So the fewest
+ * slices (the least scratch) that keep the waves 90% full, else the
+ * fullest; at most one slice per key tile. */
+int fused_slices(int bh, int ntiles, int slots)
+{
+    int best = 1;
+    double best_fill = 0.0;
+    for (int n = 1; n <= ntiles; n++) {
+        int64_t blocks = (int64_t)bh * n, waves = (blocks + slots - 1) / slots;
+        double fill = (double)blocks / (double)(waves * slots);
+        if (fill >= 0.9) return n;
+        if (fill > best_fill + 1e-9) best = n, best_fill = fill;
+    }
+    return best;
+}
+
+/* The one-pass float32 backward: bwd_fused_kernel on fused_slices slices,
+ * then their sum; the slices take that many times dq's size in float32
+ * scratch. */
+template <int P>
+int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<float> &dv,
+                   const heads<float> &dout, const heads<float> &q, const heads<float> &k,
+                   const heads<float> &v, const lse_ref &lse, const float *Dv, const att_dims &a)
+{
+    size_t smem = tiles<tf32_mma<P>, 64>(6) + 4 * BR * sizeof(float);
+    AWLC_TRY_STATUS(allow(bwd_fused_kernel<P>, smem));
+    int per_sm = 0;
+    AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<P>, THREADS,
+                                                           smem),
+             "attention_backward occupancy");
+    int ntiles = (a.T + BR - 1) / BR, bh = a.B * a.H;
+    int nsplit = fused_slices(bh, ntiles, (per_sm > 0 ? per_sm : 1) * awlc_sm_count());
+    size_t n = (size_t)bh * a.T * a.D, bytes = (size_t)nsplit * n * sizeof(float);
+    float *acc = (float *)awlc_scratch_alloc(bytes);
+    if (!acc) return AWL_ERR_OOM;
+    bwd_fused_kernel<P><<<dim3(nsplit, bh), THREADS, smem>>>(acc, dk, dv, dout, q, k, v, lse, Dv,
+                                                             a, nsplit);
+    int st = awlc_check_launch("attention_backward (tensor cores, one pass)");
+    if (st == AWL_OK) {
+        dq_sum_kernel<<<awlc_grid_for((int64_t)n, 256), 256>>>(dq, acc, nsplit, a);
+        st = awlc_check_launch("attention_backward dq sum");
+    }
+    awlc_scratch_free(acc, bytes);
+    return st;
 }
 
 /* D padded to 64 or 128. */
@@ -723,6 +933,11 @@ int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
                                 const heads<float> &q, const heads<float> &k, const heads<float> &v,
                                 const lse_ref &lse, const float *Dv, const att_dims &a)
 {
-    return awlc_matmul_fast_fp32() ? backward_d<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                                   : backward_d<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    bool fast = awlc_matmul_fast_fp32();
+    if (a.D <= 64 && !awlc_attention_split()) {
+        return fast ? backward_fused<1>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                    : backward_fused<3>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    }
+    return fast ? backward_d<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                : backward_d<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }

@@ -17,12 +17,13 @@
  *   - index_add (embedding backward, many source rows onto few destination
  *     rows): the (index, position) pairs are sorted with CUB's stable radix
  *     sort, so each destination row's sources form one run in position
- *     order; one block per run and 32 columns then adds them: its 8 warps
- *     take every 8th source in order and their sums are added in warp order
- *     onto the destination's old value. The grouping depends only on the
- *     run's length, so the result is the same on every run (not the serial
- *     loop's rounding, but as close). The sort costs two short launches and
- *     R * 16 bytes of scratch.
+ *     order. A run shorter than 64 (a large vocabulary's are mostly one
+ *     long) is added in order by one warp, 32 columns at a time; a longer
+ *     one by a block of 8 warps that take every 8th source in order, their
+ *     sums then added in warp order. Which way a run goes, and so how it is
+ *     grouped, depends only on its length: the result is the same on every
+ *     run (not the serial loop's rounding for long runs, but as close). The
+ *     sort costs two short launches and R * 16 bytes of scratch.
  */
 #include <algorithm>
 
@@ -56,9 +57,10 @@ template <typename T> struct select_fn {
     }
 };
 
-/* Each destination run: block p starts a run when sorted key p differs from
- * key p - 1, and adds sources vals[p..] (positions in idx order) into row
- * key[p] of dst. Rows and columns are mapped through small layouts. */
+/* Each destination run: position p starts a run when sorted key p differs
+ * from key p - 1, and its sources vals[p..end) (positions in idx order) go
+ * into row key[p] of dst. Rows and columns are mapped through small
+ * layouts. */
 template <typename T> struct run_args {
     T *dst;
     const T *src;
@@ -69,50 +71,96 @@ template <typename T> struct run_args {
     awlc_layout<1> rows; /* src rows (idx's shape): src strides */
 };
 
-const int ADD_COLS = 32;  /* columns of a block: one per lane */
-const int ADD_GROUPS = 8; /* warps of a block, splitting a run's sources */
+const int ADD_COLS = 32;  /* columns of a warp: one per lane */
+const int ADD_GROUPS = 8; /* warps of a block */
+const int LONG_RUN = 64;  /* runs at least this long take a whole block */
 
-/* Block (p, column tile): if p starts a run, warp g sums the run's sources
- * p + g, p + g + 8, ... for its lane's column, and the eight partial sums
- * are added in warp order. The split depends only on the run's length, so
- * every run adds the same numbers in the same order each time; a long run
- * (a frequent token) is eight chains, not one. */
+/* The end of the run starting at p: the first q > p whose key differs
+ * (keys ascend). Steps of 1, 2, 4, ... past p, then a binary search in
+ * the last step: one read for a run of one, as with a large vocabulary. */
+__device__ __forceinline__ int64_t run_end(const int32_t *keys, int64_t p, int64_t R)
+{
+    int32_t v = keys[p];
+    int64_t lo = p + 1, step = 1;
+    while (lo < R && keys[lo] == v) {
+        lo += step;
+        step *= 2;
+    }
+    int64_t hi = lo < R ? lo : R;
+    lo = lo - step / 2; /* the last probe that matched */
+    if (step == 1) return hi;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] == v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Sum of sources [from, end) step `by` of column j (in order). */
 template <typename T>
-__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_kernel(run_args<T> a)
+__device__ __forceinline__ typename Compute<T>::type run_sum(const run_args<T> &a, int64_t from,
+                                                             int64_t end, int by, int64_t cj)
+{
+    typename Compute<T>::type acc = 0;
+#pragma unroll 4
+    for (int64_t q = from; q < end; q += by) {
+        int64_t rr[1];
+        awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
+        acc += awlc_cast<typename Compute<T>::type>(a.src[rr[0] + cj]);
+    }
+    return acc;
+}
+
+/* Runs shorter than LONG_RUN (every run of a large vocabulary): one warp a
+ * run and 32 columns, the sources added in order, then onto dst. */
+template <typename T>
+__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_short_kernel(run_args<T> a)
+{
+    typedef typename Compute<T>::type A;
+    int lane = threadIdx.x % ADD_COLS;
+    int64_t warps = (int64_t)gridDim.x * ADD_GROUPS;
+    for (int64_t p = (int64_t)blockIdx.x * ADD_GROUPS + threadIdx.x / ADD_COLS; p < a.R;
+         p += warps) {
+        int32_t v = a.keys[p];
+        if (p > 0 && a.keys[p - 1] == v) continue;
+        int64_t end = run_end(a.keys, p, a.R);
+        if (end - p >= LONG_RUN) continue;
+        for (int64_t j = (int64_t)blockIdx.y * ADD_COLS + lane; j < a.inner;
+             j += (int64_t)gridDim.y * ADD_COLS) {
+            int64_t cj[2];
+            awlc_offsets<2, int64_t>(a.cols, j, cj);
+            A acc = run_sum(a, p, end, 1, cj[1]);
+            T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
+            *d = awlc_cast<T>(awlc_cast<A>(*d) + acc);
+        }
+    }
+}
+
+/* Runs of LONG_RUN or more (a frequent token; every run of a character
+ * vocabulary): a block a run and 32 columns; warp g sums sources p + g,
+ * p + g + 8, ... and the eight partial sums are added in warp order onto
+ * dst. The split depends only on the run's length, so every run adds the
+ * same numbers in the same order each time, and a long run is eight chains,
+ * not one. */
+template <typename T>
+__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_long_kernel(run_args<T> a)
 {
     typedef typename Compute<T>::type A;
     __shared__ A part[ADD_GROUPS][ADD_COLS];
-    __shared__ int64_t run_end;
     int lane = threadIdx.x % ADD_COLS, grp = threadIdx.x / ADD_COLS;
     for (int64_t p = blockIdx.x; p < a.R; p += gridDim.x) {
         int32_t v = a.keys[p];
         if (p > 0 && a.keys[p - 1] == v) continue;
-        /* The run's end: the first q > p with another key (keys are sorted),
-         * looked for 256 keys a round. */
-        if (threadIdx.x == 0) run_end = a.R;
-        __syncthreads();
-        int64_t end;
-        for (int64_t base = p + 1;; base += blockDim.x) {
-            end = run_end;
-            __syncthreads(); /* all have read it before it changes */
-            if (base >= end) break;
-            int64_t q = base + threadIdx.x;
-            if (q < a.R && a.keys[q] != v && a.keys[q - 1] == v) run_end = q;
-            __syncthreads();
-        }
+        int64_t end = run_end(a.keys, p, a.R);
+        if (end - p < LONG_RUN) continue;
         for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
              j0 += (int64_t)gridDim.y * ADD_COLS) {
             int64_t j = j0 + lane, cj[2] = {0, 0};
             if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
-            A acc = 0;
-            if (j < a.inner)
-#pragma unroll 4
-                for (int64_t q = p + grp; q < end; q += ADD_GROUPS) {
-                    int64_t rr[1];
-                    awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
-                    acc += awlc_cast<A>(a.src[rr[0] + cj[1]]);
-                }
-            part[grp][lane] = acc;
+            part[grp][lane] = j < a.inner ? run_sum(a, p + grp, end, ADD_GROUPS, cj[1]) : A(0);
             __syncthreads();
             if (grp == 0 && j < a.inner) {
                 T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
@@ -253,13 +301,17 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             a.dst_row_stride = dst->strides[0];
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
-            int64_t col_blocks = (inner + ADD_COLS - 1) / ADD_COLS;
-            /* blocks stride over the sorted positions: most are not run
-             * starts, and a block per position would be mostly empty ones */
-            dim3 grid((unsigned)std::min<int64_t>(R, 1024),
-                      (unsigned)std::min<int64_t>(col_blocks, 65535));
-            index_add_kernel<T><<<grid, ADD_COLS * ADD_GROUPS>>>(a);
-            return awlc_check_launch("index_add");
+            unsigned col_blocks = (unsigned)std::min<int64_t>((inner + ADD_COLS - 1) / ADD_COLS,
+                                                              65535);
+            /* a warp per position for the short runs; for the long ones,
+             * blocks stride over the positions (few are run starts) */
+            dim3 shorts((unsigned)std::min<int64_t>((R + ADD_GROUPS - 1) / ADD_GROUPS, 4096),
+                        col_blocks);
+            index_add_short_kernel<T><<<shorts, ADD_COLS * ADD_GROUPS>>>(a);
+            AWLC_TRY_STATUS(awlc_check_launch("index_add (short runs)"));
+            dim3 longs((unsigned)std::min<int64_t>(R, 1024), col_blocks);
+            index_add_long_kernel<T><<<longs, ADD_COLS * ADD_GROUPS>>>(a);
+            return awlc_check_launch("index_add (long runs)");
         };
         st = AWLC_DISPATCH(dst->dtype, run);
     }
