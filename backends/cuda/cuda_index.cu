@@ -19,11 +19,12 @@
  *     sort, so each destination row's sources form one run in position
  *     order. A run shorter than 64 (a large vocabulary's are mostly one
  *     long) is added in order by one warp, 32 columns at a time; a longer
- *     one by a block of 8 warps that take every 8th source in order, their
- *     sums then added in warp order. Which way a run goes, and so how it is
- *     grouped, depends only on its length: the result is the same on every
- *     run (not the serial loop's rounding for long runs, but as close). The
- *     sort costs two short launches and R * 16 bytes of scratch.
+ *     one, listed by that first kernel, by blocks of 8 warps (a block per 32
+ *     columns) that take every 8th source in order, their sums then added
+ *     in warp order. Which way a run goes, and so how it is grouped, depends
+ *     only on its length: the result is the same on every run (not the
+ *     serial loop's rounding for long runs, but as close). The sort costs
+ *     two short launches and R * 16 bytes of scratch.
  */
 #include <algorithm>
 
@@ -71,7 +72,7 @@ template <typename T> struct run_args {
     awlc_layout<1> rows; /* src rows (idx's shape): src strides */
 };
 
-const int ADD_COLS = 32;  /* columns of a warp: one per lane */
+const int ADD_COLS = 32;  /* columns of a warp at a time: one per lane */
 const int ADD_GROUPS = 8; /* warps of a block */
 const int LONG_RUN = 64;  /* runs at least this long take a whole block */
 
@@ -99,7 +100,7 @@ __device__ __forceinline__ int64_t run_end(const int32_t *keys, int64_t p, int64
     return lo;
 }
 
-/* Sum of sources [from, end) step `by` of column j (in order). */
+/* The sum, in order, of sources from, from + by, ... (before end) at column offset cj. */
 template <typename T>
 __device__ __forceinline__ typename Compute<T>::type run_sum(const run_args<T> &a, int64_t from,
                                                              int64_t end, int by, int64_t cj)
@@ -114,63 +115,69 @@ __device__ __forceinline__ typename Compute<T>::type run_sum(const run_args<T> &
     return acc;
 }
 
-/* Runs shorter than LONG_RUN (every run of a large vocabulary): one warp a
- * run and 32 columns, the sources added in order, then onto dst. */
+/* A warp per sorted position (blocks stride over them). A warp whose
+ * position starts a run shorter than LONG_RUN (every run of a large
+ * vocabulary) adds it alone, all columns, 32 at a time, the sources in
+ * order. A longer run goes on a list for index_add_long_kernel; the list's
+ * order varies from run to run, but each run only ever writes its own row. */
 template <typename T>
-__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_short_kernel(run_args<T> a)
+__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
+    index_add_short_kernel(run_args<T> a, int *n_long, int64_t *long_runs)
 {
     typedef typename Compute<T>::type A;
     int lane = threadIdx.x % ADD_COLS;
-    int64_t warps = (int64_t)gridDim.x * ADD_GROUPS;
     for (int64_t p = (int64_t)blockIdx.x * ADD_GROUPS + threadIdx.x / ADD_COLS; p < a.R;
-         p += warps) {
-        int32_t v = a.keys[p];
-        if (p > 0 && a.keys[p - 1] == v) continue;
+         p += (int64_t)gridDim.x * ADD_GROUPS) {
+        if (p > 0 && a.keys[p - 1] == a.keys[p]) continue;
         int64_t end = run_end(a.keys, p, a.R);
-        if (end - p >= LONG_RUN) continue;
-        for (int64_t j = (int64_t)blockIdx.y * ADD_COLS + lane; j < a.inner;
-             j += (int64_t)gridDim.y * ADD_COLS) {
+        if (end - p >= LONG_RUN) {
+            if (lane == 0) {
+                int i = atomicAdd(n_long, 1);
+                long_runs[2 * i] = p;
+                long_runs[2 * i + 1] = end;
+            }
+            continue;
+        }
+        T *row = a.dst + (int64_t)a.keys[p] * a.dst_row_stride;
+        for (int64_t j = lane; j < a.inner; j += ADD_COLS) {
             int64_t cj[2];
             awlc_offsets<2, int64_t>(a.cols, j, cj);
             A acc = run_sum(a, p, end, 1, cj[1]);
-            T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
-            *d = awlc_cast<T>(awlc_cast<A>(*d) + acc);
+            row[cj[0]] = awlc_cast<T>(awlc_cast<A>(row[cj[0]]) + acc);
         }
     }
 }
 
-/* Runs of LONG_RUN or more (a frequent token; every run of a character
- * vocabulary): a block a run and 32 columns; warp g sums sources p + g,
- * p + g + 8, ... and the eight partial sums are added in warp order onto
- * dst. The split depends only on the run's length, so every run adds the
- * same numbers in the same order each time, and a long run is eight chains,
- * not one. */
+/* Block (i, column tile): long run i of the list and 32 columns; warp g
+ * sums sources p + g, p + g + 8, ... and the eight partial sums are added in
+ * warp order onto dst. The split depends only on the run's length, so every
+ * run adds the same numbers in the same order each time, and a long run (a
+ * frequent token; every run of a character vocabulary) is eight chains, not
+ * one. The grid has room for R / LONG_RUN runs; blocks past the list's end
+ * return at once. */
 template <typename T>
-__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS) index_add_long_kernel(run_args<T> a)
+__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
+    index_add_long_kernel(run_args<T> a, const int *n_long, const int64_t *long_runs)
 {
     typedef typename Compute<T>::type A;
     __shared__ A part[ADD_GROUPS][ADD_COLS];
+    if ((int)blockIdx.x >= *n_long) return;
     int lane = threadIdx.x % ADD_COLS, grp = threadIdx.x / ADD_COLS;
-    for (int64_t p = blockIdx.x; p < a.R; p += gridDim.x) {
-        int32_t v = a.keys[p];
-        if (p > 0 && a.keys[p - 1] == v) continue;
-        int64_t end = run_end(a.keys, p, a.R);
-        if (end - p < LONG_RUN) continue;
-        for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
-             j0 += (int64_t)gridDim.y * ADD_COLS) {
-            int64_t j = j0 + lane, cj[2] = {0, 0};
-            if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
-            part[grp][lane] = j < a.inner ? run_sum(a, p + grp, end, ADD_GROUPS, cj[1]) : A(0);
-            __syncthreads();
-            if (grp == 0 && j < a.inner) {
-                T *d = a.dst + (int64_t)v * a.dst_row_stride + cj[0];
-                A sum = awlc_cast<A>(*d);
+    int64_t p = long_runs[2 * blockIdx.x], end = long_runs[2 * blockIdx.x + 1];
+    T *row = a.dst + (int64_t)a.keys[p] * a.dst_row_stride;
+    for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
+         j0 += (int64_t)gridDim.y * ADD_COLS) {
+        int64_t j = j0 + lane, cj[2] = {0, 0};
+        if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
+        part[grp][lane] = j < a.inner ? run_sum(a, p + grp, end, ADD_GROUPS, cj[1]) : A(0);
+        __syncthreads();
+        if (grp == 0 && j < a.inner) {
+            A sum = awlc_cast<A>(row[cj[0]]);
 #pragma unroll
-                for (int g = 0; g < ADD_GROUPS; g++) sum += part[g][lane];
-                *d = awlc_cast<T>(sum);
-            }
-            __syncthreads();
+            for (int g = 0; g < ADD_GROUPS; g++) sum += part[g][lane];
+            row[cj[0]] = awlc_cast<T>(sum);
         }
+        __syncthreads();
     }
 }
 
@@ -255,12 +262,15 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
                                              (int32_t *)NULL, (int)R, 0, bits),
              "index_add sort");
     size_t arr = ((size_t)R * 4 + 255) & ~(size_t)255;
-    size_t bytes = 4 * arr + cub_bytes;
+    size_t list = 256 + (size_t)(R / LONG_RUN + 1) * 2 * sizeof(int64_t); /* count, (p, end) */
+    size_t bytes = 4 * arr + list + cub_bytes;
     char *scratch = (char *)awlc_scratch_alloc(bytes);
     if (!scratch) return AWL_ERR_OOM;
     int32_t *k_in = (int32_t *)scratch, *k_out = (int32_t *)(scratch + arr);
     int32_t *v_in = (int32_t *)(scratch + 2 * arr), *v_out = (int32_t *)(scratch + 3 * arr);
-    void *cub_tmp = scratch + 4 * arr;
+    int *n_long = (int *)(scratch + 4 * arr);
+    int64_t *long_runs = (int64_t *)(scratch + 4 * arr + 256);
+    void *cub_tmp = scratch + 4 * arr + list;
 
     awl_view kv = *idx;
     kv.data = k_in;
@@ -271,6 +281,10 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
         stride *= kv.shape[d];
     }
     int st = awlc_copy(&kv, idx);
+    if (st == AWL_OK) {
+        cudaError_t err = cudaMemsetAsync(n_long, 0, sizeof(int));
+        if (err != cudaSuccess) st = awlc_fail(err, "index_add");
+    }
     if (st == AWL_OK) {
         iota_kernel<<<awlc_grid_for(R, 256), 256>>>(v_in, R);
         st = awlc_check_launch("index_add iota");
@@ -301,16 +315,13 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             a.dst_row_stride = dst->strides[0];
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
-            unsigned col_blocks = (unsigned)std::min<int64_t>((inner + ADD_COLS - 1) / ADD_COLS,
-                                                              65535);
-            /* a warp per position for the short runs; for the long ones,
-             * blocks stride over the positions (few are run starts) */
-            dim3 shorts((unsigned)std::min<int64_t>((R + ADD_GROUPS - 1) / ADD_GROUPS, 4096),
-                        col_blocks);
-            index_add_short_kernel<T><<<shorts, ADD_COLS * ADD_GROUPS>>>(a);
+            int64_t blocks = std::min<int64_t>((R + ADD_GROUPS - 1) / ADD_GROUPS, 4096);
+            index_add_short_kernel<T><<<(unsigned)blocks, ADD_COLS * ADD_GROUPS>>>(a, n_long,
+                                                                                  long_runs);
             AWLC_TRY_STATUS(awlc_check_launch("index_add (short runs)"));
-            dim3 longs((unsigned)std::min<int64_t>(R, 1024), col_blocks);
-            index_add_long_kernel<T><<<longs, ADD_COLS * ADD_GROUPS>>>(a);
+            dim3 grid((unsigned)std::max<int64_t>(R / LONG_RUN, 1),
+                      (unsigned)std::min<int64_t>((inner + ADD_COLS - 1) / ADD_COLS, 65535));
+            index_add_long_kernel<T><<<grid, ADD_COLS * ADD_GROUPS>>>(a, n_long, long_runs);
             return awlc_check_launch("index_add (long runs)");
         };
         st = AWLC_DISPATCH(dst->dtype, run);
