@@ -83,7 +83,7 @@ row() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
 has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 # Seconds to keep for the train stage while it is still to run (37 ms a
 # step, start and evaluations).
-train_reserve() { if has_stage train; then echo $(( TRAIN_STEPS * 37 / 1000 + 35 )); else echo 0; fi; }
+train_reserve() { if has_stage train; then echo $(( TRAIN_STEPS * 37 / 1000 + 50 )); else echo 0; fi; }
 
 for f in include/cblas.h include/check.h include/zlib.h lib/libopenblas.so.0 lib/libcheck.a \
          lib/libz.a data/tinyshakespeare.txt torch_gpt_gpu.py; do
@@ -304,18 +304,24 @@ EOF
 # ---- train ------------------------------------------------------------------------------
 stage_train() {
     # determinism (issue 4 point 8): two short runs with one seed give the
-    # same losses, step by step
-    for run in 1 2; do
-        "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
-            --precision "$TRAIN_PRECISION" --steps 100 --dropout 0.2 --eval-interval 0 \
-            --eval-iters 2 --sample-tokens 0 --seed 7 --log "/tmp/det$run.csv" > /dev/null 2>&1
-        cut -d, -f1,2 "/tmp/det$run.csv" > "/tmp/det$run.loss"
+    # same losses, step by step; in the training precision with dropout
+    # (composed attention) and in float32 without (the fused kernels,
+    # whose backward sums dQ slices)
+    local setting prec drop
+    for setting in "$TRAIN_PRECISION:0.2" "fp32:0"; do
+        prec=${setting%:*} drop=${setting#*:}
+        for run in 1 2; do
+            "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
+                --precision "$prec" --steps 100 --dropout "$drop" --eval-interval 0 \
+                --eval-iters 2 --sample-tokens 0 --seed 7 --log "/tmp/det$run.csv" > /dev/null 2>&1
+            cut -d, -f1,2 "/tmp/det$run.csv" > "/tmp/det$run.loss"
+        done
+        if [ -s /tmp/det1.loss ] && cmp -s /tmp/det1.loss /tmp/det2.loss; then
+            row "determinism ($prec, dropout $drop): two 100-step runs, identical losses ($(tail -1 /tmp/det1.loss))"
+        else
+            row "determinism ($prec, dropout $drop): runs DIFFER or failed: $(diff /tmp/det1.loss /tmp/det2.loss | head -3 | tr '\n' ' ')"
+        fi
     done
-    if [ -s /tmp/det1.loss ] && cmp -s /tmp/det1.loss /tmp/det2.loss; then
-        row "determinism: two 100-step runs, identical losses ($(tail -1 /tmp/det1.loss))"
-    else
-        row "determinism: runs DIFFER or failed: $(diff /tmp/det1.loss /tmp/det2.loss | head -3 | tr '\n' ' ')"
-    fi
     echo "== train: shakespeare-char, $TRAIN_STEPS steps, $TRAIN_PRECISION"
     local t0=$(date +%s)
     "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
