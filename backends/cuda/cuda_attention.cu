@@ -25,15 +25,18 @@
  *     dQ kernel (grid: query tiles x B*H) walks the key tiles and accumulates
  *     dQ += dS k, then scales by `scale`.
  *   Splitting dQ from dK/dV recomputes S and dP once more (7 tile products
- *   instead of 5), the price of determinism: the usual single kernel adds dQ
- *   across key tiles with float atomics, whose order varies from run to run.
+ *   instead of 5), the simplest price of determinism: the usual single
+ *   kernel adds dQ across key tiles with float atomics, whose order varies
+ *   from run to run. (The float32 tensor-core backward of
+ *   cuda_attention_mma.cu shows a one-pass way that stays deterministic.)
  *
  * These are the CUDA-core rung of the kernel ladder (docs/cuda.md): FFMA on
  * float tiles. By default float32 and bfloat16 run on the tensor-core
  * kernels of cuda_attention_mma.cu (float32 as 3xTF32, or plain TF32 in TF32
  * mode); they run here (bfloat16 widened to float in shared memory) when
  * AWL_CUDA_ATTENTION=simt, which the tests and the benchmark use to compare
- * the two rungs. D up to 128 (tiles padded to 64 or 128 columns); other
+ * the rungs (AWL_CUDA_ATTENTION=split keeps float32's tensor-core backward in
+ * two kernels). D up to 128 (tiles padded to 64 or 128 columns); other
  * dtypes AWL_ERR_UNSUPPORTED.
  */
 #include <stdlib.h>

@@ -6,7 +6,8 @@
  * softmax forward; backward split into a dK/dV kernel and a dQ kernel so
  * that nothing is added with atomics), but every tile product is a warp-wide
  * mma.sync issued by one warp on its own 16 rows, as in FlashAttention-2
- * (Dao, 2023). One algorithm, two instruction families, chosen by a policy
+ * (Dao, 2023). float32 with D <= 64 has a third backward, bwd_fused_kernel:
+ * one pass, dQ in slices summed in order (see there). One algorithm, two instruction families, chosen by a policy
  * type that the kernels take as a template parameter:
  *
  *   bf16_mma      bfloat16 tensors: mma.m16n8k16 (bf16 inputs, float32
