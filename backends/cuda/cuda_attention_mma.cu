@@ -7,8 +7,9 @@
  * that nothing is added with atomics), but every tile product is a warp-wide
  * mma.sync issued by one warp on its own 16 rows, as in FlashAttention-2
  * (Dao, 2023). float32 with D <= 64 has a third backward, bwd_fused_kernel:
- * one pass, dQ in slices summed in order (see there). One algorithm, two instruction families, chosen by a policy
- * type that the kernels take as a template parameter:
+ * one pass, dQ in slices summed in order (see there). One algorithm, two
+ * instruction families, chosen by a policy type that the kernels take as a
+ * template parameter:
  *
  *   bf16_mma      bfloat16 tensors: mma.m16n8k16 (bf16 inputs, float32
  *                 accumulators); B fragments through ldmatrix.
@@ -72,9 +73,9 @@ const float LN2 = 0.6931471805599453f;
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* Two floats as a bf16 pair, `lo` in the low half (the smaller index); one
@@ -181,9 +182,9 @@ struct bf16_mma {
 __device__ __forceinline__ void mma1688(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* x rounded to TF32 (nearest, ties away from zero), as the bits of a float:
@@ -506,6 +507,37 @@ __device__ void load_stats(float *ls, float *ds, const lse_ref &lse, const float
     }
 }
 
+/* One (key tile, query tile) pair of the backward, for the warp's keys
+ * k0 + r0 + g (+ 8), given their K and V fragments: S^T = K Q^T,
+ * P^T = exp2(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D) (left in dst);
+ * dV += P^T dO, dK += dS^T Q. ls and ds: the query tile's statistics. */
+template <typename M, int DP>
+__device__ __forceinline__ void
+dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
+          const uint32_t kf[DP / M::KS][4], const uint32_t vf[DP / M::KS][4],
+          const typename M::word *Qs, const typename M::word *dOs, const float *ls, const float *ds,
+          int q0, int k0, int r0, const att_dims &a, int lane)
+{
+    int g = lane / 4, t = lane % 4;
+    const float sl2 = a.scale * LOG2E;
+    float p[8][4];
+    M::template scores<DP>(p, kf, Qs, lane);    /* S^T: keys x queries */
+    M::template scores<DP>(dst, vf, dOs, lane); /* dP^T */
+    bool mask = needs_mask(q0, k0, a);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
+            float pv =
+                !mask || att_visible(q0 + qc, key, a) ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
+            p[nb][e] = pv;
+            dst[nb][e] = pv * (dst[nb][e] - ds[qc]);
+        }
+    M::template accumulate<DP>(gv, p, dOs, lane);
+    M::template accumulate<DP>(gk, dst, Qs, lane);
+}
+
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
  * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
@@ -543,7 +575,6 @@ __global__ void __launch_bounds__(THREADS)
     for (int nb = 0; nb < DP / 8; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
-    const float sl2 = a.scale * LOG2E;
     for (int qt = first; qt < ntiles; qt++) {
         int q0 = qt * BR, cur = (qt - first) & 1;
         W *Qs = smem + (2 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (4 - 2 * cur) * TS;
@@ -560,22 +591,8 @@ __global__ void __launch_bounds__(THREADS)
         uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
         M::template load_a<DP>(kf, Ks, r0, g, t);
         M::template load_a<DP>(vf, Vs, r0, g, t);
-        float p[8][4], dp[8][4];
-        M::template scores<DP>(p, kf, Qs, lane);   /* S^T: keys x queries */
-        M::template scores<DP>(dp, vf, dOs, lane); /* dP^T */
-        bool mask = needs_mask(q0, k0, a);
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
-                float pv =
-                    !mask || att_visible(q0 + qc, key, a) ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
-                p[nb][e] = pv;
-                dp[nb][e] = pv * (dp[nb][e] - ds[qc]);
-            }
-        M::template accumulate<DP>(gv, p, dOs, lane);
-        M::template accumulate<DP>(gk, dp, Qs, lane);
+        float ds_t[8][4];
+        dkdv_pair<M, DP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, q0, k0, r0, a, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
@@ -683,7 +700,6 @@ __global__ void __launch_bounds__(THREADS)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
     float *acc = dq_acc + ((int64_t)s * a.B * a.H + blockIdx.y) * a.T * a.D;
-    const float sl2 = a.scale * LOG2E;
     for (int round = 0;; round++) {
         int kt = round * nsplit + (round % 2 == 0 ? s : nsplit - 1 - s);
         if (kt >= ntiles) break;
@@ -705,7 +721,8 @@ __global__ void __launch_bounds__(THREADS)
             for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
         for (int qt = first; qt < ntiles; qt++) {
             int q0 = qt * BR, cur = (qt - first) & 1;
-            float *Qs = smem + (1 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (3 - 2 * cur) * TS;
+            float *Qs = smem + (1 + 2 * cur) * TS, *dOs = Qs + TS,
+                  *next = smem + (3 - 2 * cur) * TS;
             const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
             if (qt + 1 < ntiles) {
                 float *nls = stats + (cur ^ 1) * 2 * BR;
@@ -716,37 +733,24 @@ __global__ void __launch_bounds__(THREADS)
             cp_async_commit();
             cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
             __syncthreads();
-            float p[8][4], dp[8][4];
+            float dp[8][4]; /* dS^T */
             {
                 uint32_t kf[DP / M::KS][4];
                 M::template load_a<DP>(kf, Ks, r0, g, t);
-                M::template scores<DP>(p, kf, Qs, lane); /* S^T: keys x queries */
+                dkdv_pair<M, DP>(dp, gk, gv, kf, vf, Qs, dOs, ls, ds, q0, k0, r0, a, lane);
             }
-            M::template scores<DP>(dp, vf, dOs, lane); /* dP^T */
-            bool mask = needs_mask(q0, k0, a);
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
-                    float pv = !mask || att_visible(q0 + qc, key, a)
-                                   ? exp2f(p[nb][e] * sl2 - ls[qc])
-                                   : 0.0f;
-                    p[nb][e] = pv;
-                    dp[nb][e] = pv * (dp[nb][e] - ds[qc]);
-                }
-            M::template accumulate<DP>(gv, p, dOs, lane);
-            M::template accumulate<DP>(gk, dp, Qs, lane);
 #pragma unroll
             for (int nb = 0; nb < 8; nb++)
 #pragma unroll
                 for (int i = 0; i < 2; i++)
                     *reinterpret_cast<float2 *>(dSs + (r0 + g + 8 * i) * (DP + M::PAD) + nb * 8 +
-                                                2 * t) = make_float2(dp[nb][2 * i], dp[nb][2 * i + 1]);
+                                                2 * t) =
+                        make_float2(dp[nb][2 * i], dp[nb][2 * i + 1]);
             __syncthreads(); /* dS^T complete */
             float gq[DP / 8][4];
 #pragma unroll
-            for (int nb = 0; nb < DP / 8; nb++) gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
+            for (int nb = 0; nb < DP / 8; nb++)
+                gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
             M::template accumulate_t<DP>(gq, dSs, r0, Ks, lane);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
@@ -862,17 +866,18 @@ int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<f
 {
     size_t smem = tiles<tf32_mma<P>, 64>(6) + 4 * BR * sizeof(float);
     AWLC_TRY_STATUS(allow(bwd_fused_kernel<P>, smem));
-    int per_sm = 0;
-    AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<P>, THREADS,
-                                                           smem),
-             "attention_backward occupancy");
+    static int per_sm = 0; /* blocks per SM: the same on every call */
+    if (per_sm == 0)
+        AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<P>,
+                                                               THREADS, smem),
+                 "attention_backward occupancy");
     int ntiles = (a.T + BR - 1) / BR, bh = a.B * a.H;
     int nsplit = fused_slices(bh, ntiles, (per_sm > 0 ? per_sm : 1) * awlc_sm_count());
     size_t n = (size_t)bh * a.T * a.D, bytes = (size_t)nsplit * n * sizeof(float);
     float *acc = (float *)awlc_scratch_alloc(bytes);
     if (!acc) return AWL_ERR_OOM;
-    bwd_fused_kernel<P><<<dim3(nsplit, bh), THREADS, smem>>>(acc, dk, dv, dout, q, k, v, lse, Dv,
-                                                             a, nsplit);
+    bwd_fused_kernel<P>
+        <<<dim3(nsplit, bh), THREADS, smem>>>(acc, dk, dv, dout, q, k, v, lse, Dv, a, nsplit);
     int st = awlc_check_launch("attention_backward (tensor cores, one pass)");
     if (st == AWL_OK) {
         dq_sum_kernel<<<awlc_grid_for((int64_t)n, 256), 256>>>(dq, acc, nsplit, a);

@@ -316,8 +316,8 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
             int64_t blocks = std::min<int64_t>((R + ADD_GROUPS - 1) / ADD_GROUPS, 4096);
-            index_add_short_kernel<T><<<(unsigned)blocks, ADD_COLS * ADD_GROUPS>>>(a, n_long,
-                                                                                  long_runs);
+            index_add_short_kernel<T>
+                <<<(unsigned)blocks, ADD_COLS * ADD_GROUPS>>>(a, n_long, long_runs);
             AWLC_TRY_STATUS(awlc_check_launch("index_add (short runs)"));
             dim3 grid((unsigned)std::max<int64_t>(R / LONG_RUN, 1),
                       (unsigned)std::min<int64_t>((inner + ADD_COLS - 1) / ADD_COLS, 65535));
