@@ -20,7 +20,7 @@
 # Stages (each writes its logs under $OUT and adds rows to the summary,
 # printed at the end and kept in $OUT/summary.txt; at most 8 files come
 # back from $OUT, so logs are concatenated):
-#   tests  test_cuda, test_backend(_fused) on cuda, test_autocast, the op/nn/gradcheck
+#   tests  test_cuda(_fused), test_backend(_fused) on cuda, test_autocast, the op/nn/gradcheck
 #          suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only suites, all at
 #          once (one process each, CK_FORK=no), each under TEST_TIMEOUT;
 #   profile  kernel time of one training step by kernel, for the pairs in
@@ -44,7 +44,7 @@
 # EVAL_INTERVAL=1000, EVAL_ITERS=50, TEST_TIMEOUT=150, TIME_BUDGET=560.
 #
 # Time (H200, the last full call on 2026-11-30): build 26-37 s, tests 43-60 s
-# (test_cuda is the longest), kernels 2 s, bench_gpt all six runs about
+# (test_cuda_fused is the longest), kernels 2 s, bench_gpt all six runs about
 # 10 s, the peer eager about 35 s, train 30 ms a step in bf16 (dropout 0.2
 # sends attention down the composed path): 155 s for 5000 steps; the lent
 # machine's start adds about a minute of held time. torch.compile
@@ -178,6 +178,7 @@ stage_tests() {
     local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors)
     rm -f "$B"/log/result_* "$B"/log/run_*
     run_suite test_cuda &
+    run_suite test_cuda_fused &
     run_suite test_backend AWL_TEST_BACKEND=cuda &
     run_suite test_backend_fused AWL_TEST_BACKEND=cuda &
     run_suite test_autocast &
@@ -193,7 +194,7 @@ stage_tests() {
     for f in "$B"/log/result_*; do
         IFS='|' read -r name result secs < "$f"
         local dev=cpu checks
-        case " test_cuda test_backend test_backend_fused test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
+        case " test_cuda test_cuda_fused test_backend test_backend_fused test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
         checks=$(grep -h -E "^[0-9]+%: Checks" "$B/log/run_$name.log" | tr '\n' ' ')
         [ -z "$checks" ] && checks=$(grep -h "skipped" "$B/log/run_$name.log" | head -1)
         row "$(printf '%-22s %-8s %-12s %3s  %s' "$name" "$dev" "$result" "$secs" "$checks")"
