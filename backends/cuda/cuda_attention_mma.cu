@@ -842,12 +842,15 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
  * rest: gpt2-124m's 12 x 16 heads in 3 slices make 2.2 waves of 264 blocks
  * on an H200, run as 3 (73% busy), in 4 slices 2.9 (97%). So the fewest
  * slices (the least scratch) that keep the waves 90% full, else the
- * fullest; at most one slice per key tile. */
+ * fullest; at most one slice per key tile, and at most MAX_SLICES (a single
+ * head of 16K tokens would otherwise take 238 slices, a gigabyte). */
+const int MAX_SLICES = 8;
+
 int fused_slices(int bh, int ntiles, int slots)
 {
     int best = 1;
     double best_fill = 0.0;
-    for (int n = 1; n <= ntiles; n++) {
+    for (int n = 1; n <= ntiles && n <= MAX_SLICES; n++) {
         int64_t blocks = (int64_t)bh * n, waves = (blocks + slots - 1) / slots;
         double fill = (double)blocks / (double)(waves * slots);
         if (fill >= 0.9) return n;
