@@ -507,6 +507,19 @@ __device__ void load_stats(float *ls, float *ds, const lse_ref &lse, const float
     }
 }
 
+/* Starts loading query rows [q0, q0 + 64) for the walk over query tiles:
+ * Q into qd, dO into the tile after it, their statistics into st (lse,
+ * then Di). */
+template <typename M, int DP>
+__device__ void load_query_tile(typename M::word *qd, float *st, const heads<typename M::elem> &q,
+                                const heads<typename M::elem> &dout, const lse_ref &lse,
+                                const float *Dv, int b, int h, int q0, const att_dims &a)
+{
+    load_tile<M, DP>(qd, q, b, h, q0, a);
+    load_tile<M, DP>(qd + BR * (DP + M::PAD), dout, b, h, q0, a);
+    load_stats(st, st + BR, lse, Dv, b, h, q0, a);
+}
+
 /* One (key tile, query tile) pair of the backward, for the warp's keys
  * k0 + r0 + g (+ 8), given their K and V fragments: S^T = K Q^T,
  * P^T = exp2(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D) (left in dst);
@@ -566,9 +579,7 @@ __global__ void __launch_bounds__(THREADS)
     const W *Ks = smem, *Vs = smem + TS;
     load_tile<M, DP>(smem, k, b, h, k0, a);
     load_tile<M, DP>(smem + TS, v, b, h, k0, a);
-    load_tile<M, DP>(smem + 2 * TS, q, b, h, first * BR, a);
-    load_tile<M, DP>(smem + 3 * TS, dout, b, h, first * BR, a);
-    load_stats(stats, stats + BR, lse, Dv, b, h, first * BR, a);
+    load_query_tile<M, DP>(smem + 2 * TS, stats, q, dout, lse, Dv, b, h, first * BR, a);
     cp_async_commit();
     float gk[DP / 8][4], gv[DP / 8][4];
 #pragma unroll
@@ -579,12 +590,9 @@ __global__ void __launch_bounds__(THREADS)
         int q0 = qt * BR, cur = (qt - first) & 1;
         W *Qs = smem + (2 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (4 - 2 * cur) * TS;
         const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
-        if (qt + 1 < ntiles) {
-            float *nls = stats + (cur ^ 1) * 2 * BR;
-            load_tile<M, DP>(next, q, b, h, q0 + BR, a);
-            load_tile<M, DP>(next + TS, dout, b, h, q0 + BR, a);
-            load_stats(nls, nls + BR, lse, Dv, b, h, q0 + BR, a);
-        }
+        if (qt + 1 < ntiles)
+            load_query_tile<M, DP>(next, stats + (cur ^ 1) * 2 * BR, q, dout, lse, Dv, b, h,
+                                   q0 + BR, a);
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
@@ -706,9 +714,7 @@ __global__ void __launch_bounds__(THREADS)
         int k0 = kt * BR, first = a.causal ? kt : 0;
         load_tile<M, DP>(Ks, k, b, h, k0, a);
         load_tile<M, DP>(dSs, v, b, h, k0, a);
-        load_tile<M, DP>(smem + TS, q, b, h, first * BR, a);
-        load_tile<M, DP>(smem + 2 * TS, dout, b, h, first * BR, a);
-        load_stats(stats, stats + BR, lse, Dv, b, h, first * BR, a);
+        load_query_tile<M, DP>(smem + TS, stats, q, dout, lse, Dv, b, h, first * BR, a);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
@@ -724,12 +730,9 @@ __global__ void __launch_bounds__(THREADS)
             float *Qs = smem + (1 + 2 * cur) * TS, *dOs = Qs + TS,
                   *next = smem + (3 - 2 * cur) * TS;
             const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
-            if (qt + 1 < ntiles) {
-                float *nls = stats + (cur ^ 1) * 2 * BR;
-                load_tile<M, DP>(next, q, b, h, q0 + BR, a);
-                load_tile<M, DP>(next + TS, dout, b, h, q0 + BR, a);
-                load_stats(nls, nls + BR, lse, Dv, b, h, q0 + BR, a);
-            }
+            if (qt + 1 < ntiles)
+                load_query_tile<M, DP>(next, stats + (cur ^ 1) * 2 * BR, q, dout, lse, Dv, b, h,
+                                       q0 + BR, a);
             cp_async_commit();
             cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
             __syncthreads();
