@@ -412,22 +412,21 @@ int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const hea
     return awlc_check_launch("attention_forward");
 }
 
-/* float32 and bfloat16 go to the tensor-core kernels unless
- * AWL_CUDA_ATTENTION=simt asks for the CUDA-core rung (for comparisons; read
- * on every call). */
-bool tensor_cores(void)
+/* Whether AWL_CUDA_ATTENTION names this rung (read on every call, so that
+ * tests and the benchmark can switch between calls). */
+bool attention_env_is(const char *rung)
 {
     const char *env = getenv("AWL_CUDA_ATTENTION");
-    return !(env && strcmp(env, "simt") == 0);
+    return env && strcmp(env, rung) == 0;
 }
+
+/* float32 and bfloat16 go to the tensor-core kernels unless
+ * AWL_CUDA_ATTENTION=simt asks for the CUDA-core rung (for comparisons). */
+bool tensor_cores(void) { return !attention_env_is("simt"); }
 
 } // namespace
 
-bool awlc_attention_split(void)
-{
-    const char *env = getenv("AWL_CUDA_ATTENTION");
-    return env && strcmp(env, "split") == 0;
-}
+bool awlc_attention_split(void) { return attention_env_is("split"); }
 
 namespace
 {
