@@ -570,6 +570,10 @@ static int train(trainer *t)
         "training: %d steps of %lld tokens on %s (%s), %d threads; matmul ceiling %.1f GFLOP/s\n",
         s->steps, (long long)tokens_per_step, s->device, s->precision, awl_get_num_threads(),
         peak * 1e-9);
+    awl_blas_info blas;
+    if (strncmp(s->device, "cpu", 3) == 0 && awl_blas_get_info(&blas) == 0)
+        printf("blas: %s, %s kernels (chosen by %s; this CPU has %s), %d threads\n", blas.library,
+               blas.kernels, blas.chosen_by, blas.cpu_features, blas.threads);
     progress p = {tty, t->step, s->steps, now()};
     double window_start = now();
     int window_steps = 0;
