@@ -8,6 +8,7 @@
  *   autograd/ differentiable ops, the backward engine, checkpointing
  *   nn/       modules, the GPT, optimizers, schedules, checkpoints
  *   data/     tokenizers and text datasets
+ *   dist/     process groups, collectives, DDP (data-parallel training)
  *
  * docs/architecture.md walks through the layers.
  */
@@ -27,5 +28,6 @@
 #include "nn/safetensors.h"
 #include "nn/checkpoint_io.h"
 #include "data/data.h"
+#include "dist/dist.h"
 
 #endif
