@@ -35,7 +35,7 @@ typedef struct ddp_param {
     awl_tensor *t;
     int bucket;
     int64_t offset; /* its first element in the bucket */
-    bool ready;
+    bool ready, hooked;
 } ddp_param;
 
 typedef struct ddp_bucket {
@@ -273,6 +273,7 @@ static int make_buckets(awl_ddp *d)
         if (status < 0) return status;
         status = awl_register_grad_hook(d->params[i].t, on_grad_ready, &d->params[i]);
         if (status < 0) return status;
+        d->params[i].hooked = true;
     }
     return AWL_OK;
 }
@@ -299,7 +300,7 @@ awl_ddp *awl_ddp_new(awl_process_group *pg, const awl_param_list *params,
         for (int j = 0; j < params->count && !seen; j++)
             seen = j < i && params->items[j].tensor == t;
         if (seen) continue;
-        d->params[d->n_params++] = (ddp_param){d, params->items[i].name, t, 0, 0, false};
+        d->params[d->n_params++] = (ddp_param){d, params->items[i].name, t, 0, 0, false, false};
     }
     int status = check_same_parameters(d);
     /* rank 0's values everywhere */
@@ -329,7 +330,7 @@ void awl_ddp_free(awl_ddp *d)
         if (d->buckets[k].work) awl_work_wait(d->buckets[k].work);
     for (int i = 0; i < d->n_params; i++) {
         ddp_param *p = &d->params[i];
-        awl_remove_grad_hook(p->t, on_grad_ready, p);
+        if (p->hooked) awl_remove_grad_hook(p->t, on_grad_ready, p);
         if (d->buckets && d->buckets[p->bucket].flat && is_our_view(p)) {
             awl_scope_begin();
             awl_set_grad(p->t, awl_tensor_clone(p->t->grad));

@@ -68,7 +68,7 @@ struct awl_work {
     /* set by the communication thread, under pg->lock */
     bool done;
     int status;
-    char message[1024];
+    char message[2048];
     double start, end;
     int flight_slot;
     struct awl_work *next;
@@ -134,7 +134,7 @@ struct awl_process_group {
 
     /* under lock */
     bool failed;
-    char failure[1024];
+    char failure[2048];
     dist_flight flight[DIST_FLIGHT_SLOTS];
     int flight_next;
     awl_dist_stats stats;

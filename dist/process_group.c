@@ -303,7 +303,10 @@ static void run_one(awl_process_group *pg, awl_work *w)
     pg->flight_next = (pg->flight_next + 1) % DIST_FLIGHT_SLOTS;
     pg->stats.collectives++;
     bool failed = pg->failed;
-    if (failed) snprintf(w->message, sizeof w->message, "%s", pg->failure);
+    char what[160];
+    if (failed)
+        snprintf(w->message, sizeof w->message, "%s on rank %d cannot run: %.1700s",
+                 dist_describe(&w->fp, what, sizeof what), pg->rank, pg->failure);
     pthread_mutex_unlock(&pg->lock);
     if (failed) {
         complete(pg, w, AWL_ERR_DIST);

@@ -36,7 +36,7 @@ typedef struct dist_rank {
     void *arg;
     /* written by the rank */
     int status;
-    char message[1536];
+    char message[2048];
     double when;      /* monotonic seconds, e.g. when an error surfaced */
     uint64_t digest;  /* e.g. a hash of the final parameters */
     int64_t values[8];
