@@ -9,8 +9,11 @@
 #   zlib1g-dev              gzip corpora, CRC32 of checkpoints
 #   fortunes                the default training corpus (/usr/share/games/fortunes)
 #   gnuplot-nox             scripts/plot_loss.sh
+#   iproute2 iptables       the distributed tests across network namespaces
+#   procps                  pgrep, for the launcher's no-orphan test
 set -e
-packages="build-essential cmake pkg-config libopenblas-openmp-dev check zlib1g-dev fortunes gnuplot-nox"
+packages="build-essential cmake pkg-config libopenblas-openmp-dev check zlib1g-dev fortunes gnuplot-nox
+          iproute2 iptables procps"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
