@@ -64,7 +64,8 @@ typedef enum awl_dist_reduce {
     AWL_DIST_MAX,
 } awl_dist_reduce;
 
-/* How to create a group. Zeroed fields take the environment's value, then
+/* How to create a group. Start from awl_dist_default_options(): a field
+ * left as it gives it (-1, NULL or 0) takes the environment's value, then
  * the default. */
 typedef struct awl_dist_options {
     int rank, world_size, local_rank; /* -1: RANK, WORLD_SIZE, LOCAL_RANK (default 0, 1, 0) */

@@ -102,7 +102,7 @@ static void queue_ctrl(tcp_peer *p, const uint8_t *frame, const char *text, uint
 {
     if (p->gone || p->out_len + CTRL_BYTES + text_len > sizeof p->out) return;
     memcpy(p->out + p->out_len, frame, CTRL_BYTES);
-    memcpy(p->out + p->out_len + CTRL_BYTES, text, text_len);
+    if (text_len) memcpy(p->out + p->out_len + CTRL_BYTES, text, text_len);
     p->out_len += CTRL_BYTES + text_len;
     flush(p);
 }

@@ -151,6 +151,8 @@ static uint64_t run_case(int world, ddp_case c)
     ck_assert(!run->timed_out);
     for (int r = 0; r < world; r++) {
         ck_assert_msg(run->rank[r].status == 0, "rank %d: %s", r, run->rank[r].message);
+        ck_assert_msg(WIFEXITED(run->exit_status[r]) && WEXITSTATUS(run->exit_status[r]) == 0,
+                      "rank %d exited with status %d (a leak?)", r, run->exit_status[r]);
         double worst = run->rank[r].values[0] * 1e-12;
         ck_assert_msg(worst <= DDP_BOUND, "rank %d: DDP differs from one process by %g", r, worst);
         if (getenv("AWL_TEST_VERBOSE")) fprintf(stderr, "world %d rank %d: worst %g\n", world, r, worst);

@@ -146,7 +146,8 @@ static void check_all_ok(dist_run *run, int world)
 {
     ck_assert_msg(!run->timed_out, "the ranks did not finish in time");
     for (int r = 0; r < world; r++)
-        ck_assert_msg(run->rank[r].status == 0 && WIFEXITED(run->exit_status[r]),
+        ck_assert_msg(run->rank[r].status == 0 && WIFEXITED(run->exit_status[r]) &&
+                          WEXITSTATUS(run->exit_status[r]) == 0,
                       "rank %d: status %d (exit %d): %s", r, run->rank[r].status,
                       run->exit_status[r], run->rank[r].message);
 }
