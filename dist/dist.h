@@ -111,6 +111,14 @@ int awl_dist_allgather(awl_process_group *pg, awl_tensor *out, awl_tensor *in);
  * ranks of in's elements [rank * numel(out), (rank + 1) * numel(out)). */
 int awl_dist_reduce_scatter(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
                             awl_dist_reduce op);
+/* The same with shares of any sizes: rank r's share is counts[r] elements
+ * (zero too), and every rank passes the same counts. allgather_v: in has
+ * counts[rank] elements, out their sum, rank r's at the sum of the counts
+ * before it. reduce_scatter_v: the other way round. */
+int awl_dist_allgather_v(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                         const int64_t *counts);
+int awl_dist_reduce_scatter_v(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                              const int64_t *counts, awl_dist_reduce op);
 /* Returns once every rank has called it. */
 int awl_dist_barrier(awl_process_group *pg);
 /* Point to point: t to rank dst / from rank src (same shape and dtype on
@@ -127,6 +135,10 @@ awl_work *awl_dist_broadcast_async(awl_process_group *pg, awl_tensor *t, int roo
 awl_work *awl_dist_allgather_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in);
 awl_work *awl_dist_reduce_scatter_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
                                         awl_dist_reduce op);
+awl_work *awl_dist_allgather_v_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                                     const int64_t *counts);
+awl_work *awl_dist_reduce_scatter_v_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                                          const int64_t *counts, awl_dist_reduce op);
 awl_work *awl_dist_send_async(awl_process_group *pg, awl_tensor *t, int dst);
 awl_work *awl_dist_recv_async(awl_process_group *pg, awl_tensor *t, int src);
 

@@ -44,7 +44,8 @@ typedef struct dist_fingerprint {
     uint8_t op;     /* dist_op */
     uint8_t dtype;  /* awl_dtype */
     uint8_t reduce; /* awl_dist_reduce (reductions), else 0 */
-    int32_t root;   /* broadcast's root; send's receiver, recv's sender; else -1 */
+    int32_t root;   /* broadcast's root; send's receiver, recv's sender; the
+                       digest of the shares of the _v collectives; else -1 */
     uint64_t seq;
     uint64_t count; /* elements per rank (allgather: of in; reduce_scatter: of out) */
 } dist_fingerprint;
@@ -60,6 +61,9 @@ struct awl_work {
     dist_fingerprint fp;
     void *in, *out;
     int64_t in_count, out_count;
+    /* allgather and reduce_scatter: rank c's share is elements
+     * [bounds[c], bounds[c+1]) of the whole (world + 1 entries) */
+    int64_t *bounds;
 
     /* the caller's tensors and their host staging copies (NULL when the
      * caller's memory is used directly); user thread only */

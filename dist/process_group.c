@@ -163,10 +163,20 @@ const char *dist_describe(const dist_fingerprint *fp, char *buf, size_t size)
     unsigned long long seq = (unsigned long long)fp->seq, n = (unsigned long long)fp->count;
     switch (fp->op) {
     case DIST_OP_ALLREDUCE:
-    case DIST_OP_REDUCE_SCATTER:
-        snprintf(buf, size, "%s #%llu (%s, %s, %llu elements)", op_name(fp->op), seq,
-                 reduce_name(fp->reduce), dtype, n);
+        snprintf(buf, size, "allreduce #%llu (%s, %s, %llu elements)", seq, reduce_name(fp->reduce),
+                 dtype, n);
         break;
+    case DIST_OP_REDUCE_SCATTER:
+    case DIST_OP_ALLGATHER: {
+        char shares[32] = "";
+        if (fp->root != -1) snprintf(shares, sizeof shares, ", shares %08x", (unsigned)fp->root);
+        if (fp->op == DIST_OP_ALLGATHER)
+            snprintf(buf, size, "allgather #%llu (%s, %llu elements%s)", seq, dtype, n, shares);
+        else
+            snprintf(buf, size, "reduce_scatter #%llu (%s, %s, %llu elements%s)", seq,
+                     reduce_name(fp->reduce), dtype, n, shares);
+        break;
+    }
     case DIST_OP_BROADCAST:
         snprintf(buf, size, "broadcast #%llu (%s, %llu elements, root %d)", seq, dtype, n,
                  (int)fp->root);
@@ -521,19 +531,20 @@ static awl_work *submit(awl_process_group *pg, awl_work *w)
 }
 
 /* Builds a work item: in (read) and out (written), which may be the same
- * tensor. Returns NULL after an error. */
+ * tensor; bounds (malloc'd, or NULL) becomes the work's. Returns NULL
+ * after an error. */
 static awl_work *make_work(awl_process_group *pg, const char *op, dist_fingerprint fp,
-                           awl_tensor *in, awl_tensor *out)
+                           int64_t *bounds, awl_tensor *in, awl_tensor *out)
 {
-    if (!pg) {
-        awl_error(AWL_ERR_INVALID, "%s: no process group", op);
+    if (!pg || !in || !out || check_tensor(op, in) < 0 || check_tensor(op, out) < 0) {
+        if (!pg) awl_error(AWL_ERR_INVALID, "%s: no process group", op);
+        free(bounds); /* a NULL tensor: an earlier op failed, and its message stands */
         return NULL;
     }
-    if (!in || !out) return NULL; /* an earlier op failed: its message stands */
-    if (check_tensor(op, in) < 0 || check_tensor(op, out) < 0) return NULL;
     awl_work *w = calloc(1, sizeof *w);
     w->pg = pg;
     w->fp = fp;
+    w->bounds = bounds;
     w->in_count = awl_numel(in);
     w->out_count = awl_numel(out);
     int status = stage(w, in, true, &w->user_in, &w->stage_in, &w->in);
@@ -546,6 +557,7 @@ static awl_work *make_work(awl_process_group *pg, const char *op, dist_fingerpri
     }
     if (status < 0) {
         release_tensors(w);
+        free(w->bounds);
         free(w);
         return NULL;
     }
@@ -553,7 +565,7 @@ static awl_work *make_work(awl_process_group *pg, const char *op, dist_fingerpri
 }
 
 static dist_fingerprint collective(awl_process_group *pg, dist_op op, awl_dtype dtype,
-                                   awl_dist_reduce reduce, int root, int64_t count)
+                                   awl_dist_reduce reduce, int32_t root, int64_t count)
 {
     dist_fingerprint fp = {(uint8_t)op, (uint8_t)dtype, (uint8_t)reduce, root, ++pg->next_seq,
                            (uint64_t)count};
@@ -573,62 +585,93 @@ static int check_reduce(const char *op, const awl_tensor *t, awl_dist_reduce r)
 awl_work *awl_dist_allreduce_async(awl_process_group *pg, awl_tensor *t, awl_dist_reduce op)
 {
     const char *name = "awl_dist_allreduce";
-    if (!pg || !t) return make_work(pg, name, (dist_fingerprint){0}, t, t);
+    if (!pg || !t) return make_work(pg, name, (dist_fingerprint){0}, NULL, t, t);
     if (check_reduce(name, t, op) < 0) return NULL;
     return make_work(pg, name, collective(pg, DIST_OP_ALLREDUCE, t->dtype, op, -1, awl_numel(t)),
-                     t, t);
+                     NULL, t, t);
 }
 
 awl_work *awl_dist_broadcast_async(awl_process_group *pg, awl_tensor *t, int root)
 {
     const char *name = "awl_dist_broadcast";
-    if (!pg || !t) return make_work(pg, name, (dist_fingerprint){0}, t, t);
+    if (!pg || !t) return make_work(pg, name, (dist_fingerprint){0}, NULL, t, t);
     if (check_peer(name, pg, root, "root") < 0) return NULL;
     return make_work(pg, name, collective(pg, DIST_OP_BROADCAST, t->dtype, 0, root, awl_numel(t)),
-                     t, t);
+                     NULL, t, t);
+}
+
+/* allgather and reduce_scatter, with equal shares (counts NULL) or the
+ * given ones: checks the shapes, and the work gets the shares' bounds. */
+static awl_work *sharded(awl_process_group *pg, const char *name, dist_op op, awl_tensor *out,
+                         awl_tensor *in, const int64_t *counts, awl_dist_reduce reduce)
+{
+    if (!pg || !out || !in) return make_work(pg, name, (dist_fingerprint){0}, NULL, in, out);
+    int n = pg->world;
+    bool gather = op == DIST_OP_ALLGATHER;
+    awl_tensor *whole = gather ? out : in, *part = gather ? in : out;
+    int64_t *bounds = calloc((size_t)n + 1, sizeof *bounds);
+    uint64_t digest = 1469598103934665603ULL;
+    for (int c = 0; c < n; c++) {
+        int64_t k = counts ? counts[c] : awl_numel(part);
+        if (k < 0) {
+            awl_error(AWL_ERR_INVALID, "%s: counts[%d] is %lld", name, c, (long long)k);
+            free(bounds);
+            return NULL;
+        }
+        bounds[c + 1] = bounds[c] + k;
+        digest = (digest ^ (uint64_t)k) * 1099511628211ULL;
+    }
+    char a[64], b[64];
+    if (in->dtype != out->dtype || awl_numel(whole) != bounds[n] ||
+        awl_numel(part) != bounds[pg->rank + 1] - bounds[pg->rank]) {
+        awl_error(AWL_ERR_INVALID,
+                  "%s: %s %s %s must have %lld elements (%s) and %s %s %s %lld (this rank's share)",
+                  name, gather ? "out" : "in", awl_shape_str(whole, a, sizeof a),
+                  awl_dtype_name(whole->dtype), (long long)bounds[n],
+                  counts ? "the sum of counts" : "world size times the share",
+                  gather ? "in" : "out", awl_shape_str(part, b, sizeof b),
+                  awl_dtype_name(part->dtype), (long long)(bounds[pg->rank + 1] - bounds[pg->rank]));
+        free(bounds);
+        return NULL;
+    }
+    if (!gather && check_reduce(name, in, reduce) < 0) {
+        free(bounds);
+        return NULL;
+    }
+    /* equal shares keep the plain fingerprint; given ones add their digest */
+    dist_fingerprint fp = collective(pg, op, in->dtype, gather ? 0 : reduce,
+                                     counts ? (int32_t)(digest & 0x7fffffff) : -1,
+                                     counts ? bounds[n] : awl_numel(part));
+    return make_work(pg, name, fp, bounds, in, out);
 }
 
 awl_work *awl_dist_allgather_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in)
 {
-    const char *name = "awl_dist_allgather";
-    if (!pg || !out || !in) return make_work(pg, name, (dist_fingerprint){0}, in, out);
-    char a[64], b[64];
-    if (in->dtype != out->dtype || awl_numel(out) != awl_numel(in) * pg->world) {
-        awl_error(AWL_ERR_INVALID,
-                  "awl_dist_allgather: out %s %s must have world size (%d) times the elements of "
-                  "in %s %s",
-                  awl_shape_str(out, a, sizeof a), awl_dtype_name(out->dtype), pg->world,
-                  awl_shape_str(in, b, sizeof b), awl_dtype_name(in->dtype));
-        return NULL;
-    }
-    return make_work(pg, name, collective(pg, DIST_OP_ALLGATHER, in->dtype, 0, -1, awl_numel(in)),
-                     in, out);
+    return sharded(pg, "awl_dist_allgather", DIST_OP_ALLGATHER, out, in, NULL, 0);
+}
+
+awl_work *awl_dist_allgather_v_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                                     const int64_t *counts)
+{
+    return sharded(pg, "awl_dist_allgather_v", DIST_OP_ALLGATHER, out, in, counts, 0);
 }
 
 awl_work *awl_dist_reduce_scatter_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
                                         awl_dist_reduce op)
 {
-    const char *name = "awl_dist_reduce_scatter";
-    if (!pg || !out || !in) return make_work(pg, name, (dist_fingerprint){0}, in, out);
-    char a[64], b[64];
-    if (in->dtype != out->dtype || awl_numel(in) != awl_numel(out) * pg->world) {
-        awl_error(AWL_ERR_INVALID,
-                  "awl_dist_reduce_scatter: in %s %s must have world size (%d) times the elements "
-                  "of out %s %s",
-                  awl_shape_str(in, a, sizeof a), awl_dtype_name(in->dtype), pg->world,
-                  awl_shape_str(out, b, sizeof b), awl_dtype_name(out->dtype));
-        return NULL;
-    }
-    if (check_reduce(name, in, op) < 0) return NULL;
-    return make_work(pg, name,
-                     collective(pg, DIST_OP_REDUCE_SCATTER, in->dtype, op, -1, awl_numel(out)), in,
-                     out);
+    return sharded(pg, "awl_dist_reduce_scatter", DIST_OP_REDUCE_SCATTER, out, in, NULL, op);
+}
+
+awl_work *awl_dist_reduce_scatter_v_async(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                                          const int64_t *counts, awl_dist_reduce op)
+{
+    return sharded(pg, "awl_dist_reduce_scatter_v", DIST_OP_REDUCE_SCATTER, out, in, counts, op);
 }
 
 static awl_work *point_to_point(awl_process_group *pg, awl_tensor *t, int peer, bool sending)
 {
     const char *name = sending ? "awl_dist_send" : "awl_dist_recv";
-    if (!pg || !t) return make_work(pg, name, (dist_fingerprint){0}, t, t);
+    if (!pg || !t) return make_work(pg, name, (dist_fingerprint){0}, NULL, t, t);
     if (check_peer(name, pg, peer, sending ? "destination" : "source") < 0) return NULL;
     if (peer == pg->rank) {
         awl_error(AWL_ERR_INVALID, "%s: rank %d cannot %s itself", name, peer,
@@ -638,7 +681,7 @@ static awl_work *point_to_point(awl_process_group *pg, awl_tensor *t, int peer, 
     uint64_t seq = sending ? ++pg->send_seq[peer] : ++pg->recv_seq[peer];
     dist_fingerprint fp = {(uint8_t)(sending ? DIST_OP_SEND : DIST_OP_RECV), (uint8_t)t->dtype, 0,
                            peer, seq, (uint64_t)awl_numel(t)};
-    return make_work(pg, name, fp, t, t);
+    return make_work(pg, name, fp, NULL, t, t);
 }
 
 awl_work *awl_dist_send_async(awl_process_group *pg, awl_tensor *t, int dst)
@@ -682,6 +725,7 @@ int dist_work_wait(awl_work *w, double *busy_s)
         status = awl_tensor_copy_(w->user_in, w->stage_in);
     if (w->status < 0) awl_error(AWL_ERR_DIST, "%s", w->message);
     release_tensors(w);
+    free(w->bounds);
     free(w);
     return status;
 }
@@ -711,6 +755,18 @@ int awl_dist_reduce_scatter(awl_process_group *pg, awl_tensor *out, awl_tensor *
     return wait_or_fail(awl_dist_reduce_scatter_async(pg, out, in, op));
 }
 
+int awl_dist_allgather_v(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                         const int64_t *counts)
+{
+    return wait_or_fail(awl_dist_allgather_v_async(pg, out, in, counts));
+}
+
+int awl_dist_reduce_scatter_v(awl_process_group *pg, awl_tensor *out, awl_tensor *in,
+                              const int64_t *counts, awl_dist_reduce op)
+{
+    return wait_or_fail(awl_dist_reduce_scatter_v_async(pg, out, in, counts, op));
+}
+
 int awl_dist_send(awl_process_group *pg, awl_tensor *t, int dst)
 {
     return wait_or_fail(awl_dist_send_async(pg, t, dst));
@@ -728,7 +784,8 @@ int awl_dist_barrier(awl_process_group *pg)
     awl_scope_begin();
     awl_tensor *t = awl_from_data(&one, AWL_SHAPE(1), AWL_I32, "cpu");
     awl_work *w = t ? make_work(pg, "awl_dist_barrier",
-                                collective(pg, DIST_OP_BARRIER, AWL_I32, AWL_DIST_SUM, -1, 1), t, t)
+                                collective(pg, DIST_OP_BARRIER, AWL_I32, AWL_DIST_SUM, -1, 1), NULL,
+                                t, t)
                     : NULL;
     awl_scope_end();
     return wait_or_fail(w);

@@ -121,44 +121,46 @@ static void plan_allreduce(schedule *s, int r, int n, char *buf, int64_t count, 
     }
 }
 
-/* Reduce-scatter: in holds n chunks of `count`, out gets the reduced chunk
- * r. Partial sums of the chunks passed on (n > 2) live in work. */
+/* Reduce-scatter: chunk c of in is elements [bounds[c], bounds[c+1]), and
+ * out gets the reduced chunk r. Partial sums of the chunks passed on
+ * (n > 2) live in work, at the chunks' own offsets. */
 static void plan_reduce_scatter(schedule *s, int r, int n, const char *in, char *out, char *work,
-                                int64_t count, size_t es, int64_t seg, bool avg)
+                                const int64_t *bounds, size_t es, int64_t seg, bool avg)
 {
     int right = mod(r + 1, n), left = mod(r - 1, n);
-    int64_t bytes = count * (int64_t)es;
+    int64_t e = (int64_t)es;
     int recv_first[4096];
     for (int t = 0; t < n - 1; t++) {
         int c = mod(r - t - 2, n);
-        char *dst = t == n - 2 ? out : work + c * bytes;
-        recv_first[t] = add_segments(&s->recvs, left, dst, in + c * bytes, c * count, count, seg,
-                                     es, -1, avg && t == n - 2);
+        char *dst = t == n - 2 ? out : work + bounds[c] * e;
+        recv_first[t] = add_segments(&s->recvs, left, dst, in + bounds[c] * e, bounds[c],
+                                     bounds[c + 1] - bounds[c], seg, es, -1, avg && t == n - 2);
     }
     for (int t = 0; t < n - 1; t++) {
         int c = mod(r - t - 1, n);
-        char *src = t == 0 ? (char *)in + c * bytes : work + c * bytes;
-        add_segments(&s->sends, right, src, NULL, c * count, count, seg, es,
+        char *src = t == 0 ? (char *)in + bounds[c] * e : work + bounds[c] * e;
+        add_segments(&s->sends, right, src, NULL, bounds[c], bounds[c + 1] - bounds[c], seg, es,
                      t > 0 ? recv_first[t - 1] : -1, false);
     }
 }
 
-/* Allgather into out (n chunks of `count`); chunk r is already in place. */
-static void plan_allgather(schedule *s, int r, int n, char *out, int64_t count, size_t es,
+/* Allgather into out, whose chunk c is [bounds[c], bounds[c+1]); chunk r
+ * is already in place. */
+static void plan_allgather(schedule *s, int r, int n, char *out, const int64_t *bounds, size_t es,
                            int64_t seg)
 {
     int right = mod(r + 1, n), left = mod(r - 1, n);
-    int64_t bytes = count * (int64_t)es;
+    int64_t e = (int64_t)es;
     int recv_first[4096];
     for (int t = 0; t < n - 1; t++) {
         int c = mod(r - t - 1, n);
-        recv_first[t] =
-            add_segments(&s->recvs, left, out + c * bytes, NULL, c * count, count, seg, es, -1, false);
+        recv_first[t] = add_segments(&s->recvs, left, out + bounds[c] * e, NULL, bounds[c],
+                                     bounds[c + 1] - bounds[c], seg, es, -1, false);
     }
     for (int t = 0; t < n - 1; t++) {
         int c = mod(r - t, n);
-        add_segments(&s->sends, right, out + c * bytes, NULL, c * count, count, seg, es,
-                     t > 0 ? recv_first[t - 1] : -1, false);
+        add_segments(&s->sends, right, out + bounds[c] * e, NULL, bounds[c],
+                     bounds[c + 1] - bounds[c], seg, es, t > 0 ? recv_first[t - 1] : -1, false);
     }
 }
 
@@ -392,13 +394,12 @@ int tcp_run(awl_process_group *pg, awl_work *w)
     case DIST_OP_BROADCAST: plan_broadcast(&s, r, n, w->out, w->out_count, es, seg, fp->root); break;
     case DIST_OP_ALLGATHER:
         if (w->in_count)
-            memmove((char *)w->out + (size_t)r * (size_t)w->in_count * es, w->in,
-                    (size_t)w->in_count * es);
-        plan_allgather(&s, r, n, w->out, w->in_count, es, seg);
+            memmove((char *)w->out + (size_t)w->bounds[r] * es, w->in, (size_t)w->in_count * es);
+        plan_allgather(&s, r, n, w->out, w->bounds, es, seg);
         break;
     case DIST_OP_REDUCE_SCATTER:
         if (n > 2 && reserve(&st->work, &st->work_size, (size_t)w->in_count * es) < 0) status = -1;
-        plan_reduce_scatter(&s, r, n, w->in, w->out, st->work, w->out_count, es, seg, avg);
+        plan_reduce_scatter(&s, r, n, w->in, w->out, st->work, w->bounds, es, seg, avg);
         break;
     case DIST_OP_SEND: add_segments(&s.sends, fp->root, w->in, NULL, 0, w->in_count, seg, es, -1, false); break;
     case DIST_OP_RECV:

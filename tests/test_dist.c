@@ -67,7 +67,7 @@ static void all_collectives(dist_rank *me)
             awl_dtype dt = dtypes[di];
             int64_t count = sizes[si];
             awl_scope_begin();
-            double *want = malloc((size_t)(count * n + 1) * sizeof *want);
+            double *want = malloc((size_t)(count * n + 3 * n + 1) * sizeof *want);
             /* allreduce: sum, max, avg */
             awl_tensor *t = filled(r, count, dt);
             ok = awl_dist_allreduce(pg, t, AWL_DIST_SUM) == 0;
@@ -109,6 +109,23 @@ static void all_collectives(dist_rank *me)
                 for (int k = 0; k < n; k++) want[i] += value_at(k, r * count + i);
             }
             ok = ok && expect(me, "reduce_scatter", mine, want, count);
+            /* the _v forms: uneven shares, zeros among them */
+            int64_t counts[DIST_MAX_RANKS], total = 0, before = 0;
+            for (int k = 0; k < n; k++) {
+                counts[k] = (count + k * 7) % (count + 3);
+                if (k < r) before += counts[k];
+                total += counts[k];
+            }
+            awl_tensor *gathered = awl_zeros(AWL_SHAPE(total), dt, "cpu");
+            awl_tensor *share = awl_tensor_slice(filled(r, total, dt), 0, before, before + counts[r], 1);
+            ok = ok && awl_dist_allgather_v(pg, gathered, share, counts) == 0;
+            for (int k = 0, at = 0; k < n; k++)
+                for (int64_t i = 0; i < counts[k]; i++, at++) want[at] = value_at(k, at);
+            ok = ok && expect(me, "allgather_v", gathered, want, total);
+            awl_tensor *mine_v = awl_zeros(AWL_SHAPE(counts[r]), dt, "cpu");
+            ok = ok && awl_dist_reduce_scatter_v(pg, mine_v, filled(r, total, dt), counts, AWL_DIST_MAX) == 0;
+            for (int64_t i = 0; i < counts[r]; i++) want[i] = value_at(n - 1, before + i);
+            ok = ok && expect(me, "reduce_scatter_v", mine_v, want, counts[r]);
             /* send/recv around the ring */
             if (n > 1) {
                 awl_work *s = awl_dist_send_async(pg, filled(r, count, dt), (r + 1) % n);
