@@ -21,11 +21,14 @@
  *            ratio = busbw / ring_GBs. Medians over the rounds.
  * latency    4-byte and 4 KiB allreduces, median of 500.
  * ddp_step   a training step of a GPT (--ddp CONFIG) on each --ddp-ranks
- *            count, with buckets overlapping backward and without
- *            (no_overlap): ms per step, global tokens/s, the communication
- *            thread's time for the buckets (comm_ms), the time awl_ddp_wait
- *            blocked (wait_ms), and hidden = 1 - wait/comm (at least 0), the
- *            share of communication that backward hid.
+ *            count, with buckets overlapping backward ("overlap"), sent at
+ *            the end ("at_end"), and with no communication at all ("none":
+ *            each rank trains alone, the ceiling the machine's cores allow):
+ *            ms per step, global tokens/s, the communication thread's time
+ *            for the buckets (comm_ms), the time awl_ddp_wait blocked
+ *            (wait_ms), and hidden = 1 - wait/comm (at least 0), the share
+ *            of communication that backward hid. --bucket-mb sets both DDP
+ *            bucket caps.
  */
 #include <errno.h>
 #include <poll.h>
@@ -46,7 +49,12 @@ typedef struct bench_options {
     int64_t min_bytes, max_bytes;
     int rounds, threads, ddp_steps;
     bool allreduce, latency;
+    double bucket_mb; /* 0: DDP's default caps */
 } bench_options;
+
+/* How a DDP step communicates: buckets during backward, all at the end,
+ * or not at all (each rank trains alone: the compute-only ceiling). */
+typedef enum ddp_mode { DDP_OVERLAP, DDP_AT_END, DDP_NONE } ddp_mode;
 
 /* ---- the raw ring ---------------------------------------------------------------------------- */
 
@@ -175,8 +183,8 @@ static void latency(awl_process_group *pg)
     }
 }
 
-/* Median step of a GPT under DDP; overlap or not. */
-static void ddp_steps(awl_process_group *pg, const bench_options *o, bool overlap)
+/* Median step of a GPT under DDP in the given mode. */
+static void ddp_steps(awl_process_group *pg, const bench_options *o, ddp_mode mode)
 {
     awl_gpt_config cfg;
     if (awl_gpt_config_named(o->ddp, &cfg) < 0) {
@@ -186,12 +194,13 @@ static void ddp_steps(awl_process_group *pg, const bench_options *o, bool overla
     cfg.dropout = 0;
     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 1337);
     awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
-    awl_ddp_options dopt = {.no_overlap = !overlap};
-    awl_ddp *ddp = awl_ddp_new(pg, awl_gpt_parameters(model), &dopt);
+    awl_ddp_options dopt = {.no_overlap = mode == DDP_AT_END};
+    if (o->bucket_mb > 0) dopt.bucket_cap_bytes = dopt.first_bucket_bytes = (int64_t)(o->bucket_mb * 1048576);
+    awl_ddp *ddp = mode == DDP_NONE ? NULL : awl_ddp_new(pg, awl_gpt_parameters(model), &dopt);
     int steps = o->ddp_steps, warm = 3;
     double *step_t = calloc((size_t)steps, sizeof *step_t), *comm = calloc((size_t)steps, sizeof *comm),
            *wait = calloc((size_t)steps, sizeof *wait);
-    int status = ddp ? 0 : -1;
+    int status = ddp || mode == DDP_NONE ? 0 : -1;
     for (int s = 0; s < steps + warm && status == 0; s++) {
         awl_scope_begin();
         int64_t B = cfg.batch, T = cfg.block;
@@ -206,12 +215,12 @@ static void ddp_steps(awl_process_group *pg, const bench_options *o, bool overla
         awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));
         awl_scope_end();
         status = loss ? awl_backward(loss) : -1;
-        if (status == 0) status = awl_ddp_wait(ddp);
+        if (status == 0 && ddp) status = awl_ddp_wait(ddp);
         if (status == 0) status = awl_optimizer_step(opt);
-        if (status == 0) status = awl_ddp_zero_grad(ddp);
+        if (status == 0) status = ddp ? awl_ddp_zero_grad(ddp) : awl_optimizer_zero_grad(opt);
         awl_release(loss);
         if (s >= warm) {
-            awl_ddp_stats st;
+            awl_ddp_stats st = {0};
             awl_ddp_get_stats(ddp, &st);
             step_t[s - warm] = bench_now() - t0;
             comm[s - warm] = st.comm_s;
@@ -220,15 +229,16 @@ static void ddp_steps(awl_process_group *pg, const bench_options *o, bool overla
     }
     if (status) fprintf(stderr, "bench_dist: ddp: %s\n", awl_last_error());
     if (status == 0 && awl_dist_rank(pg) == 0) {
-        awl_ddp_stats st;
+        static const char *const mode_names[] = {"overlap", "at_end", "none"};
+        awl_ddp_stats st = {0};
         awl_ddp_get_stats(ddp, &st);
         double ms = bench_median(step_t, steps), c = bench_median(comm, steps), w = bench_median(wait, steps);
         int n = awl_dist_world_size(pg);
         bench_json_begin("ddp_step");
-        printf("\"config\":\"%s\",\"ranks\":%d,\"overlap\":%s,\"buckets\":%d,\"bucket_mb\":%.2f,"
+        printf("\"config\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
                "\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,\"comm_ms\":%.2f,\"wait_ms\":%.2f,"
                "\"hidden\":%.3f}\n",
-               o->ddp, n, overlap ? "true" : "false", st.n_buckets, st.bucket_bytes / 1048576.0,
+               o->ddp, n, mode_names[mode], st.n_buckets, st.bucket_bytes / 1048576.0,
                ms * 1e3, (double)cfg.batch * cfg.block * n / ms, c * 1e3, w * 1e3,
                c > 0 && w < c ? 1.0 - w / c : 0.0);
         fflush(stdout);
@@ -255,8 +265,11 @@ static void one_rank(const bench_options *o, const awl_dist_options *dopt, bool 
         if (o->allreduce) allreduce_sizes(pg, o);
     }
     if (ddp && o->ddp) {
-        ddp_steps(pg, o, true);
-        if (awl_dist_world_size(pg) > 1) ddp_steps(pg, o, false);
+        ddp_steps(pg, o, DDP_OVERLAP);
+        if (awl_dist_world_size(pg) > 1) {
+            ddp_steps(pg, o, DDP_AT_END);
+            ddp_steps(pg, o, DDP_NONE);
+        }
     }
     awl_dist_destroy(pg);
 }
@@ -308,12 +321,12 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_dist [--ranks 2,4] [--min-bytes 4096] [--max-bytes 268435456]\n"
             "                  [--rounds 3] [--threads 1] [--no-allreduce] [--no-latency]\n"
-            "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10]\n");
+            "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10] [--bucket-mb X]\n");
 }
 
 int main(int argc, char **argv)
 {
-    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, true, true};
+    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, true, true, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-allreduce") == 0) o.allreduce = false;
@@ -327,6 +340,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--ddp") == 0) o.ddp = v, i++;
         else if (strcmp(a, "--ddp-ranks") == 0) o.ddp_ranks = v, i++;
         else if (strcmp(a, "--ddp-steps") == 0) o.ddp_steps = atoi(v), i++;
+        else if (strcmp(a, "--bucket-mb") == 0) o.bucket_mb = atof(v), i++;
         else { usage(); return 2; }
     }
     if (o.rounds < 1 || o.rounds > 16 || o.min_bytes < 4 || o.ddp_steps < 1) {
