@@ -48,6 +48,8 @@
 #include <stdio.h>
 
 #include "autograd/autograd.h"
+#include "nn/checkpoint_io.h"
+#include "nn/optim.h"
 #include "nn/param.h"
 
 #ifdef __cplusplus
@@ -232,6 +234,68 @@ typedef struct awl_ddp_stats {
     double wait_s;         /* time awl_ddp_wait blocked in the last step */
 } awl_ddp_stats;
 void awl_ddp_get_stats(const awl_ddp *ddp, awl_ddp_stats *out);
+
+/* ---- ZeRO ---------------------------------------------------------------------------------- */
+
+/* AdamW with ZeRO's sharding (arXiv:1910.02054): stage 1 keeps only this
+ * rank's 1/N of the optimizer state, stage 2 also only its 1/N of the
+ * gradients; both communicate what DDP does and give DDP's parameters
+ * (dist/zero.c, docs/distributed.md). It replaces both awl_ddp and the
+ * optimizer:
+ *
+ *     awl_zero *zero = awl_zero_adamw_new(pg, params, 1e-3, 0.9, 0.95, 1e-8, 0.1, &(awl_zero_options){.stage = 2});
+ *     for (...) {
+ *         ...forward, backward...               // gradient shards go out during backward
+ *         awl_zero_clip_grad_norm(zero, 1.0);  // optional: the global norm
+ *         awl_zero_step(zero);                 // AdamW on this rank's shard, then everyone's
+ *         awl_zero_zero_grad(zero);            //   parameters are gathered
+ *     }
+ *     awl_zero_free(zero);
+ *
+ * Parameters must be float32 CPU tensors (the TCP transport's memory). */
+typedef struct awl_zero awl_zero;
+
+typedef struct awl_zero_options {
+    int stage;                  /* 1 (default) or 2 */
+    int64_t bucket_cap_bytes;   /* as DDP's: default 25 MiB */
+    int64_t first_bucket_bytes; /* default 1 MiB */
+    bool no_overlap;            /* reduce every bucket at the step instead */
+} awl_zero_options;
+
+awl_zero *awl_zero_adamw_new(awl_process_group *pg, const awl_param_list *params, double lr,
+                             double beta1, double beta2, double eps, double weight_decay,
+                             const awl_zero_options *options);
+void awl_zero_free(awl_zero *zero);
+/* Waits for this step's gradient shards (awl_zero_step calls it). */
+int awl_zero_wait(awl_zero *zero);
+/* torch.nn.utils.clip_grad_norm_ over the whole model: the global norm
+ * (the same on every rank), from every rank's shard. Negative on failure. */
+double awl_zero_clip_grad_norm(awl_zero *zero, double max_norm);
+/* Updates this rank's shard with AdamW, then gathers every parameter. */
+int awl_zero_step(awl_zero *zero);
+int awl_zero_zero_grad(awl_zero *zero);
+void awl_zero_no_sync_begin(awl_zero *zero);
+void awl_zero_no_sync_end(awl_zero *zero);
+int awl_zero_set_lr(awl_zero *zero, double lr);
+/* The AdamW over this rank's shard (NULL for an empty shard): its
+ * parameters are named "<param>[a:b]", pieces of the model's. */
+awl_optimizer *awl_zero_optimizer(awl_zero *zero);
+
+/* One consolidated checkpoint (an ordinary awl checkpoint: the model's
+ * parameters and full optimizer state under their usual names), written by
+ * rank 0 from every rank's shard; every rank calls it. */
+int awl_zero_save(awl_zero *zero, const char *path, const awl_train_state *state);
+/* Loads such a checkpoint (or a one-process run's) on any world size: the
+ * parameters whole, the optimizer state re-sharded. Every rank calls it. */
+int awl_zero_load(awl_zero *zero, const char *path, awl_train_state *state);
+
+typedef struct awl_zero_stats {
+    int64_t shard_first, shard_count; /* this rank's elements of the flat space */
+    int64_t gradient_bytes;           /* gradient memory held now */
+    int64_t optimizer_bytes;          /* optimizer state held */
+    double comm_s, wait_s;            /* as DDP's, for the last step */
+} awl_zero_stats;
+void awl_zero_get_stats(const awl_zero *zero, awl_zero_stats *out);
 
 #ifdef __cplusplus
 }

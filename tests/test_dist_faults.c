@@ -36,17 +36,22 @@ static void record(dist_rank *me, int status)
     snprintf(me->message, sizeof me->message, "%s", status < 0 ? awl_last_error() : "");
 }
 
-/* Allreduces of 3 MiB until something fails (or 60 s). */
+/* Allreduces (or, with arg "reduce_scatter", reduce-scatters) of 3 MiB
+ * until something fails (or 60 s). */
 static void allreduce_until_failure(dist_rank *me)
 {
     awl_process_group *pg = join(me, 20, 3);
     if (!pg) return;
+    bool scatter = me->arg && strcmp(me->arg, "reduce_scatter") == 0;
     awl_scope_begin();
     awl_tensor *t = awl_ones(AWL_SHAPE(786432), AWL_F32, "cpu");
+    awl_tensor *part = awl_empty(AWL_SHAPE(786432 / me->world), AWL_F32, "cpu");
     int status = 0;
     double end = dist_now() + 60;
     snprintf(me->text, sizeof me->text, "ready");
-    while (status == 0 && dist_now() < end) status = awl_dist_allreduce(pg, t, AWL_DIST_SUM);
+    while (status == 0 && dist_now() < end)
+        status = scatter ? awl_dist_reduce_scatter(pg, part, t, AWL_DIST_SUM)
+                         : awl_dist_allreduce(pg, t, AWL_DIST_SUM);
     record(me, status);
     /* once broken, everything fails at once */
     if (status < 0) me->values[0] = awl_dist_barrier(pg);
@@ -84,10 +89,13 @@ static void assert_names(const dist_rank *me, const char *a, const char *b, cons
  * naming it, its address, the operation and its sequence number. */
 START_TEST(test_killed_rank_in_collective)
 {
-    dist_run *run = dist_run_ranks_with(3, 60, allreduce_until_failure, kill_rank_2, NULL);
+    const char *op = _i ? "reduce_scatter" : "allreduce";
+    dist_run *run = dist_run_ranks_with(3, 60, allreduce_until_failure, kill_rank_2, (void *)op);
     ck_assert(!run->timed_out);
+    char what[32];
+    snprintf(what, sizeof what, "%s #", op);
     for (int r = 0; r < 2; r++) {
-        assert_names(&run->rank[r], "rank 2 (127.0.0.1:", "allreduce #", "killed");
+        assert_names(&run->rank[r], "rank 2 (127.0.0.1:", what, "killed");
         double late = run->rank[r].when - run->rank[2].when;
         ck_assert_msg(late < 2.0, "rank %d noticed after %.2f s", r, late);
         ck_assert_int_eq(run->rank[r].values[0], AWL_ERR_DIST);
@@ -390,7 +398,7 @@ static Suite *faults_suite(void)
     Suite *s = suite_create("dist_faults");
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_killed_rank_in_collective);
+    tcase_add_loop_test(tc, test_killed_rank_in_collective, 0, 2); /* allreduce, reduce_scatter */
     tcase_add_test(tc, test_killed_rank_while_computing);
     tcase_add_test(tc, test_silent_rank);
     tcase_add_loop_test(tc, test_disagreement, SIZES, EMPTY + 1);
