@@ -330,6 +330,20 @@ int dist_buckets_wait(dist_buckets *b, int k)
     return status;
 }
 
+int dist_buckets_finish_and_wait(dist_buckets *b, const char *op, bool release, double *comm_s)
+{
+    int status = dist_buckets_finish(b, op);
+    *comm_s = 0;
+    for (int k = 0; k < b->n_buckets; k++) {
+        b->buckets[k].busy_s = 0;
+        int s = dist_buckets_wait(b, k);
+        *comm_s += b->buckets[k].busy_s;
+        if (status == AWL_OK) status = s;
+        if (release) dist_buckets_release(b, k);
+    }
+    return status;
+}
+
 void dist_buckets_reset(dist_buckets *b)
 {
     for (int k = 0; k < b->n_buckets; k++) b->buckets[k].pending = b->buckets[k].n;

@@ -87,6 +87,9 @@ void dist_buckets_clear(dist_buckets *b);
 int dist_buckets_finish(dist_buckets *b, const char *op);
 /* Waits for bucket k's work, if any; its busy time goes to busy_s. */
 int dist_buckets_wait(dist_buckets *b, int k);
+/* dist_buckets_finish, then waits for every bucket (releasing each when
+ * `release`); *comm_s: the communication thread's time for them. */
+int dist_buckets_finish_and_wait(dist_buckets *b, const char *op, bool release, double *comm_s);
 /* For the next backward: nothing ready, nothing launched. */
 void dist_buckets_reset(dist_buckets *b);
 /* Zeroes every bucket in place (views kept); lazy buckets are left

@@ -63,14 +63,8 @@ int awl_ddp_wait(awl_ddp *d)
     if (!d) return AWL_ERR_INVALID;
     dist_buckets *b = &d->buckets;
     if (b->no_sync) return AWL_OK;
-    double t0 = net_now(), comm = 0;
-    int status = dist_buckets_finish(b, "awl_ddp_wait");
-    for (int k = 0; k < b->n_buckets; k++) {
-        b->buckets[k].busy_s = 0;
-        int s = dist_buckets_wait(b, k);
-        comm += b->buckets[k].busy_s;
-        if (status == AWL_OK) status = s;
-    }
+    double t0 = net_now(), comm;
+    int status = dist_buckets_finish_and_wait(b, "awl_ddp_wait", false, &comm);
     dist_buckets_reset(b);
     d->stats.comm_s = comm;
     d->stats.wait_s = net_now() - t0;

@@ -209,15 +209,9 @@ int awl_zero_wait(awl_zero *z)
     if (!z) return AWL_ERR_INVALID;
     dist_buckets *b = &z->buckets;
     if (b->no_sync || z->reduced) return AWL_OK;
-    double t0 = net_now(), comm = 0;
-    int status = dist_buckets_finish(b, "awl_zero_wait");
-    for (int k = 0; k < b->n_buckets; k++) {
-        b->buckets[k].busy_s = 0;
-        int s = dist_buckets_wait(b, k);
-        comm += b->buckets[k].busy_s;
-        if (status == AWL_OK) status = s;
-        if (z->stage == 2) dist_buckets_release(b, k); /* the shard has what it needs */
-    }
+    double t0 = net_now(), comm;
+    /* stage 2: once reduced, the shard has what it needs of a bucket */
+    int status = dist_buckets_finish_and_wait(b, "awl_zero_wait", z->stage == 2, &comm);
     z->stats.comm_s = comm;
     z->stats.wait_s = net_now() - t0;
     z->reduced = status == AWL_OK;

@@ -30,45 +30,6 @@ typedef struct ddp_case {
     bool checkpointing, small_buckets, no_overlap, accumulate;
 } ddp_case;
 
-static awl_gpt_config tiny(void)
-{
-    awl_gpt_config cfg;
-    awl_gpt_config_named("cpu-small", &cfg);
-    cfg.vocab = 17;
-    cfg.block = 8;
-    cfg.n_layer = 2;
-    cfg.n_head = 2;
-    cfg.n_embd = 16;
-    cfg.dropout = 0;
-    return cfg;
-}
-
-/* Rows [first, first + n) of the global batch of step `step`. */
-static void batch(int step, int micro, int first, int n, awl_tensor **x, awl_tensor **y)
-{
-    int32_t xs[GLOBAL_BATCH * 8], ys[GLOBAL_BATCH * 8];
-    for (int b = 0; b < n; b++)
-        for (int t = 0; t < 8; t++) {
-            int row = first + b;
-            xs[b * 8 + t] = (row * 7 + t * 3 + step * 5 + micro * 11) % 17;
-            ys[b * 8 + t] = (row * 5 + t * 2 + step * 3 + micro) % 17;
-        }
-    *x = awl_from_data(xs, AWL_SHAPE(n, 8), AWL_I32, "cpu");
-    *y = awl_from_data(ys, AWL_SHAPE(n, 8), AWL_I32, "cpu");
-}
-
-static int backward_on(awl_gpt *model, int step, int micro, int first, int n, double scale)
-{
-    awl_scope_begin();
-    awl_tensor *x, *y;
-    batch(step, micro, first, n, &x, &y);
-    awl_tensor *loss = awl_keep(awl_mul_scalar(awl_gpt_loss(model, x, y), scale));
-    awl_scope_end();
-    int status = loss ? awl_backward(loss) : -1;
-    awl_release(loss);
-    return status;
-}
-
 static void copy_params(awl_gpt *model, float **out, int64_t *n)
 {
     const awl_param_list *p = awl_gpt_parameters(model);
@@ -93,7 +54,7 @@ static void ddp_training(dist_rank *me)
         return;
     }
     awl_set_num_threads(1);
-    awl_gpt_config cfg = tiny();
+    awl_gpt_config cfg = dist_tiny_gpt();
     /* different seeds: DDP must broadcast rank 0's weights */
     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 7 + (uint64_t)me->rank);
     awl_gpt *ref = awl_gpt_new(&cfg, "cpu", 7);
@@ -113,9 +74,9 @@ static void ddp_training(dist_rank *me)
     for (int step = 0; step < STEPS && status == 0; step++) {
         for (int m = 0; m < micros && status == 0; m++) {
             if (m < micros - 1) awl_ddp_no_sync_begin(ddp);
-            status = backward_on(model, step, m, first, share, 1.0 / micros);
+            status = dist_tiny_backward(model, step, m, first, share, 1.0 / micros);
             if (m < micros - 1) awl_ddp_no_sync_end(ddp);
-            if (status == 0) status = backward_on(ref, step, m, 0, GLOBAL_BATCH, 1.0 / micros);
+            if (status == 0) status = dist_tiny_backward(ref, step, m, 0, GLOBAL_BATCH, 1.0 / micros);
         }
         if (status == 0) status = awl_ddp_wait(ddp);
         if (status == 0) status = awl_optimizer_step(opt);
@@ -200,7 +161,7 @@ static void unused_parameter(dist_rank *me)
     bool find = *(bool *)me->arg;
     awl_dist_options o = dist_test_options(me);
     awl_process_group *pg = awl_dist_init(&o);
-    awl_gpt_config cfg = tiny();
+    awl_gpt_config cfg = dist_tiny_gpt();
     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 7);
     awl_param_list list = {0};
     const awl_param_list *all = awl_gpt_parameters(model);
@@ -210,7 +171,7 @@ static void unused_parameter(dist_rank *me)
     awl_param_list_add(&list, "spare.weight", spare);
     awl_ddp_options dopt = {.find_unused_parameters = find};
     awl_ddp *ddp = awl_ddp_new(pg, &list, &dopt);
-    int status = ddp ? backward_on(model, 0, 0, 0, 2, 1.0) : -1;
+    int status = ddp ? dist_tiny_backward(model, 0, 0, 0, 2, 1.0) : -1;
     if (status == 0) status = awl_ddp_wait(ddp);
     me->status = status;
     snprintf(me->message, sizeof me->message, "%s", status ? awl_last_error() : "");
@@ -247,7 +208,7 @@ static void different_models(dist_rank *me)
 {
     awl_dist_options o = dist_test_options(me);
     awl_process_group *pg = awl_dist_init(&o);
-    awl_gpt_config cfg = tiny();
+    awl_gpt_config cfg = dist_tiny_gpt();
     if (me->rank == 1) cfg.n_embd = 32;
     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 7);
     awl_ddp *ddp = awl_ddp_new(pg, awl_gpt_parameters(model), NULL);

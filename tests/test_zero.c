@@ -32,38 +32,6 @@ typedef struct zero_case {
     const char *load;    /* before training, load this */
 } zero_case;
 
-static awl_gpt_config tiny(void)
-{
-    awl_gpt_config cfg;
-    awl_gpt_config_named("cpu-small", &cfg);
-    cfg.vocab = 17;
-    cfg.block = 8;
-    cfg.n_layer = 2;
-    cfg.n_head = 2;
-    cfg.n_embd = 16;
-    cfg.dropout = 0;
-    return cfg;
-}
-
-static int backward_on(awl_gpt *model, int step, int first, int n)
-{
-    int32_t xs[GLOBAL_BATCH * 8], ys[GLOBAL_BATCH * 8];
-    for (int b = 0; b < n; b++)
-        for (int t = 0; t < 8; t++) {
-            int row = first + b;
-            xs[b * 8 + t] = (row * 7 + t * 3 + step * 5) % 17;
-            ys[b * 8 + t] = (row * 5 + t * 2 + step * 3) % 17;
-        }
-    awl_scope_begin();
-    awl_tensor *x = awl_from_data(xs, AWL_SHAPE(n, 8), AWL_I32, "cpu");
-    awl_tensor *y = awl_from_data(ys, AWL_SHAPE(n, 8), AWL_I32, "cpu");
-    awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));
-    awl_scope_end();
-    int status = loss ? awl_backward(loss) : -1;
-    awl_release(loss);
-    return status;
-}
-
 /* Where rank 0 writes the final parameters (set before the ranks fork). */
 static char dump_path[64];
 
@@ -81,7 +49,7 @@ static void train(dist_rank *me)
         return;
     }
     awl_set_num_threads(1);
-    awl_gpt_config cfg = tiny();
+    awl_gpt_config cfg = dist_tiny_gpt();
     awl_gpt *model = awl_gpt_new(&cfg, "cpu", 7);
     const awl_param_list *params = awl_gpt_parameters(model);
     awl_ddp *ddp = NULL;
@@ -108,7 +76,7 @@ static void train(dist_rank *me)
     }
     int share = GLOBAL_BATCH / me->world;
     for (int step = first_step; step < c->steps && status == 0; step++) {
-        status = backward_on(model, step, me->rank * share, share);
+        status = dist_tiny_backward(model, step, 0, me->rank * share, share, 1.0);
         if (status == 0) status = ddp ? awl_ddp_wait(ddp) : 0;
         if (status == 0) status = zero ? awl_zero_step(zero) : awl_optimizer_step(opt);
         if (status == 0) status = zero ? awl_zero_zero_grad(zero) : awl_ddp_zero_grad(ddp);

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -156,5 +157,46 @@ static inline dist_run *dist_run_ranks(int world, double limit, dist_body body, 
 }
 
 static inline void dist_run_free(dist_run *run) { munmap(run, sizeof *run); }
+
+/* ---- a GPT small enough to train on several ranks in a test ------------------------------ */
+
+/* vocabulary 17, block 8, 2 layers, 2 heads, width 16, no dropout */
+static inline awl_gpt_config dist_tiny_gpt(void)
+{
+    awl_gpt_config cfg;
+    awl_gpt_config_named("cpu-small", &cfg);
+    cfg.vocab = 17;
+    cfg.block = 8;
+    cfg.n_layer = 2;
+    cfg.n_head = 2;
+    cfg.n_embd = 16;
+    cfg.dropout = 0;
+    return cfg;
+}
+
+/* Forward and backward of (loss * scale) on rows [first, first + n) of
+ * the global batch of (step, micro): token ids a fixed function of the row
+ * and position, the same on every rank. */
+static inline int dist_tiny_backward(awl_gpt *model, int step, int micro, int first, int n,
+                                     double scale)
+{
+    int32_t *xs = malloc((size_t)n * 8 * sizeof *xs), *ys = malloc((size_t)n * 8 * sizeof *ys);
+    for (int b = 0; b < n; b++)
+        for (int t = 0; t < 8; t++) {
+            int row = first + b;
+            xs[b * 8 + t] = (row * 7 + t * 3 + step * 5 + micro * 11) % 17;
+            ys[b * 8 + t] = (row * 5 + t * 2 + step * 3 + micro) % 17;
+        }
+    awl_scope_begin();
+    awl_tensor *x = awl_from_data(xs, AWL_SHAPE(n, 8), AWL_I32, "cpu");
+    awl_tensor *y = awl_from_data(ys, AWL_SHAPE(n, 8), AWL_I32, "cpu");
+    awl_tensor *loss = awl_keep(awl_mul_scalar(awl_gpt_loss(model, x, y), scale));
+    awl_scope_end();
+    free(xs);
+    free(ys);
+    int status = loss ? awl_backward(loss) : -1;
+    awl_release(loss);
+    return status;
+}
 
 #endif
