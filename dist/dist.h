@@ -91,8 +91,18 @@ awl_dist_options awl_dist_default_options(void);
  * opens no socket. */
 awl_process_group *awl_dist_init(const awl_dist_options *options);
 /* Waits for this rank's unfinished work, says goodbye to the peers (so
- * that their own shutdown is not taken for a crash) and frees the group. */
+ * that their own shutdown is not taken for a crash) and frees the group.
+ * Destroy sub-groups before the group they were split from. */
 void awl_dist_destroy(awl_process_group *pg);
+
+/* Splits pg into sub-groups, as MPI_Comm_split: every rank of pg calls it
+ * (in the same order relative to pg's collectives) with a color; the ranks
+ * of one color form a group of their own, numbered by key (ties by rank).
+ * A 2 x 2 grid of data- and tensor-parallel ranks, say:
+ *     awl_process_group *tp = awl_dist_split(pg, rank / 2, rank);   // {0,1} {2,3}
+ *     awl_process_group *dp = awl_dist_split(pg, rank % 2, rank);   // {0,2} {1,3}
+ * Messages name ranks by their number in the job's group. */
+awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key);
 
 int awl_dist_rank(const awl_process_group *pg);
 int awl_dist_world_size(const awl_process_group *pg);

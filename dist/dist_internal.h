@@ -110,6 +110,14 @@ extern const dist_transport dist_tcp_transport;
 
 struct awl_process_group {
     int rank, world, local_rank;
+    /* sub-groups (awl_dist_split): the id every member agrees on (0 for the
+     * job's group), the prefix of its keys in the store, each member's rank
+     * in the job's group (for messages), and whether it owns the store */
+    uint32_t group_id;
+    char key_prefix[64];
+    int *global_rank;
+    bool owns_store;
+    int splits; /* how many sub-groups have been made from this one */
     char master_addr[256];
     int master_port;
     char token[64];
@@ -143,6 +151,12 @@ struct awl_process_group {
     int flight_next;
     awl_dist_stats stats;
 };
+
+/* This rank's number in the job's group: what messages call it. */
+static inline int dist_me(const awl_process_group *pg)
+{
+    return pg->global_rank ? pg->global_rank[pg->rank] : pg->rank;
+}
 
 /* Records the group's first failure (later ones are dropped), prints it and
  * the flight ring to stderr. Any thread. */

@@ -208,7 +208,7 @@ double dist_elapsed(const awl_process_group *pg) { return net_now() - pg->t0; }
 static void print_flight_locked(awl_process_group *pg, FILE *out)
 {
     fprintf(out, "awl_dist: rank %d's last operations (newest last; times since the group began):\n",
-            pg->rank);
+            dist_me(pg));
     int printed = 0;
     for (int i = 0; i < DIST_FLIGHT_SLOTS; i++) {
         const dist_flight *f = &pg->flight[(pg->flight_next + i) % DIST_FLIGHT_SLOTS];
@@ -241,7 +241,7 @@ void dist_fail(awl_process_group *pg, const char *message)
     if (!pg->failed) {
         pg->failed = true;
         snprintf(pg->failure, sizeof pg->failure, "%s", message);
-        fprintf(stderr, "awl_dist: rank %d: %s\n", pg->rank, message);
+        fprintf(stderr, "awl_dist: rank %d: %s\n", dist_me(pg), message);
         print_flight_locked(pg, stderr);
     }
     pthread_mutex_unlock(&pg->lock);
@@ -316,7 +316,7 @@ static void run_one(awl_process_group *pg, awl_work *w)
     char what[160];
     if (failed)
         snprintf(w->message, sizeof w->message, "%s on rank %d cannot run: %.1700s",
-                 dist_describe(&w->fp, what, sizeof what), pg->rank, pg->failure);
+                 dist_describe(&w->fp, what, sizeof what), dist_me(pg), pg->failure);
     pthread_mutex_unlock(&pg->lock);
     if (failed) {
         complete(pg, w, AWL_ERR_DIST);
@@ -358,31 +358,54 @@ static void *comm_main(void *arg)
 
 /* ---- creation and destruction --------------------------------------------------------------- */
 
-awl_process_group *awl_dist_init(const awl_dist_options *options)
+static awl_process_group *new_group(void)
 {
     awl_process_group *pg = calloc(1, sizeof *pg);
-    if (!pg) {
-        awl_error(AWL_ERR_OOM, "awl_dist_init: out of memory");
-        return NULL;
-    }
     pg->t0 = net_now();
     pg->wake[0] = pg->wake[1] = -1;
     pthread_mutex_init(&pg->lock, NULL);
     pthread_cond_init(&pg->cond, NULL);
+    return pg;
+}
+
+/* The per-rank bookkeeping of a group whose rank and world are set;
+ * global: the members' ranks in the job's group (NULL: 0..world-1). */
+static void size_group(awl_process_group *pg, const int *global)
+{
+    pg->send_seq = calloc((size_t)pg->world, sizeof *pg->send_seq);
+    pg->recv_seq = calloc((size_t)pg->world, sizeof *pg->recv_seq);
+    pg->global_rank = calloc((size_t)pg->world, sizeof *pg->global_rank);
+    for (int r = 0; r < pg->world; r++) pg->global_rank[r] = global ? global[r] : r;
+}
+
+/* Connects a group whose store is up and starts its communication thread.
+ * Returns 0, or negative after an error (destroy the group). */
+static int start_group(awl_process_group *pg)
+{
+    if (pipe2(pg->wake, O_CLOEXEC | O_NONBLOCK) < 0)
+        return awl_error(AWL_ERR_DIST, "awl_dist_init: cannot make a pipe: %s", strerror(errno));
+    pg->transport = &dist_tcp_transport;
+    if (pg->transport->connect(pg) < 0) return AWL_ERR_DIST;
+    if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0)
+        return awl_error(AWL_ERR_DIST, "awl_dist_init: cannot start the communication thread");
+    pg->thread_started = true;
+    register_group(pg, true);
+    return AWL_OK;
+}
+
+awl_process_group *awl_dist_init(const awl_dist_options *options)
+{
+    awl_process_group *pg = new_group();
+    snprintf(pg->key_prefix, sizeof pg->key_prefix, "awl");
+    pg->owns_store = true;
     if (resolve_options(options, pg) < 0) {
         awl_dist_destroy(pg);
         return NULL;
     }
-    pg->send_seq = calloc((size_t)pg->world, sizeof *pg->send_seq);
-    pg->recv_seq = calloc((size_t)pg->world, sizeof *pg->recv_seq);
+    size_group(pg, NULL);
     if (pg->world == 1) return pg;
 
     char err[512] = "";
-    if (pipe2(pg->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-        awl_error(AWL_ERR_DIST, "awl_dist_init: cannot make a pipe: %s", strerror(errno));
-        awl_dist_destroy(pg);
-        return NULL;
-    }
     if (pg->rank == 0) {
         pg->server = store_server_start(pg->master_addr, pg->master_port, pg->token, pg->world, err,
                                         sizeof err);
@@ -397,23 +420,76 @@ awl_process_group *awl_dist_init(const awl_dist_options *options)
                               pg->init_timeout, err, sizeof err);
     if (!pg->store) {
         awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d cannot reach the store of rank 0: %s",
-                  pg->rank, err);
+                  dist_me(pg), err);
         awl_dist_destroy(pg);
         return NULL;
     }
-    pg->transport = &dist_tcp_transport;
-    if (pg->transport->connect(pg) < 0) {
+    if (start_group(pg) < 0) {
         awl_dist_destroy(pg);
         return NULL;
     }
-    if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0) {
-        awl_error(AWL_ERR_DIST, "awl_dist_init: cannot start the communication thread");
-        awl_dist_destroy(pg);
-        return NULL;
-    }
-    pg->thread_started = true;
-    register_group(pg, true);
     return pg;
+}
+
+awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key)
+{
+    if (!pg) {
+        awl_error(AWL_ERR_INVALID, "awl_dist_split: no process group");
+        return NULL;
+    }
+    /* every rank's (color, key) */
+    int n = pg->world;
+    int32_t mine[2] = {color, key}, *all = calloc((size_t)n * 2, sizeof *all);
+    awl_scope_begin();
+    awl_tensor *out = awl_empty(AWL_SHAPE((int64_t)n * 2), AWL_I32, "cpu");
+    int status = awl_dist_allgather(pg, out, awl_from_data(mine, AWL_SHAPE(2), AWL_I32, "cpu"));
+    if (status == AWL_OK) status = awl_to_host(out, all, (size_t)n * 2 * sizeof *all);
+    awl_scope_end();
+    int split = ++pg->splits;
+    if (status < 0) {
+        free(all);
+        return NULL;
+    }
+    /* the members: my color, ordered by key, then rank */
+    int *members = calloc((size_t)n, sizeof *members), count = 0;
+    for (int r = 0; r < n; r++)
+        if (all[2 * r] == color) members[count++] = r;
+    for (int i = 1; i < count; i++)
+        for (int j = i; j > 0; j--) {
+            int a = members[j - 1], b = members[j];
+            if (all[2 * a + 1] < all[2 * b + 1] || (all[2 * a + 1] == all[2 * b + 1] && a < b)) break;
+            members[j - 1] = b;
+            members[j] = a;
+        }
+    awl_process_group *sub = new_group();
+    sub->world = count;
+    for (int i = 0; i < count; i++) {
+        if (members[i] == pg->rank) sub->rank = i;
+        members[i] = pg->global_rank[members[i]];
+    }
+    free(all);
+    size_group(sub, members);
+    free(members);
+    sub->local_rank = pg->local_rank;
+    snprintf(sub->master_addr, sizeof sub->master_addr, "%s", pg->master_addr);
+    sub->master_port = pg->master_port;
+    snprintf(sub->token, sizeof sub->token, "%s", pg->token);
+    sub->timeout = pg->timeout;
+    sub->peer_timeout = pg->peer_timeout;
+    sub->init_timeout = pg->init_timeout;
+    sub->segment_bytes = pg->segment_bytes;
+    /* the id: a digest of where the group comes from, the same on every
+     * member (never 0, the job's group's) */
+    char origin[128];
+    snprintf(origin, sizeof origin, "%s/split%d/color%d", pg->key_prefix, split, color);
+    sub->group_id = net_crc32(origin, strlen(origin)) | 1u;
+    snprintf(sub->key_prefix, sizeof sub->key_prefix, "awl/g%08x", sub->group_id);
+    sub->store = pg->store;
+    if (sub->world > 1 && start_group(sub) < 0) {
+        awl_dist_destroy(sub);
+        return NULL;
+    }
+    return sub;
 }
 
 void awl_dist_destroy(awl_process_group *pg)
@@ -429,7 +505,7 @@ void awl_dist_destroy(awl_process_group *pg)
         pthread_join(pg->thread, NULL);
     }
     if (pg->transport && pg->tx) pg->transport->shutdown(pg, !pg->failed);
-    store_close(pg->store);
+    if (pg->owns_store) store_close(pg->store);
     store_server_stop(pg->server);
     for (int i = 0; i < 2; i++)
         if (pg->wake[i] >= 0) close(pg->wake[i]);
@@ -437,6 +513,7 @@ void awl_dist_destroy(awl_process_group *pg)
     pthread_cond_destroy(&pg->cond);
     free(pg->send_seq);
     free(pg->recv_seq);
+    free(pg->global_rank);
     free(pg);
 }
 

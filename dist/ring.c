@@ -206,7 +206,7 @@ static int frame_check(const awl_process_group *pg, const uint8_t *f, const uint
     tcp_peer_name(p, who, sizeof who);
     if (memcmp(f, frame_magic, 4) != 0 || net_get32(f + 44) != net_crc32(f, 44)) {
         snprintf(err, size, "%s sent a damaged data frame header (rank %d was in %s)", who,
-                 pg->rank, dist_describe(mine, ours, sizeof ours));
+                 dist_me(pg), dist_describe(mine, ours, sizeof ours));
         return -1;
     }
     if (memcmp(f, want, 32) == 0 && memcmp(f + 32, want + 32, 12) == 0) return 0;
@@ -215,13 +215,13 @@ static int frame_check(const awl_process_group *pg, const uint8_t *f, const uint
     dist_describe(&got, theirs, sizeof theirs);
     dist_describe(mine, ours, sizeof ours);
     if (memcmp(f, want, 32) != 0)
-        snprintf(err, size, "ranks disagree: rank %d is in %s, but %s sent data of %s", pg->rank,
+        snprintf(err, size, "ranks disagree: rank %d is in %s, but %s sent data of %s", dist_me(pg),
                  ours, who, theirs);
     else
         snprintf(err, size,
                  "%s sent the segment at element %llu (%u bytes) of %s where rank %d expected "
                  "element %llu (%u bytes)",
-                 who, (unsigned long long)net_get64(f + 32), net_get32(f + 40), theirs, pg->rank,
+                 who, (unsigned long long)net_get64(f + 32), net_get32(f + 40), theirs, dist_me(pg),
                  (unsigned long long)net_get64(want + 32), net_get32(want + 40));
     return -1;
 }
@@ -410,7 +410,7 @@ int tcp_run(awl_process_group *pg, awl_work *w)
         break;
     }
     if (status < 0) {
-        snprintf(w->message, sizeof w->message, "rank %d: out of memory for the ring's buffers", r);
+        snprintf(w->message, sizeof w->message, "rank %d: out of memory for the ring's buffers", dist_me(pg));
     } else {
         if (collective) {
             st->fp = *fp;
@@ -425,7 +425,7 @@ int tcp_run(awl_process_group *pg, awl_work *w)
         if (status < 0) {
             char what[160];
             snprintf(w->message, sizeof w->message, "%s failed on rank %d: %s",
-                     dist_describe(fp, what, sizeof what), r, err);
+                     dist_describe(fp, what, sizeof what), dist_me(pg), err);
             if (status != TCP_FAULT_RELAYED) tcp_broadcast_ctrl(pg, CTRL_ABORT, w->message);
         }
         if (collective) {

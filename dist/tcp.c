@@ -46,7 +46,7 @@ static tcp_state *state_of(const awl_process_group *pg) { return pg->tx; }
 
 const char *tcp_peer_name(const tcp_peer *p, char *buf, size_t size)
 {
-    snprintf(buf, size, "rank %d (%s)", p->rank, p->addr[0] ? p->addr : "address unknown");
+    snprintf(buf, size, "rank %d (%s)", p->global_rank, p->addr[0] ? p->addr : "address unknown");
     return buf;
 }
 
@@ -128,7 +128,7 @@ static bool disagrees(const awl_process_group *pg, const tcp_peer *p, char *err,
         dist_fingerprint_equal(&p->fp, &st->fp))
         return false;
     char who[96], mine[160], theirs[160];
-    snprintf(err, size, "ranks disagree: rank %d is in %s, but %s %s %s", pg->rank,
+    snprintf(err, size, "ranks disagree: rank %d is in %s, but %s %s %s", dist_me(pg),
              dist_describe(&st->fp, mine, sizeof mine), tcp_peer_name(p, who, sizeof who),
              p->in_collective ? "is in" : "has done", dist_describe(&p->fp, theirs, sizeof theirs));
     return true;
@@ -212,7 +212,7 @@ static void turn_away(awl_process_group *pg)
         if (fd < 0) return;
         char from[64];
         fprintf(stderr, "awl_dist: rank %d turned away a connection from %s: the group is complete\n",
-                pg->rank, net_peer_name(fd, from, sizeof from));
+                dist_me(pg), net_peer_name(fd, from, sizeof from));
         close(fd);
     }
 }
@@ -269,7 +269,7 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
             snprintf(err, size,
                      "%s left the group (awl_dist_destroy) after its collective #%llu, but rank %d "
                      "is in %s",
-                     tcp_peer_name(p, who, sizeof who), (unsigned long long)p->bye_seq, pg->rank,
+                     tcp_peer_name(p, who, sizeof who), (unsigned long long)p->bye_seq, dist_me(pg),
                      dist_describe(&st->fp, mine, sizeof mine));
             return TCP_FAULT_HERE;
         }
@@ -308,7 +308,7 @@ static void tcp_idle(awl_process_group *pg, double seconds)
     if (rc == 0) return;
     tcp_state *st = state_of(pg);
     snprintf(msg, sizeof msg, "%s (noticed by rank %d between collectives, after its #%llu)", err,
-             pg->rank, (unsigned long long)st->last_seq);
+             dist_me(pg), (unsigned long long)st->last_seq);
     if (rc == TCP_FAULT_HERE) tcp_broadcast_ctrl(pg, CTRL_ABORT, msg);
     dist_fail(pg, rc == TCP_FAULT_HERE ? msg : err);
 }
@@ -324,7 +324,8 @@ static bool same_token(const awl_process_group *pg, const net_hello *h)
 
 static void say_hello(const awl_process_group *pg, int kind, uint8_t out[NET_HELLO_BYTES])
 {
-    net_hello h = {NET_VERSION, (uint16_t)kind, {0}, (uint32_t)pg->rank, (uint32_t)pg->world, 0};
+    net_hello h = {NET_VERSION, (uint16_t)kind, {0}, (uint32_t)pg->rank, (uint32_t)pg->world,
+                   pg->group_id};
     net_token_bytes(pg->token, h.token);
     net_hello_encode(&h, out);
 }
@@ -334,8 +335,8 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
 {
     tcp_state *st = state_of(pg);
     tcp_peer *p = &st->peers[j];
-    char key[64], host[256], err[256] = "";
-    snprintf(key, sizeof key, "awl/rank/%d/addr", j);
+    char key[96], host[256], err[256] = "";
+    snprintf(key, sizeof key, "%s/rank/%d/addr", pg->key_prefix, j);
     void *value;
     size_t len;
     double left = deadline - net_now();
@@ -344,7 +345,7 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
                          "awl_dist_init: rank %d waited %.0f s for rank %d to publish its address "
                          "(is it running? MASTER_ADDR/MASTER_PORT and WORLD_SIZE the same on every "
                          "rank?): %s",
-                         pg->rank, pg->init_timeout, j, awl_last_error());
+                         dist_me(pg), pg->init_timeout, pg->global_rank[j], awl_last_error());
     snprintf(p->addr, sizeof p->addr, "%s", (char *)value);
     free(value);
     int port;
@@ -355,7 +356,7 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
         int fd = net_connect(host, port, deadline, err, sizeof err);
         if (fd < 0)
             return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d cannot reach rank %d: %s",
-                             pg->rank, j, err);
+                             dist_me(pg), pg->global_rank[j], err);
         uint8_t hello[NET_HELLO_BYTES];
         say_hello(pg, kind, hello);
         net_hello h;
@@ -363,8 +364,9 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
         if (rc == 0) rc = net_recv_all(fd, hello, sizeof hello, deadline, err, sizeof err);
         if (rc == 0) rc = net_hello_decode(hello, &h, err, sizeof err);
         if (rc == 0 && (h.rank != (uint32_t)j || h.kind != kind || !same_token(pg, &h) ||
-                        h.world != (uint32_t)pg->world)) {
-            snprintf(err, sizeof err, "its handshake says rank %u of %u", h.rank, h.world);
+                        h.world != (uint32_t)pg->world || h.group != pg->group_id)) {
+            snprintf(err, sizeof err, "its handshake says rank %u of %u in group %08x", h.rank,
+                     h.world, h.group);
             rc = -1;
         }
         if (rc < 0) {
@@ -372,7 +374,7 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
             return awl_error(AWL_ERR_DIST,
                              "awl_dist_init: rank %d's handshake with rank %d at %s failed: %s "
                              "(another job's process at that address, or a different job token?)",
-                             pg->rank, j, p->addr, err);
+                             dist_me(pg), pg->global_rank[j], p->addr, err);
         }
         if (kind == NET_KIND_CTRL)
             p->ctrl = fd;
@@ -402,8 +404,10 @@ static int admit(awl_process_group *pg, pending *c, char *why, size_t size)
         return -1;
     }
     if (h.world != (uint32_t)pg->world || h.rank <= (uint32_t)pg->rank ||
-        h.rank >= (uint32_t)pg->world || (h.kind != NET_KIND_CTRL && h.kind != NET_KIND_DATA)) {
-        snprintf(why, size, "it says it is rank %u of %u (kind %u)", h.rank, h.world, h.kind);
+        h.rank >= (uint32_t)pg->world || (h.kind != NET_KIND_CTRL && h.kind != NET_KIND_DATA) ||
+        h.group != pg->group_id) {
+        snprintf(why, size, "it says it is rank %u of %u in group %08x (kind %u)", h.rank,
+                 h.world, h.group, h.kind);
         return -1;
     }
     tcp_peer *p = &st->peers[h.rank];
@@ -439,9 +443,9 @@ static int accept_up(awl_process_group *pg, double deadline)
             for (int r = pg->rank + 1; r < pg->world && at < sizeof missing - 16; r++)
                 if (st->peers[r].ctrl < 0 || st->peers[r].data < 0)
                     at += (size_t)snprintf(missing + at, sizeof missing - at, "%s%d", at ? ", " : "",
-                                           r);
+                                           pg->global_rank[r]);
             status = awl_error(AWL_ERR_DIST,
-                               "awl_dist_init: rank %d waited %.0f s for ranks %s to connect", pg->rank,
+                               "awl_dist_init: rank %d waited %.0f s for ranks %s to connect", dist_me(pg),
                                pg->init_timeout, missing);
             break;
         }
@@ -468,7 +472,7 @@ static int accept_up(awl_process_group *pg, double deadline)
             if (verdict == 0) {
                 got++;
             } else {
-                fprintf(stderr, "awl_dist: rank %d rejected a connection from %s: %s\n", pg->rank,
+                fprintf(stderr, "awl_dist: rank %d rejected a connection from %s: %s\n", dist_me(pg),
                         c->from, why);
                 close(c->fd);
             }
@@ -515,26 +519,27 @@ static int tcp_connect(awl_process_group *pg)
     st->listen_fd = -1;
     for (int r = 0; r < pg->world; r++) {
         st->peers[r].rank = r;
+        st->peers[r].global_rank = pg->global_rank[r];
         st->peers[r].ctrl = st->peers[r].data = -1;
     }
     double deadline = net_now() + pg->init_timeout;
-    char ip[64], err[256], addr[96], key[64];
+    char ip[64], err[256], addr[96], key[96];
     if (net_local_ip(store_fd(pg->store), ip, sizeof ip) < 0) snprintf(ip, sizeof ip, "127.0.0.1");
     st->listen_fd = net_listen(ip, 0, err, sizeof err);
     if (st->listen_fd < 0) {
         free_state(pg);
-        return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d: %s", pg->rank, err);
+        return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d: %s", dist_me(pg), err);
     }
     snprintf(addr, sizeof addr, "%s:%d", ip, net_local_port(st->listen_fd));
     snprintf(st->peers[pg->rank].addr, sizeof st->peers[pg->rank].addr, "%s", addr);
-    snprintf(key, sizeof key, "awl/rank/%d/addr", pg->rank);
+    snprintf(key, sizeof key, "%s/rank/%d/addr", pg->key_prefix, pg->rank);
     int status = awl_store_set(pg->store, key, addr, strlen(addr) + 1);
     for (int j = 0; j < pg->rank && status == AWL_OK; j++) status = connect_down(pg, j, deadline);
     if (status == AWL_OK) status = accept_up(pg, deadline);
     /* the higher ranks' addresses, for messages */
     for (int r = pg->rank + 1; r < pg->world && status == AWL_OK; r++) {
         void *value;
-        snprintf(key, sizeof key, "awl/rank/%d/addr", r);
+        snprintf(key, sizeof key, "%s/rank/%d/addr", pg->key_prefix, r);
         if (awl_store_get(pg->store, key, &value, NULL, 5.0) == 0) {
             snprintf(st->peers[r].addr, sizeof st->peers[r].addr, "%s", (char *)value);
             free(value);

@@ -53,7 +53,7 @@ enum { CTRL_STATE = 1, CTRL_ABORT = 2, CTRL_BYE = 3 };
 #define FRAME_BYTES 48
 
 typedef struct tcp_peer {
-    int rank;
+    int rank, global_rank; /* in this group, and in the job's (messages name that one) */
     int ctrl, data;
     char addr[96]; /* where it listens: "10.0.0.2:41234" */
     double last_heard;

@@ -219,6 +219,54 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+
+/* A 2 x 2 grid: rows {0,1} {2,3} and columns {0,2} {1,3}, each its own
+ * group, used concurrently with the job's group; and singletons. */
+static void grid(dist_rank *me)
+{
+    awl_dist_options o = dist_test_options(me);
+    awl_process_group *pg = awl_dist_init(&o);
+    int r = me->rank, status = pg ? 0 : -1;
+    awl_process_group *row = pg ? awl_dist_split(pg, r / 2, r) : NULL;
+    awl_process_group *col = pg ? awl_dist_split(pg, r % 2, -r) : NULL; /* reversed order */
+    awl_process_group *alone = pg ? awl_dist_split(pg, r, 0) : NULL;
+    if (!row || !col || !alone) status = -1;
+    if (status == 0 && (awl_dist_world_size(row) != 2 || awl_dist_rank(row) != r % 2 ||
+                        awl_dist_rank(col) != 1 - r / 2 || awl_dist_world_size(alone) != 1))
+        status = -2;
+    awl_scope_begin();
+    for (int i = 0; i < 3 && status == 0; i++) {
+        awl_tensor *a = awl_full(AWL_SHAPE(1000), r + 1, AWL_F64, "cpu");
+        awl_tensor *b = awl_full(AWL_SHAPE(1000), r + 1, AWL_F64, "cpu");
+        awl_tensor *c = awl_full(AWL_SHAPE(1000), r + 1, AWL_F64, "cpu");
+        awl_work *wa = awl_dist_allreduce_async(row, a, AWL_DIST_SUM);
+        awl_work *wb = awl_dist_allreduce_async(col, b, AWL_DIST_SUM);
+        status = awl_dist_allreduce(pg, c, AWL_DIST_SUM);
+        if (awl_work_wait(wa) < 0 || awl_work_wait(wb) < 0) status = -3;
+        double want_row = r / 2 == 0 ? 1 + 2 : 3 + 4, want_col = r % 2 == 0 ? 1 + 3 : 2 + 4;
+        if (status == 0 && (awl_item(awl_tensor_slice(a, 0, 999, 1000, 1)) != want_row ||
+                            awl_item(awl_tensor_slice(b, 0, 0, 1, 1)) != want_col ||
+                            awl_item(awl_tensor_slice(c, 0, 5, 6, 1)) != 10))
+            status = -4;
+        if (status == 0) status = awl_dist_barrier(alone);
+    }
+    awl_scope_end();
+    if (status) snprintf(me->message, sizeof me->message, "rank %d: %d %s", r, status, awl_last_error());
+    me->status = status;
+    awl_dist_destroy(alone);
+    awl_dist_destroy(col);
+    awl_dist_destroy(row);
+    awl_dist_destroy(pg);
+}
+
+START_TEST(test_split_groups)
+{
+    dist_run *run = dist_run_ranks(4, 60, grid, NULL);
+    check_all_ok(run, 4);
+    dist_run_free(run);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -226,6 +274,7 @@ static Suite *dist_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_collectives, 1, 5);
     tcase_add_test(tc, test_deterministic);
+    tcase_add_test(tc, test_split_groups);
     suite_add_tcase(s, tc);
     return s;
 }
