@@ -180,10 +180,9 @@ static uint32_t metadata_crc(int n, char *const *keys, char *const *values)
 
 /* ---- refusing non-finite values ------------------------------------------------------ */
 
-/* The index of the first NaN or infinity of a float tensor, or -1. */
-static int64_t first_non_finite(awl_tensor *t, double *value)
+int64_t awl_tensor_first_non_finite(awl_tensor *t, double *value)
 {
-    if (t->dtype == AWL_I32 || awl_numel(t) == 0) return -1;
+    if (!t || t->dtype == AWL_I32 || awl_numel(t) == 0) return -1;
     awl_scope_begin();
     awl_tensor *f = awl_tensor_cast(t, AWL_F64);
     int64_t n = awl_numel(t), bad = -1;
@@ -203,7 +202,7 @@ static int check_finite(int n, const char *const *names, awl_tensor *const *tens
 {
     for (int i = 0; i < n; i++) {
         double v = 0;
-        int64_t at = first_non_finite(tensors[i], &v);
+        int64_t at = awl_tensor_first_non_finite(tensors[i], &v);
         if (at >= 0)
             return awl_error(AWL_ERR_INVALID,
                              "awl_checkpoint_save: tensor %s holds %s at element %lld: a "

@@ -117,6 +117,12 @@ int awl_checkpoint_load(const char *path, const awl_param_list *params, awl_opti
  * message naming the file (also when the file is not awl's). */
 int awl_checkpoint_read_state(const awl_safetensors *f, awl_train_state *out);
 
+/* The index (row-major) of the first NaN or infinity of a float tensor on
+ * any device, with the value in *value; -1 when every element is finite
+ * (or t is NULL or int32). What a saver or a trainer names when a value
+ * went bad. */
+int64_t awl_tensor_first_non_finite(awl_tensor *t, double *value);
+
 #ifdef __cplusplus
 }
 #endif

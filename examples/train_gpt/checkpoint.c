@@ -1,0 +1,222 @@
+/*
+ * examples/train_gpt/checkpoint.c - saving a run, resuming it, and starting
+ * one from another tool's weights.
+ *
+ * A checkpoint (nn/checkpoint_io.h) holds the tensors, the run state, the
+ * tokenizer, the architecture as JSON ("config", which Python tools read)
+ * and every SCOPE_RUN option as "extra.<option>": the schedule, the
+ * optimizer's hyper-parameters, evaluation and the seed that sampling
+ * uses. Resuming reads all of that before anything is built, so the run
+ * continues with what it was started with; an option given again with the
+ * same value is fine, with another value it is an error (a silently
+ * different schedule or batch is not a resumed run). Values read back go
+ * through the command line's parser, with its ranges.
+ *
+ * --init-from takes weights alone: the architecture from their shapes
+ * (nn/gpt_io.c), the tokenizer from the file's metadata when it has one
+ * (else one is built from --data), a fresh optimizer and step 0.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_gpt.h"
+
+#define STEPS_MAX 2147483647LL
+
+/* ---- the run state -------------------------------------------------------------- */
+
+/* Reads the live generator and data stream into t->state. */
+static void capture_state(trainer *t)
+{
+    awl_rng_get_state(&t->state.rng_seed, &t->state.rng_offset);
+    if (!t->data) return;
+    t->state.data_seed = awl_text_dataset_get_seed(t->data);
+    t->state.data_position[0] = awl_text_dataset_get_position(t->data, AWL_SPLIT_TRAIN);
+    t->state.data_position[1] = awl_text_dataset_get_position(t->data, AWL_SPLIT_VAL);
+}
+
+/* Sets the generator and data stream from t->state. */
+static void restore_state(trainer *t)
+{
+    awl_rng_set_state(t->state.rng_seed, t->state.rng_offset);
+    if (!t->data) return;
+    awl_text_dataset_seed(t->data, t->state.data_seed);
+    awl_text_dataset_set_position(t->data, AWL_SPLIT_TRAIN, t->state.data_position[0]);
+    awl_text_dataset_set_position(t->data, AWL_SPLIT_VAL, t->state.data_position[1]);
+}
+
+/* ---- saving --------------------------------------------------------------------- */
+
+int save_checkpoint(trainer *t, const char *path)
+{
+    capture_state(t);
+    awl_train_state st = {0};
+    st.step = t->state.step;
+    st.rng_seed = t->state.rng_seed;
+    st.rng_offset = t->state.rng_offset;
+    st.data_seed = t->state.data_seed;
+    st.data_position[0] = t->state.data_position[0];
+    st.data_position[1] = t->state.data_position[1];
+    char *tok_text = NULL, config[512], value[256];
+    size_t tok_len;
+    if (awl_tokenizer_serialize(t->tok, &tok_text, &tok_len) < 0) return fail("saving the tokenizer");
+    awl_train_state_set_tokenizer(&st, tok_text);
+    free(tok_text);
+    if (awl_gpt_config_to_json(&t->cfg, config, sizeof config) < 0) return fail("saving the config");
+    awl_train_state_set_config(&st, config);
+    for (int i = 0; i < n_train_options; i++) {
+        const option_spec *o = &train_options[i];
+        if (o->scope != SCOPE_RUN) continue;
+        format_option(o, &t->s, value, sizeof value);
+        awl_train_state_set_extra(&st, o->name, value);
+    }
+    int status = awl_checkpoint_save(path, awl_gpt_parameters(t->model), t->opt, &st);
+    awl_train_state_clear(&st);
+    if (status < 0) {
+        char what[4200];
+        snprintf(what, sizeof what, "saving %s (nothing written there)", path);
+        return fail(what);
+    }
+    return 0;
+}
+
+/* ---- --resume ------------------------------------------------------------------- */
+
+/* The SCOPE_RUN options the checkpoint records, into t->s. */
+static int resume_options(trainer *t, const char *source)
+{
+    settings from_file = t->s;
+    for (int i = 0; i < n_train_options; i++) {
+        const option_spec *o = &train_options[i];
+        const char *value = awl_train_state_get_extra(&t->resumed, o->name);
+        if (o->scope != SCOPE_RUN || !value) continue;
+        if (parse_option_value(o, value, &from_file, source) < 0) return -1;
+        from_file.from_checkpoint |= 1ull << i;
+        if ((t->s.given >> i & 1) && !option_equal(o, &t->s, &from_file)) {
+            char given[256];
+            format_option(o, &t->s, given, sizeof given);
+            return complain("--%s %s contradicts %s, which was trained with --%s %s: a resumed "
+                            "run keeps the options it was started with (--init-from starts a new "
+                            "run from its weights)",
+                            o->name, given, t->s.resume, o->name, value);
+        }
+    }
+    t->s = from_file;
+    return 0;
+}
+
+/* An architecture option given on the command line that differs from cfg
+ * is an error; `what` names where cfg came from. */
+static int check_architecture(const settings *s, const awl_gpt_config *cfg, const char *what,
+                              bool with_training_fields)
+{
+    const struct {
+        const char *name;
+        double have, want;
+        bool training; /* batch and dropout: the run's, not the weights' */
+    } fields[] = {
+        {"n-layer", s->n_layer, cfg->n_layer, false}, {"n-head", s->n_head, cfg->n_head, false},
+        {"n-embd", s->n_embd, cfg->n_embd, false},    {"block", s->block, cfg->block, false},
+        {"batch", s->batch, cfg->batch, true},        {"dropout", s->dropout, cfg->dropout, true},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        if (fields[i].training && !with_training_fields) continue;
+        if (option_given(s, fields[i].name) && fields[i].have != fields[i].want)
+            return complain("--%s %g contradicts %s, whose model has %s %g", fields[i].name,
+                            fields[i].have, what, fields[i].name, fields[i].want);
+    }
+    return 0;
+}
+
+/* The tokenizer a file records; a given --tokenizer must be its kind. */
+static int adopt_tokenizer(trainer *t, const char *text, const char *what)
+{
+    t->tok = awl_tokenizer_deserialize(text, strlen(text));
+    if (!t->tok) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s: its tokenizer", what);
+        return fail(where);
+    }
+    if (option_given(&t->s, "tokenizer") && strcmp(awl_tokenizer_kind(t->tok), t->s.tokenizer) != 0)
+        return complain("--tokenizer %s contradicts %s, whose tokenizer is %s", t->s.tokenizer,
+                        what, awl_tokenizer_kind(t->tok));
+    t->s.tokenizer = awl_tokenizer_kind(t->tok);
+    return 0;
+}
+
+int resume_settings(trainer *t)
+{
+    const char *path = t->s.resume;
+    awl_safetensors *f = awl_safetensors_open(path);
+    if (!f) return fail("--resume");
+    int status = awl_checkpoint_read_state(f, &t->resumed);
+    awl_safetensors_close(f);
+    if (status < 0) return fail("--resume");
+    char source[4200], what[4200];
+    snprintf(source, sizeof source, "--resume %s (the checkpoint's value)", path);
+    snprintf(what, sizeof what, "the checkpoint %s", path);
+    if (t->resumed.step < 0 || t->resumed.step > STEPS_MAX)
+        return complain("--resume %s: the checkpoint's step %lld is outside [0, %lld]", path,
+                        (long long)t->resumed.step, STEPS_MAX);
+    if (!t->resumed.config_json || !t->resumed.tokenizer)
+        return complain("--resume %s: the checkpoint has no %s: it holds weights, not a run "
+                        "(--init-from starts a new run from them)",
+                        path, t->resumed.config_json ? "tokenizer" : "model configuration");
+    if (resume_options(t, source) < 0) return -1;
+    if (awl_gpt_config_from_json(t->resumed.config_json, &t->cfg) < 0) return fail("--resume");
+    if (check_architecture(&t->s, &t->cfg, what, true) < 0) return -1;
+    if (adopt_tokenizer(t, t->resumed.tokenizer, what) < 0) return -1;
+    if (awl_tokenizer_vocab_size(t->tok) != t->cfg.vocab)
+        return complain("--resume %s: the tokenizer has %d tokens but the model %d", path,
+                        awl_tokenizer_vocab_size(t->tok), t->cfg.vocab);
+    t->state.step = t->resumed.step;
+    return 0;
+}
+
+int resume_tensors(trainer *t)
+{
+    awl_train_state st = {0};
+    if (awl_checkpoint_load(t->s.resume, awl_gpt_parameters(t->model), t->opt, &st) < 0)
+        return fail("--resume");
+    t->state = (run_state){.step = st.step,
+                           .rng_seed = st.rng_seed,
+                           .rng_offset = st.rng_offset,
+                           .data_seed = st.data_seed,
+                           .data_position = {st.data_position[0], st.data_position[1]}};
+    awl_train_state_clear(&st);
+    restore_state(t);
+    return 0;
+}
+
+/* ---- --init-from ---------------------------------------------------------------- */
+
+int init_from_settings(trainer *t)
+{
+    const char *path = t->s.init_from;
+    char what[4200];
+    snprintf(what, sizeof what, "the weights %s", path);
+    t->init_file = awl_safetensors_open(path);
+    if (!t->init_file) return fail("--init-from");
+    const char *tokenizer = NULL;
+    awl_train_state st = {0};
+    if (awl_safetensors_metadata_get(t->init_file, "awl.format")) {
+        /* an awl checkpoint: its metadata is checked before it is used */
+        if (awl_checkpoint_read_state(t->init_file, &st) < 0) return fail("--init-from");
+        tokenizer = st.tokenizer;
+    } else {
+        tokenizer = awl_safetensors_metadata_get(t->init_file, "tokenizer");
+    }
+    int status = awl_gpt_config_from_weights(t->init_file, &t->cfg) < 0 ? fail("--init-from") : 0;
+    if (status == 0) status = check_architecture(&t->s, &t->cfg, what, false);
+    if (status == 0 && tokenizer) status = adopt_tokenizer(t, tokenizer, what);
+    awl_train_state_clear(&st);
+    return status;
+}
+
+int init_from_weights(trainer *t)
+{
+    int status = awl_gpt_load_weights(t->model, t->init_file) < 0 ? fail("--init-from") : 0;
+    awl_safetensors_close(t->init_file);
+    t->init_file = NULL;
+    return status;
+}
