@@ -51,6 +51,9 @@ static void on_signal(int sig)
         (void)ignored;
         _exit(128 + sig);
     }
+    static const char msg[] = "\ntrain_gpt: stopping after this step (signal again to exit now)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
     stop_signal = sig;
 }
 
@@ -204,9 +207,12 @@ static int build_model(trainer *t)
     if (!t->opt) return fail("the optimizer");
     awl_manual_seed((uint64_t)s->seed);
     if (t->data) awl_text_dataset_seed(t->data, (uint64_t)s->seed);
-    if (s->resume) return resume_tensors(t);
-    if (s->init_from) return init_from_weights(t);
-    return 0;
+    int status = s->resume ? resume_tensors(t) : s->init_from ? init_from_weights(t) : 0;
+    /* the rate the optimizer last stepped with, as a run that trained here
+     * would leave it (the checkpoint records it) */
+    if (status == 0 && t->state.step > 0)
+        awl_optimizer_set_lr(t->opt, awl_lr_at(&t->schedule, t->state.step - 1));
+    return status;
 }
 
 static int open_log(trainer *t)

@@ -360,6 +360,12 @@ int parse_args(int argc, char **argv, settings *s)
 
 int check_settings(const settings *s)
 {
+    const char *paths[] = {"data", "save", "resume", "init-from"};
+    for (int i = 0; i < 4; i++) {
+        const option_spec *o = find_option(paths[i]);
+        const char *value = *(const char *const *)field_of(o, s);
+        if (value && value[0] == '\0') return complain("--%s: the path is empty", paths[i]);
+    }
     if (s->resume && s->init_from)
         return complain("--resume and --init-from exclude each other: --resume continues a run, "
                         "--init-from starts a new one from weights");
