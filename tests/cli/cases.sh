@@ -14,7 +14,7 @@ BIN=$1
 MAKE_WEIGHTS=$2
 CASE=$3
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/awl_cli.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+[ -n "${AWL_CLI_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
 
 # a small model that trains in a moment
@@ -155,10 +155,11 @@ case_resume_bitwise_grad_accum() {
 start_and_wait() {
     pattern=$1
     shift
+    rm -f out.txt
     "$BIN" "$@" > out.txt 2>&1 &
     PID=$!
     n=0
-    until grep -q -- "$pattern" out.txt; do
+    until grep -q -- "$pattern" out.txt 2> /dev/null; do
         n=$((n + 1))
         [ $n -lt 6000 ] || { kill -9 $PID; fail "no '$pattern' within 120 s"; }
         kill -0 $PID 2> /dev/null || fail "train_gpt ended before '$pattern'"
