@@ -14,7 +14,13 @@ BIN=$1
 MAKE_WEIGHTS=$2
 CASE=$3
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/awl_cli.XXXXXX")
-[ -n "${AWL_CLI_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT
+PID=""
+# a run left in the background by a failing case is stopped with it
+cleanup() {
+    [ -n "$PID" ] && kill -9 "$PID" 2> /dev/null
+    [ -n "${AWL_CLI_KEEP:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
 cd "$WORK" || exit 1
 
 # a small model that trains in a moment
