@@ -49,7 +49,7 @@ fuzz: setup
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 	@for f in $(FUZZERS); do \
 		mkdir -p build-fuzz/corpus/$$f; \
-		if OMP_NUM_THREADS=1 ./build-fuzz/$$f -max_total_time=$(FUZZ_SECONDS) \
+		if OMP_NUM_THREADS=1 ./build-fuzz/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
 			-print_final_stats=1 -artifact_prefix=build-fuzz/$$f- \
 			build-fuzz/corpus/$$f tests/fuzz/seeds/$$f > build-fuzz/$$f.log 2>&1; then \
 			echo "$$f: $$(grep -h 'number_of_executed_units' build-fuzz/$$f.log), no crash, no leak"; \
