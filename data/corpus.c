@@ -47,8 +47,7 @@ static int reserve(bytes *b, size_t extra, const char *name)
     if (b->len + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 1 << 16;
     while (cap < b->len + extra + 1) {
-        if (cap > SIZE_MAX / 2)
-            return awl_error(AWL_ERR_OOM, "%s: %s: too large", OP, name);
+        if (cap > SIZE_MAX / 2) return awl_error(AWL_ERR_OOM, "%s: %s: too large", OP, name);
         cap *= 2;
     }
     char *grown = realloc(b->data, cap);

@@ -270,7 +270,8 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch
     if (!ds) return AWL_ERR_INVALID;
     if (!split_ok(split))
         return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: bad split %d", (int)split);
-    int rc = awl_text_dataset_batch_at(ds, split, ds->seed, ds->position[split], batch, device, x, y);
+    int rc =
+        awl_text_dataset_batch_at(ds, split, ds->seed, ds->position[split], batch, device, x, y);
     if (rc == 0) ds->position[split]++;
     return rc;
 }

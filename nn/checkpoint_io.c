@@ -207,7 +207,10 @@ static int check_finite(int n, const char *const *names, awl_tensor *const *tens
             return awl_error(AWL_ERR_INVALID,
                              "awl_checkpoint_save: tensor %s holds %s at element %lld: a "
                              "checkpoint never holds non-finite values, nothing was written",
-                             names[i], isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf",
+                             names[i],
+                             isnan(v) ? "NaN"
+                             : v > 0  ? "+inf"
+                                      : "-inf",
                              (long long)at);
     }
     return AWL_OK;
@@ -410,11 +413,13 @@ static int check_format(const awl_safetensors *f, bool *ours)
     const char *version = awl_safetensors_metadata_get(f, "awl.format_version");
     if (strcmp(format, FORMAT_NAME) != 0)
         return load_error(f, "awl.format is \"%.40s\", not \"" FORMAT_NAME "\"", format);
-    if (!version || (strcmp(version, FORMAT_VERSION) != 0 && strcmp(version, FORMAT_VERSION_OLD) != 0))
-        return load_error(f,
-                          "unsupported awl.format_version \"%.20s\" (this build reads " FORMAT_VERSION_OLD
-                          " and " FORMAT_VERSION ")",
-                          version ? version : "");
+    if (!version ||
+        (strcmp(version, FORMAT_VERSION) != 0 && strcmp(version, FORMAT_VERSION_OLD) != 0))
+        return load_error(
+            f,
+            "unsupported awl.format_version \"%.20s\" (this build reads " FORMAT_VERSION_OLD
+            " and " FORMAT_VERSION ")",
+            version ? version : "");
     return AWL_OK;
 }
 
@@ -437,10 +442,9 @@ static int check_metadata_crc(const awl_safetensors *f)
     free(keys);
     free(values);
     if (strcmp(have, want) != 0)
-        return load_error(f,
-                          "the metadata is corrupt: its CRC-32 is %s, " METADATA_CRC_KEY
-                          " says \"%.20s\"",
-                          have, want);
+        return load_error(
+            f, "the metadata is corrupt: its CRC-32 is %s, " METADATA_CRC_KEY " says \"%.20s\"",
+            have, want);
     return AWL_OK;
 }
 

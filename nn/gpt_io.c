@@ -36,8 +36,8 @@ int awl_gpt_config_to_json(const awl_gpt_config *c, char *buf, size_t size)
                      c->vocab, c->block, c->n_layer, c->n_head, c->n_embd, c->batch, c->dropout,
                      c->bias ? "true" : "false");
     if (n < 0 || (size_t)n >= size)
-        return awl_error(AWL_ERR_INVALID, "awl_gpt_config_to_json: a buffer of %zu bytes is too small",
-                         size);
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_gpt_config_to_json: a buffer of %zu bytes is too small", size);
     return AWL_OK;
 }
 
@@ -166,7 +166,7 @@ static int read_bool(cursor *c, const char *key, bool *out)
 int awl_gpt_config_from_json(const char *json, awl_gpt_config *out)
 {
     if (!json || !out) return awl_error(AWL_ERR_INVALID, "%s: NULL argument", FROM_JSON);
-    static const char *const keys[] = {"vocab", "block",   "n_layer", "n_head",
+    static const char *const keys[] = {"vocab",  "block", "n_layer", "n_head",
                                        "n_embd", "batch", "dropout", "bias"};
     enum { N_KEYS = 8, N_REQUIRED = 5 };
     awl_gpt_config c = {.batch = 1, .dropout = 0.0, .bias = true};
@@ -350,8 +350,9 @@ static int plan_weights(awl_gpt *model, const awl_safetensors *f, int *src, bool
         if (!same || !is_float(&info)) {
             char s1[128], s2[128];
             awl_format_shape(info.ndim, info.shape, s1, sizeof s1);
-            return awl_error(AWL_ERR_FORMAT, "%s: %s: tensor %s is %s %s in the file but %s %s in the model",
-                             LOAD, path, info.name, info.float16 ? "float16" : awl_dtype_name(info.dtype),
+            return awl_error(AWL_ERR_FORMAT,
+                             "%s: %s: tensor %s is %s %s in the file but %s %s in the model", LOAD,
+                             path, info.name, info.float16 ? "float16" : awl_dtype_name(info.dtype),
                              s1, awl_dtype_name(dst->dtype), awl_shape_str(dst, s2, sizeof s2));
         }
         src[p] = i;
@@ -385,7 +386,8 @@ int awl_gpt_load_weights(awl_gpt *model, const awl_safetensors *f)
     for (int p = 0; p < params->count && status == AWL_OK; p++) {
         awl_tensor *dst = params->items[p].tensor;
         awl_scope_begin();
-        awl_tensor *t = awl_safetensors_load(f, src[p], awl_tensor_device_name(dst, device, sizeof device));
+        awl_tensor *t =
+            awl_safetensors_load(f, src[p], awl_tensor_device_name(dst, device, sizeof device));
         status = t ? awl_tensor_copy_(dst, t) : awl_last_error_code();
         awl_scope_end();
     }

@@ -343,7 +343,7 @@ struct awl_safetensors {
     char *path;
     unsigned char *map; /* the whole file, read-only */
     size_t size;
-    bool mapped; /* map is an mmap of the file (else borrowed memory) */
+    bool mapped;               /* map is an mmap of the file (else borrowed memory) */
     const unsigned char *data; /* the data section */
     awl_st_header h;
     int *by_name;  /* tensor indices sorted by name, for find */
@@ -580,7 +580,8 @@ awl_safetensors *awl_safetensors_open_memory(const void *data, size_t size, cons
     f->map = (unsigned char *)data;
     f->size = size;
     uint64_t hlen = 0;
-    int status = size < 8 ? too_short(f->path, size) : check_header_length(f->path, data, size, &hlen);
+    int status =
+        size < 8 ? too_short(f->path, size) : check_header_length(f->path, data, size, &hlen);
     if (status < 0 || check_contents(f, hlen) < 0) {
         awl_safetensors_close(f);
         return NULL;
@@ -657,7 +658,8 @@ awl_tensor *awl_safetensors_load(const awl_safetensors *f, int i, const char *de
     size_t n = (size_t)(t->end - t->begin) / 2;
     float *host = awl_xmalloc((n ? n : 1) * sizeof *host);
     const unsigned char *src = f->data + t->begin;
-    for (size_t k = 0; k < n; k++) host[k] = half_to_float((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
+    for (size_t k = 0; k < n; k++)
+        host[k] = half_to_float((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
     awl_tensor *out = awl_from_data(host, t->ndim, t->shape, AWL_F32, device);
     free(host);
     return out;

@@ -59,10 +59,12 @@ int save_checkpoint(trainer *t, const char *path)
     st.data_position[1] = t->state.data_position[1];
     char *tok_text = NULL, config[512], value[256];
     size_t tok_len;
-    if (awl_tokenizer_serialize(t->tok, &tok_text, &tok_len) < 0) return fail("saving the tokenizer");
+    if (awl_tokenizer_serialize(t->tok, &tok_text, &tok_len) < 0)
+        return fail("saving the tokenizer");
     awl_train_state_set_tokenizer(&st, tok_text);
     free(tok_text);
-    if (awl_gpt_config_to_json(&t->cfg, config, sizeof config) < 0) return fail("saving the config");
+    if (awl_gpt_config_to_json(&t->cfg, config, sizeof config) < 0)
+        return fail("saving the config");
     awl_train_state_set_config(&st, config);
     for (int i = 0; i < n_train_options; i++) {
         const option_spec *o = &train_options[i];

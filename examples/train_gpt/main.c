@@ -278,8 +278,7 @@ static int run(trainer *t)
         printf("the checkpoint is at step %lld, --steps %lld: nothing to train\n",
                (long long)t->state.step, (long long)s->steps);
     resolve_defaults(t);
-    if (prepare_data(t, trains) < 0 || check_prompt(t) < 0 || build_model(t) < 0 ||
-        open_log(t) < 0)
+    if (prepare_data(t, trains) < 0 || check_prompt(t) < 0 || build_model(t) < 0 || open_log(t) < 0)
         return 1;
     if (s->resume) printf("resumed from %s at step %lld\n", s->resume, (long long)t->state.step);
     if (trains) {

@@ -85,8 +85,8 @@ const option_spec train_options[] = {
      OPT_INT64, FIELD(log_interval), SCOPE_INVOCATION, COUNT(1, STEPS_MAX)},
     {"seed", "N", "seed for initialisation, dropout, batches and sampling (default 1337)",
      OPT_INT64, FIELD(seed), SCOPE_RUN, COUNT(0, 9223372036854775807LL)},
-    {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device),
-     SCOPE_INVOCATION, .ilo = 0},
+    {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device), SCOPE_INVOCATION,
+     .ilo = 0},
     {"precision", "P",
      "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 (mixed precision: "
      "bfloat16 matmuls and activations, float32 weights; CUDA only)",
@@ -115,8 +115,9 @@ const option_spec train_options[] = {
      OPT_DOUBLE, FIELD(temperature), SCOPE_INVOCATION, .dlo = 0, .dhi = 100},
     {"top-k", "N", "sample among the k most likely tokens (default 200; 0: all)", OPT_INT,
      FIELD(top_k), SCOPE_INVOCATION, COUNT(0, 2147483647)},
-    {"prompt", "TEXT", "text the sample continues, in the tokenizer's vocabulary (default: a newline)",
-     OPT_STRING, FIELD(prompt), SCOPE_INVOCATION, .ilo = 0},
+    {"prompt", "TEXT",
+     "text the sample continues, in the tokenizer's vocabulary (default: a newline)", OPT_STRING,
+     FIELD(prompt), SCOPE_INVOCATION, .ilo = 0},
 };
 
 const int n_train_options = (int)(sizeof train_options / sizeof *train_options);
@@ -235,10 +236,7 @@ bool option_set(const settings *s, const char *name)
     return o && ((s->given | s->from_checkpoint) >> (o - train_options) & 1);
 }
 
-static void *field_of(const option_spec *o, const settings *s)
-{
-    return (char *)s + o->offset;
-}
+static void *field_of(const option_spec *o, const settings *s) { return (char *)s + o->offset; }
 
 static bool in_choices(const char *choices, const char *text)
 {

@@ -88,7 +88,10 @@ static void describe_non_finite(trainer *t, char *buf, size_t size)
             if (at >= 0) {
                 snprintf(buf, size, "the first non-finite tensor is the %s %s (%s at element %lld)",
                          pass == 0 ? "parameter" : "gradient of", params->items[i].name,
-                         isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (long long)at);
+                         isnan(v) ? "NaN"
+                         : v > 0  ? "+inf"
+                                  : "-inf",
+                         (long long)at);
                 return;
             }
         }
@@ -125,7 +128,8 @@ static int train_step(trainer *t, double lr, double *mean_loss)
     for (int micro = 0; micro < s->grad_accum; micro++) {
         awl_scope_begin();
         awl_tensor *x, *y, *loss = NULL;
-        if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, s->device, &x, &y) == 0) {
+        if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, s->device, &x, &y) ==
+            0) {
             awl_tensor *l = awl_gpt_loss(t->model, x, y);
             loss = awl_keep(s->grad_accum > 1 ? awl_div_scalar(l, s->grad_accum) : l);
         }
@@ -177,14 +181,15 @@ static int evaluate(trainer *t, awl_data_split split, double *mean)
     *mean = sum / t->s.eval_iters;
     if (!isfinite(*mean))
         return complain("step %lld: the %s loss is %s", (long long)t->state.step,
-                        split == AWL_SPLIT_TRAIN ? "train" : "val", isnan(*mean) ? "NaN" : "infinite");
+                        split == AWL_SPLIT_TRAIN ? "train" : "val",
+                        isnan(*mean) ? "NaN" : "infinite");
     return 0;
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
 
 typedef struct speed {
-    double peak;            /* the matmul ceiling, FLOP/s */
+    double peak; /* the matmul ceiling, FLOP/s */
     double flops_per_token;
     int64_t tokens_per_step;
     double window_start;
@@ -207,7 +212,9 @@ static void speed_update(speed *v)
 static void print_banner(const trainer *t, const speed *v)
 {
     const settings *s = &t->s;
-    const char *from = s->resume ? " (from the checkpoint)" : s->init_from ? " (from the weights)" : "";
+    const char *from = s->resume      ? " (from the checkpoint)"
+                       : s->init_from ? " (from the weights)"
+                                      : "";
     printf("model: %s%s, %lld parameters (%d layers, %d heads, width %d, block %d, vocab %d %s, "
            "batch %d, dropout %g)\n",
            s->init_from ? s->init_from : s->config, from, (long long)awl_gpt_num_params(t->model),
@@ -251,10 +258,12 @@ int train(trainer *t)
         speed_update(&v);
         show_progress(&p, step, loss, lr, v.tok_s, v.mfu, s->log_interval);
         bool last = step == s->steps;
-        bool eval = !stop_signal && (last || (s->eval_interval > 0 && step % s->eval_interval == 0));
+        bool eval =
+            !stop_signal && (last || (s->eval_interval > 0 && step % s->eval_interval == 0));
         double val = NAN, train_eval = NAN;
         if (eval) {
-            if (evaluate(t, AWL_SPLIT_TRAIN, &train_eval) < 0 || evaluate(t, AWL_SPLIT_VAL, &val) < 0)
+            if (evaluate(t, AWL_SPLIT_TRAIN, &train_eval) < 0 ||
+                evaluate(t, AWL_SPLIT_VAL, &val) < 0)
                 return -1;
             printf("%sstep %lld: train loss %.4f, val loss %.4f (%.0f s)\n", tty ? "\r\033[K" : "",
                    (long long)step, train_eval, val, now() - p.start_time);

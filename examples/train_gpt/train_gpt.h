@@ -45,7 +45,14 @@ typedef struct settings {
     uint64_t from_checkpoint; /* bit i: its value came from --resume's checkpoint */
 } settings;
 
-typedef enum option_kind { OPT_STRING, OPT_CHOICE, OPT_INT, OPT_INT64, OPT_DOUBLE, OPT_FLAG } option_kind;
+typedef enum option_kind {
+    OPT_STRING,
+    OPT_CHOICE,
+    OPT_INT,
+    OPT_INT64,
+    OPT_DOUBLE,
+    OPT_FLAG
+} option_kind;
 
 /* Where an option's value lives once a run has started. */
 typedef enum option_scope {
@@ -57,12 +64,12 @@ typedef enum option_scope {
 typedef struct option_spec {
     const char *name, *arg, *help;
     option_kind kind;
-    size_t offset;         /* of the field in settings */
+    size_t offset; /* of the field in settings */
     option_scope scope;
-    long long ilo, ihi;    /* OPT_INT, OPT_INT64: the range          */
-    double dlo, dhi;       /* OPT_DOUBLE: [dlo, dhi], or [dlo, dhi)  */
+    long long ilo, ihi; /* OPT_INT, OPT_INT64: the range          */
+    double dlo, dhi;    /* OPT_DOUBLE: [dlo, dhi], or [dlo, dhi)  */
     bool dhi_open, dlo_open;
-    const char *choices;   /* OPT_CHOICE: "a|b|c"                    */
+    const char *choices; /* OPT_CHOICE: "a|b|c"                    */
 } option_spec;
 
 extern const option_spec train_options[];
@@ -93,10 +100,10 @@ bool option_equal(const option_spec *o, const settings *a, const settings *b);
  * taken. A data-parallel run would keep one generator and one data stream
  * per rank here. */
 typedef struct run_state {
-    int64_t step;                /* optimizer steps done                     */
+    int64_t step;                  /* optimizer steps done                     */
     uint64_t rng_seed, rng_offset; /* the global generator (dropout)         */
-    uint64_t data_seed;          /* the training batch stream                */
-    uint64_t data_position[2];   /* batches drawn: train, validation         */
+    uint64_t data_seed;            /* the training batch stream                */
+    uint64_t data_position[2];     /* batches drawn: train, validation         */
 } run_state;
 
 typedef struct trainer {
@@ -109,7 +116,7 @@ typedef struct trainer {
     awl_lr_schedule schedule;
     FILE *log;
     run_state state;
-    uint64_t eval_seed;     /* evaluation's own batches */
+    uint64_t eval_seed;         /* evaluation's own batches */
     awl_train_state resumed;    /* --resume: the checkpoint's metadata (owns the option strings) */
     awl_safetensors *init_file; /* --init-from, open until the weights are loaded */
 } trainer;

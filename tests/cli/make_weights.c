@@ -100,8 +100,8 @@ static int write_torch(const char *src, const char *dst, const char *dtype, bool
     awl_safetensors_close(f);
     for (int l = 0; mask && l < n_layer; l++) {
         entry *m = &e[n++];
-        snprintf(m->name, sizeof m->name, "%stransformer.h.%d.attn.bias", compiled ? "_orig_mod." : "",
-                 l);
+        snprintf(m->name, sizeof m->name, "%stransformer.h.%d.attn.bias",
+                 compiled ? "_orig_mod." : "", l);
         m->ndim = 4;
         int64_t shape[4] = {1, 1, block, block};
         memcpy(m->shape, shape, sizeof shape);
@@ -114,7 +114,8 @@ static int write_torch(const char *src, const char *dst, const char *dtype, bool
     size_t len = (size_t)sprintf(header, "{\"__metadata__\":{\"format\":\"pt\"}");
     uint64_t offset = 0;
     for (int i = 0; i < n; i++) {
-        len += (size_t)sprintf(header + len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e[i].name, dtype);
+        len += (size_t)sprintf(header + len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e[i].name,
+                               dtype);
         for (int d = 0; d < e[i].ndim; d++)
             len += (size_t)sprintf(header + len, d ? ",%lld" : "%lld", (long long)e[i].shape[d]);
         uint64_t bytes = (uint64_t)e[i].n * elem;
