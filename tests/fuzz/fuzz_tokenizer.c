@@ -4,7 +4,7 @@
  * The first byte picks the loader, the rest is its input:
  *   0: awl_tokenizer_deserialize (a checkpoint's "tokenizer" string);
  *   1: a character tokenizer built from the bytes;
- *   2: a BPE tokenizer trained on the bytes (at most 1 KiB, 16 merges).
+ *   2: a BPE tokenizer trained on the bytes (at most 256 bytes, 8 merges).
  * A tokenizer that loads must serialise back to what rebuilds it, and
  * decode(encode(text)) must give the text back for any text it encodes.
  */
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 0: tok = awl_tokenizer_deserialize(text, len); break;
     case 1: tok = awl_tokenizer_char_from_text(text, len); break;
     default:
-        if (len <= 1024) tok = awl_tokenizer_bpe_train(text, len, 256 + 16);
+        if (len <= 256) tok = awl_tokenizer_bpe_train(text, len, 256 + 8);
         break;
     }
     if (!tok) return 0;
