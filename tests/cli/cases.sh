@@ -206,7 +206,7 @@ case_sigterm_saves() {
 case_second_signal_exits_at_once() {
     make_existing
     # steps long enough that the second signal lands inside the first's step
-    start_and_wait "^step 2/" --data corpus.txt --config cpu-medium --batch 64 --steps 100000 \
+    start_and_wait "^step 2/" --data corpus.txt --batch 64 --steps 100000 \
         --save existing.st --log-interval 1 --log= --eval-iters 1
     kill -INT $PID
     n=0
