@@ -130,13 +130,14 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         awl_memory_get_stats(o->device, &mem);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("{\"bench\":\"gpt_train\",\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
-               "\"threads\":%d,\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"params\":%lld,"
+        bench_json_begin("gpt_train");
+        printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
+               "\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"params\":%lld,"
                "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"mfu\":%.4f,"
                "\"peak_mb\":%.1f,\"activation_peak_mb\":%.1f,\"rss_mb\":%.1f,"
                "\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
-               config, o->device, precision, awl_get_num_threads(), cfg.n_layer, cfg.batch,
+               config, o->device, precision, cfg.n_layer, cfg.batch,
                cfg.block, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
                o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, (double)mem.peak / 1048576.0,

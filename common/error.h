@@ -39,6 +39,10 @@ enum {
     AWL_ERR_FORMAT = -5,      /* a file is malformed, truncated or corrupt  */
     AWL_ERR_UNSUPPORTED = -6, /* a backend lacks an optional kernel; the
                                  caller falls back, no message is recorded  */
+    AWL_ERR_DIST = -7,        /* a distributed job failed: a peer died, went
+                                 silent, timed out or disagreed (the message
+                                 names the rank, the operation and its
+                                 sequence number)                           */
 };
 
 /* Records a printf-style message as the thread's last error and returns

@@ -99,7 +99,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -fopenmp -Wall -Wextra
         -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include"
 NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC"
-LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lcublasLt -lm -lrt
+# OpenBLAS is not linked: awl loads it (backends/cpu/cpu_blas.c) from LD_LIBRARY_PATH.
+LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libz.a -lgomp -lcublas -lcublasLt -lm -lrt -ldl
       -lpthread"
 
 # Compiles $1 to $B/obj/<path with / as _>.o; a failure leaves $B/FAILED.
@@ -221,8 +222,8 @@ stage_profile() {
     local t0=$(date +%s) pair
     { gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
         nvcc -arch=sm_90 -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
-            "${LIB_OBJ[@]}" -L$D/lib -l:libopenblas.so.0 -l:libz.so.1 -lgomp -lcublas -lcublasLt -lm -lrt \
-            -lpthread; } > "$B/log/profile_build.log" 2>&1 ||
+            "${LIB_OBJ[@]}" -L$D/lib -l:libz.so.1 -lgomp -lcublas -lcublasLt -lm -lrt \
+            -ldl -lpthread; } > "$B/log/profile_build.log" 2>&1 ||
         { row "profile: build failed"; tail -20 "$B/log/profile_build.log"; return; }
     : > "$OUT/profile.txt"
     for pair in ${PROFILE:-gpt2-124m:bf16 shakespeare-char:fp32}; do

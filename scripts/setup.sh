@@ -15,9 +15,11 @@
 #   gnuplot-nox             scripts/plot_loss.sh
 #   clang, libclang-rt-dev, the libFuzzer targets of tests/fuzz (make fuzz):
 #   libomp-dev              clang, its fuzzer runtime, its OpenMP
+#   iproute2 iptables       the distributed tests across network namespaces
+#   procps                  pgrep, for the launcher's no-orphan test
 set -e
 packages="build-essential cmake pkg-config libopenblas-openmp-dev check zlib1g-dev fortunes \
-gnuplot-nox clang libclang-rt-dev libomp-dev"
+gnuplot-nox clang libclang-rt-dev libomp-dev iproute2 iptables procps"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -9,11 +9,11 @@
  * shares the OpenMP thread pool and runs single-threaded when called inside a
  * parallel region. set_num_threads sets both, so one call bounds all work.
  */
-#include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_internal.h"
 
 static int cpu_device_count(void) { return 1; }
@@ -35,7 +35,7 @@ static void cpu_set_num_threads(int n)
 {
     if (n < 1) n = 1;
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    awl_blas_set_num_threads(n);
 }
 
 static const awl_backend cpu_backend = {

@@ -130,6 +130,9 @@ int cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
 
 /* cpu_matmul.c */
 int cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
+/* Loads OpenBLAS once (cpu_blas.c); an error naming `caller` when it cannot
+ * be loaded. Call it on the thread that reports errors, before any gemm. */
+int cpu_blas_load(const char *caller);
 
 /* cpu_index.c */
 int cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx);

@@ -1,0 +1,79 @@
+#!/bin/bash
+# scripts/cpu_device_run.sh - awl's CPU figures on the lent machine's 16
+# cores (the `device` tool), with the CPU backend only.
+#
+#     STAGES=dist bash scripts/cpu_device_run.sh        # run(carry=[".cudadev"])
+#
+# The machine has gcc, python3 with PyTorch 2.11, and no Debian packages,
+# so the build is gcc on every .c file against what .cudadev carries from
+# a dev machine (scripts/make_cudadev.sh; also copy ../shared/peers's
+# torch_gloo_allreduce.py there). OpenBLAS is found through
+# LD_LIBRARY_PATH; awl picks its kernels (backends/cpu/cpu_blas.c).
+#
+# Stages (STAGES, comma-separated; JSON lines under $OUT):
+#   dist  bench_dist: allreduce busbw beside a raw TCP ring and latency, 2
+#         and 4 ranks; PyTorch's gloo allreduce for 2 and 4 ranks; a DDP step
+#         of cpu-medium on 1, 2 and 4 ranks of 4 threads each (DDP_CONFIG,
+#         DDP_RANKS, DDP_THREADS, DDP_STEPS), for each of DDP_SETTINGS;
+#   ddp   only the DDP steps.
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+D=$ROOT/.cudadev
+OUT=${OUT:-$ROOT/cpu_out}
+B=${AWL_CPU_BUILD:-/tmp/awl-cpu}
+STAGES=${STAGES:-dist}
+mkdir -p "$B/obj" "$B/bin" "$OUT"
+export LD_LIBRARY_PATH=$D/lib:$LD_LIBRARY_PATH
+lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c 1-200 | tee "$OUT/machine.txt"
+
+CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -fopenmp -Wall -Wextra
+        -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include"
+shopt -s nullglob
+LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c)
+compile() {
+    local src=$1 obj=$B/obj/${1//\//_}.o extra=""
+    case $src in backends/cpu/*) extra="-fno-trapping-math -fno-math-errno" ;; esac
+    gcc $CFLAGS $extra -c "$src" -o "$obj" 2>> "$B/build.log" || echo "compile failed: $src"
+}
+export -f compile
+export CFLAGS B
+t0=$(date +%s)
+: > "$B/build.log"
+printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c tests/dist/dist_worker.c |
+    xargs -P "$(nproc)" -I{} bash -c 'compile {}'
+LIB_OBJ=()
+for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
+LIBS="-L$D/lib -l:libz.a -lgomp -lm -ldl -lpthread"
+for prog in bench/bench_dist.c bench/bench_gpt.c tests/dist/dist_worker.c; do
+    name=$(basename "$prog" .c)
+    gcc -fopenmp -o "$B/bin/$name" "$B/obj/${prog//\//_}.o" "${LIB_OBJ[@]}" $LIBS >> "$B/build.log" 2>&1 ||
+        echo "link failed: $name"
+done
+gcc $CFLAGS -o "$B/bin/awlrun" dist/launcher/awlrun.c >> "$B/build.log" 2>&1 || echo "link failed: awlrun"
+echo "build: $(( $(date +%s) - t0 )) s"
+grep -E "error|warning" "$B/build.log" | head
+
+has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+if has_stage dist; then
+    echo "== dist"
+    "$B/bin/bench_dist" --ranks 2,4 | tee "$OUT/dist.jsonl"
+    for n in 2 4; do
+        timeout 200 python3 "$D/torch_gloo_allreduce.py" $n 2>&1 | grep '^{' | tee -a "$OUT/gloo.jsonl"
+    done
+fi
+if has_stage dist || has_stage ddp; then
+    # DDP steps, for each setting in DDP_SETTINGS ("default", "bucket=MB", "passive":
+    # OMP_WAIT_POLICY=PASSIVE; joined with +)
+    for setting in ${DDP_SETTINGS:-default}; do
+        extra=() envs=()
+        [[ $setting == *bucket=* ]] && extra=(--bucket-mb "$(sed 's/.*bucket=\([0-9.]*\).*/\1/' <<< "$setting")")
+        [[ $setting == *passive* ]] && envs=(OMP_WAIT_POLICY=PASSIVE)
+        echo "-- ddp: $setting"
+        env "${envs[@]}" "$B/bin/bench_dist" --no-allreduce --no-latency --ddp "${DDP_CONFIG:-cpu-medium}" \
+            --ddp-ranks "${DDP_RANKS:-1,2,4}" --threads "${DDP_THREADS:-4}" \
+            --ddp-steps "${DDP_STEPS:-20}" "${extra[@]}" |
+            sed "s/^{/{\"setting\":\"$setting\",/" | tee -a "$OUT/ddp.jsonl"
+    done
+fi
