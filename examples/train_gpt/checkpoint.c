@@ -45,12 +45,95 @@ static void restore_state(trainer *t)
     awl_text_dataset_set_position(t->data, AWL_SPLIT_VAL, t->state.data_position[1]);
 }
 
+/* ---- every rank's state ------------------------------------------------------------ */
+
+enum { STATE_WORDS = 10 }; /* run_state's five 64-bit numbers, as int32 halves */
+
+static void pack_state(const run_state *s, int32_t *w)
+{
+    uint64_t v[5] = {s->rng_seed, s->rng_offset, s->data_seed, s->data_position[0],
+                     s->data_position[1]};
+    for (int i = 0; i < 5; i++) {
+        w[2 * i] = (int32_t)(uint32_t)(v[i] >> 32);
+        w[2 * i + 1] = (int32_t)(uint32_t)v[i];
+    }
+}
+
+static void unpack_state(const int32_t *w, run_state *s)
+{
+    uint64_t v[5];
+    for (int i = 0; i < 5; i++) v[i] = (uint64_t)(uint32_t)w[2 * i] << 32 | (uint32_t)w[2 * i + 1];
+    s->rng_seed = v[0];
+    s->rng_offset = v[1];
+    s->data_seed = v[2];
+    s->data_position[0] = v[3];
+    s->data_position[1] = v[4];
+}
+
+/* Records every rank's generator and data stream as "dist.rank.<r>" (on
+ * rank 0; every rank takes part in gathering them). */
+static int record_ranks(trainer *t, awl_train_state *st)
+{
+    int32_t mine[STATE_WORDS], *all = calloc((size_t)t->world * STATE_WORDS, sizeof *all);
+    pack_state(&t->state, mine);
+    awl_scope_begin();
+    awl_tensor *out = awl_empty(AWL_SHAPE((int64_t)t->world * STATE_WORDS), AWL_I32, "cpu");
+    int status = awl_dist_allgather(t->pg, out, awl_from_data(mine, AWL_SHAPE(STATE_WORDS), AWL_I32, "cpu"));
+    if (status == 0) status = awl_to_host(out, all, (size_t)t->world * STATE_WORDS * sizeof *all);
+    awl_scope_end();
+    char key[64], value[160];
+    snprintf(value, sizeof value, "%d", t->world);
+    awl_train_state_set_extra(st, "dist.world_size", value);
+    for (int r = 0; r < t->world && status == 0; r++) {
+        run_state s;
+        unpack_state(all + r * STATE_WORDS, &s);
+        snprintf(key, sizeof key, "dist.rank.%d", r);
+        snprintf(value, sizeof value, "%llu %llu %llu %llu %llu", (unsigned long long)s.rng_seed,
+                 (unsigned long long)s.rng_offset, (unsigned long long)s.data_seed,
+                 (unsigned long long)s.data_position[0], (unsigned long long)s.data_position[1]);
+        awl_train_state_set_extra(st, key, value);
+    }
+    free(all);
+    return status;
+}
+
+/* This rank's state from a checkpoint of a run with as many ranks; 1 when
+ * the checkpoint's run had another number of ranks (the streams then
+ * start afresh), -1 on a malformed entry. */
+static int recall_rank(trainer *t, const awl_train_state *st)
+{
+    const char *world = awl_train_state_get_extra(st, "dist.world_size");
+    int saved = world ? atoi(world) : 1;
+    if (saved != t->world) return 1;
+    if (t->world == 1) return 0;
+    char key[64];
+    snprintf(key, sizeof key, "dist.rank.%d", t->rank);
+    const char *v = awl_train_state_get_extra(st, key);
+    unsigned long long n[5];
+    if (!v || sscanf(v, "%llu %llu %llu %llu %llu", &n[0], &n[1], &n[2], &n[3], &n[4]) != 5)
+        return complain("--resume %s: its %s is missing or malformed", t->s.resume, key);
+    t->state.rng_seed = n[0];
+    t->state.rng_offset = n[1];
+    t->state.data_seed = n[2];
+    t->state.data_position[0] = n[3];
+    t->state.data_position[1] = n[4];
+    return 0;
+}
+
 /* ---- saving --------------------------------------------------------------------- */
 
 int save_checkpoint(trainer *t, const char *path)
 {
     capture_state(t);
     awl_train_state st = {0};
+    if (t->world > 1 && record_ranks(t, &st) < 0) {
+        awl_train_state_clear(&st);
+        return fail("gathering the ranks' state for the checkpoint");
+    }
+    if (!is_leader(t)) { /* rank 0 writes */
+        awl_train_state_clear(&st);
+        return 0;
+    }
     st.step = t->state.step;
     st.rng_seed = t->state.rng_seed;
     st.rng_offset = t->state.rng_offset;
@@ -185,7 +268,16 @@ int resume_tensors(trainer *t)
                            .rng_offset = st.rng_offset,
                            .data_seed = st.data_seed,
                            .data_position = {st.data_position[0], st.data_position[1]}};
+    int other = recall_rank(t, &st);
     awl_train_state_clear(&st);
+    if (other < 0) return -1;
+    if (other > 0) {
+        /* rank 0 continues the checkpoint's streams; the others start afresh */
+        if (t->rank > 0) return 0;
+        printf("note: %s was written by a run of another number of ranks: the other ranks' "
+               "batches and dropout start afresh (the run is not a bitwise continuation)\n",
+               t->s.resume);
+    }
     restore_state(t);
     return 0;
 }

@@ -27,6 +27,15 @@
  * (130, 143), as a shell reports a program the signal killed; a second one
  * exits at once.
  *
+ * Data-parallel: started by awlrun (WORLD_SIZE and the rest set), every
+ * rank builds the same model, draws batches from a stream of its own and
+ * trains under DDP, whose averaged gradients keep the ranks' weights
+ * bit-identical; the global batch is the sum of the ranks'. Rank 0 alone
+ * prints, logs, evaluates, saves (with every rank's random streams, so a
+ * resume on as many ranks continues bitwise) and samples; the others'
+ * standard output is discarded, their errors still go to stderr. The ranks
+ * agree after every step whether a signal came, so they stop together.
+ *
  * MFU is the model's FLOPs per second (6 N + 12 n_layer block n_embd per
  * token) over the matmul rate measured on the same device in this process
  * when training starts, so it says how close the whole step comes to the
@@ -193,6 +202,13 @@ static void resolve_defaults(trainer *t)
     t->eval_seed = (uint64_t)s->seed + 0x9E3779B97F4A7C15ull; /* a stream apart from training's */
 }
 
+/* Rank r's generator and batch stream: rank 0 keeps the seed (so one rank
+ * is the plain run), the others a stream of their own. */
+static uint64_t rank_seed(uint64_t seed, int rank)
+{
+    return seed + (uint64_t)rank * 0x9E3779B97F4A7C15ull;
+}
+
 static int build_model(trainer *t)
 {
     settings *s = &t->s;
@@ -205,9 +221,15 @@ static int build_model(trainer *t)
     t->opt = awl_adamw_new(awl_gpt_parameters(t->model), s->lr, s->beta1, s->beta2, 1e-8,
                            s->weight_decay);
     if (!t->opt) return fail("the optimizer");
-    awl_manual_seed((uint64_t)s->seed);
-    if (t->data) awl_text_dataset_seed(t->data, (uint64_t)s->seed);
+    awl_manual_seed(rank_seed((uint64_t)s->seed, t->rank));
+    if (t->data) awl_text_dataset_seed(t->data, rank_seed((uint64_t)s->seed, t->rank));
     int status = s->resume ? resume_tensors(t) : s->init_from ? init_from_weights(t) : 0;
+    /* DDP checks that every rank built the same model and gives it rank 0's
+     * weights; gradients become views into its buckets */
+    if (status == 0 && t->pg) {
+        t->ddp = awl_ddp_new(t->pg, awl_gpt_parameters(t->model), NULL);
+        if (!t->ddp) status = fail("data-parallel training");
+    }
     /* the rate the optimizer last stepped with, as a run that trained here
      * would leave it (the checkpoint records it) */
     if (status == 0 && t->state.step > 0)
@@ -218,7 +240,7 @@ static int build_model(trainer *t)
 static int open_log(trainer *t)
 {
     const settings *s = &t->s;
-    if (!s->log || !s->log[0]) return 0;
+    if (!s->log || !s->log[0] || !is_leader(t)) return 0;
     bool append = s->resume && access(s->log, F_OK) == 0;
     t->log = fopen(s->log, append ? "a" : "w");
     if (!t->log) return complain("--log %s: cannot write it: %s", s->log, strerror(errno));
@@ -231,7 +253,7 @@ static int open_log(trainer *t)
 static int print_sample(trainer *t)
 {
     const settings *s = &t->s;
-    if (s->sample_tokens == 0) return 0;
+    if (s->sample_tokens == 0 || !is_leader(t)) return 0;
     int32_t *prompt = NULL, *out = NULL;
     size_t n_prompt = 0;
     char *text = NULL;
@@ -259,15 +281,39 @@ static int print_sample(trainer *t)
 
 /* ---- the run ----------------------------------------------------------------------- */
 
+/* Joins the job a launcher started (WORLD_SIZE set), or stays alone. */
+static int join_job(trainer *t)
+{
+    t->rank = 0;
+    t->world = 1;
+    if (!getenv("WORLD_SIZE")) return 0;
+    t->pg = awl_dist_init(NULL);
+    if (!t->pg) return fail("joining the data-parallel job");
+    t->rank = awl_dist_rank(t->pg);
+    t->world = awl_dist_world_size(t->pg);
+    if (!is_leader(t) && !freopen("/dev/null", "w", stdout))
+        return complain("rank %d: cannot silence its standard output", t->rank);
+    return 0;
+}
+
+/* --threads, else OMP_NUM_THREADS (awlrun shares the cores out), else
+ * every core. */
+static int thread_count(const settings *s)
+{
+    if (option_given(s, "threads")) return s->threads;
+    const char *env = getenv("OMP_NUM_THREADS");
+    int n = env ? atoi(env) : 0;
+    return n > 0 ? n : (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 /* 0, 1 after a failure, or 128 + the signal that stopped it. */
 static int run(trainer *t)
 {
     settings *s = &t->s;
-    awl_set_num_threads(option_given(s, "threads") ? s->threads
-                                                   : (int)sysconf(_SC_NPROCESSORS_ONLN));
-    if (check_device(s) < 0) return 1;
-    if (s->save && check_writable("save", s->save) < 0) return 1;
-    if (s->log && s->log[0] && check_writable("log", s->log) < 0) return 1;
+    awl_set_num_threads(thread_count(s));
+    if (check_device(s) < 0 || join_job(t) < 0) return 1;
+    if (is_leader(t) && s->save && check_writable("save", s->save) < 0) return 1;
+    if (is_leader(t) && s->log && s->log[0] && check_writable("log", s->log) < 0) return 1;
     if (s->resume) {
         if (resume_settings(t) < 0) return 1;
     } else if (configure(t) < 0 || (s->init_from && init_from_settings(t) < 0)) {
@@ -307,6 +353,8 @@ int main(int argc, char **argv)
     if (check_settings(&t.s) < 0) return 2;
     int status = run(&t);
     if (t.log) fclose(t.log);
+    awl_ddp_free(t.ddp);
+    awl_dist_destroy(t.pg);
     awl_safetensors_close(t.init_file);
     awl_optimizer_free(t.opt);
     awl_gpt_free(t.model);

@@ -91,7 +91,7 @@ const option_spec train_options[] = {
      "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 (mixed precision: "
      "bfloat16 matmuls and activations, float32 weights; CUDA only)",
      OPT_CHOICE, FIELD(precision), SCOPE_INVOCATION, .choices = "fp32|tf32|bf16"},
-    {"threads", "N", "CPU threads (default: all cores)", OPT_INT, FIELD(threads), SCOPE_INVOCATION,
+    {"threads", "N", "CPU threads (default: OMP_NUM_THREADS, else all cores)", OPT_INT, FIELD(threads), SCOPE_INVOCATION,
      COUNT(1, 4096)},
     {"save", "PATH", "write a checkpoint (safetensors) at the end, and when stopped by a signal",
      OPT_STRING, FIELD(save), SCOPE_INVOCATION, .ilo = 0},

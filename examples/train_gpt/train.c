@@ -9,6 +9,15 @@
  * that went bad, and nothing is saved: a checkpoint is only ever written
  * from finite weights.
  *
+ * Data-parallel (t->ddp): every micro-batch but the last runs under
+ * no_sync, the last one's backward sends the buckets, and awl_ddp_wait
+ * before the update leaves every rank with the mean gradient. A rank does
+ * not stop alone on a non-finite loss: the averaged gradient's norm, the
+ * same on every rank, stops all of them at the same step. After each step
+ * the ranks exchange their loss and whether a signal came (one small
+ * allgather), so the log shows the global mean loss and they all stop
+ * after the same step.
+ *
  * Evaluation estimates each split's loss on eval_iters batches drawn from a
  * stream of its own (awl_text_dataset_batch_at under t->eval_seed), the same
  * batches at every evaluation: it reads neither the training stream nor the
@@ -49,27 +58,31 @@ typedef struct progress {
     double start_time;
 } progress;
 
-/* `step` is the number of steps done, counting the one just finished. */
+/* `step` is the number of steps done, counting the one just finished;
+ * comm, when not negative, the share of time spent waiting for the ranks'
+ * gradients. */
 static void show_progress(const progress *p, int64_t step, double loss, double lr, double tok_s,
-                          double mfu, int64_t log_interval)
+                          double mfu, double comm, int64_t log_interval)
 {
     int64_t done = step - p->start_step, todo = p->total_steps - step;
     double elapsed = now() - p->start_time;
-    char eta[32];
+    char eta[32], wait[32] = "";
     format_duration(done > 0 ? elapsed / (double)done * (double)todo : 0, eta, sizeof eta);
+    if (comm >= 0) snprintf(wait, sizeof wait, "  comm %.0f%%", 100 * comm);
     if (p->tty) {
         enum { WIDTH = 24 };
         int filled = (int)((double)step / (double)p->total_steps * WIDTH);
         char bar[WIDTH + 1];
         for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
         bar[WIDTH] = '\0';
-        printf("\r\033[K[%s] step %lld/%lld  loss %.4f  lr %.2e  %.1fk tok/s  MFU %.1f%%  ETA %s",
+        printf("\r\033[K[%s] step %lld/%lld  loss %.4f  lr %.2e  %.1fk tok/s  MFU %.1f%%%s  ETA %s",
                bar, (long long)step, (long long)p->total_steps, loss, lr, tok_s / 1e3, 100 * mfu,
-               eta);
+               wait, eta);
         fflush(stdout);
     } else if (step % log_interval == 0 || step == p->total_steps || done == 1) {
-        printf("step %lld/%lld  loss %.4f  lr %.2e  %.1fk tok/s  MFU %.1f%%  ETA %s\n",
-               (long long)step, (long long)p->total_steps, loss, lr, tok_s / 1e3, 100 * mfu, eta);
+        printf("step %lld/%lld  loss %.4f  lr %.2e  %.1fk tok/s  MFU %.1f%%%s  ETA %s\n",
+               (long long)step, (long long)p->total_steps, loss, lr, tok_s / 1e3, 100 * mfu, wait,
+               eta);
         fflush(stdout);
     }
 }
@@ -126,6 +139,8 @@ static int train_step(trainer *t, double lr, double *mean_loss)
     if (awl_optimizer_set_lr(t->opt, lr) < 0) return step_failed(t, "setting the learning rate");
     double total = 0;
     for (int micro = 0; micro < s->grad_accum; micro++) {
+        bool local = t->ddp && micro < s->grad_accum - 1; /* accumulate without sending */
+        if (local) awl_ddp_no_sync_begin(t->ddp);
         awl_scope_begin();
         awl_tensor *x, *y, *loss = NULL;
         if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, s->device, &x, &y) ==
@@ -136,22 +151,28 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         awl_scope_end();
         if (!loss) return step_failed(t, "forward");
         double value = awl_item(loss) * s->grad_accum;
-        if (!isfinite(value)) {
+        if (!isfinite(value) && t->world == 1) {
             awl_release(loss);
             return non_finite(t, "the loss", value);
         }
         int status = awl_backward(loss);
         awl_release(loss);
+        if (local) awl_ddp_no_sync_end(t->ddp);
         if (status < 0) return step_failed(t, "backward");
         total += value;
     }
+    if (t->ddp && awl_ddp_wait(t->ddp) < 0) return step_failed(t, "averaging the gradients");
     /* the norm is measured even without clipping: it is the check that
      * every gradient is finite */
     double norm = awl_clip_grad_norm(params, s->grad_clip > 0 ? s->grad_clip : INFINITY);
     if (!isfinite(norm)) return non_finite(t, "the gradient norm", norm);
     if (norm < 0) return step_failed(t, "clipping the gradients");
     if (awl_optimizer_step(t->opt) < 0) return step_failed(t, "the optimizer");
-    awl_optimizer_zero_grad_ex(t->opt, true); /* set_to_none, as PyTorch */
+    if (t->ddp) { /* the gradients are views into the buckets: zero them, keep them */
+        if (awl_ddp_zero_grad(t->ddp) < 0) return step_failed(t, "zeroing the gradients");
+    } else {
+        awl_optimizer_zero_grad_ex(t->opt, true); /* set_to_none, as PyTorch */
+    }
     *mean_loss = total / s->grad_accum;
     return 0;
 }
@@ -189,24 +210,59 @@ static int evaluate(trainer *t, awl_data_split split, double *mean)
 /* ---- the loop ------------------------------------------------------------------ */
 
 typedef struct speed {
-    double peak; /* the matmul ceiling, FLOP/s */
+    double peak; /* the matmul ceiling of all ranks together, FLOP/s */
     double flops_per_token;
-    int64_t tokens_per_step;
-    double window_start;
+    int64_t tokens_per_step; /* all ranks together */
+    double window_start, window_wait;
     int window_steps;
-    double tok_s, mfu;
+    double tok_s, mfu, comm; /* comm: share of the time spent waiting for gradients */
 } speed;
 
-static void speed_update(speed *v)
+static void speed_update(speed *v, const trainer *t)
 {
     v->window_steps++;
+    if (t->ddp) {
+        awl_ddp_stats st;
+        awl_ddp_get_stats(t->ddp, &st);
+        v->window_wait += st.wait_s;
+    }
     double elapsed = now() - v->window_start;
     if (elapsed > 0.5 || v->window_steps >= 20) {
         v->tok_s = (double)v->tokens_per_step * v->window_steps / elapsed;
         v->mfu = v->peak > 0 ? v->tok_s * v->flops_per_token / v->peak : 0;
+        v->comm = v->window_wait / elapsed;
         v->window_start = now();
         v->window_steps = 0;
+        v->window_wait = 0;
     }
+}
+
+/* The mean of the ranks' losses and the strongest signal any rank had got
+ * when it came here (SIGTERM over SIGINT, 0 for none): all ranks log alike
+ * and stop after the same step, whatever a signal arriving meanwhile does
+ * to stop_signal. */
+static int agree(trainer *t, double *loss, int *stop)
+{
+    *stop = stop_signal;
+    if (t->world == 1) return 0;
+    double mine[2] = {*loss, (double)*stop}, *all = calloc((size_t)t->world * 2, sizeof *all);
+    awl_scope_begin();
+    awl_tensor *out = awl_empty(AWL_SHAPE((int64_t)t->world * 2), AWL_F64, "cpu");
+    int status = awl_dist_allgather(t->pg, out, awl_from_data(mine, AWL_SHAPE(2), AWL_F64, "cpu"));
+    if (status == 0) status = awl_to_host(out, all, (size_t)t->world * 2 * sizeof *all);
+    awl_scope_end();
+    double sum = 0;
+    int sig = 0;
+    for (int r = 0; r < t->world && status == 0; r++) {
+        sum += all[2 * r];
+        if ((int)all[2 * r + 1] > sig) sig = (int)all[2 * r + 1];
+    }
+    free(all);
+    if (status < 0) return step_failed(t, "exchanging the ranks' losses");
+    *loss = sum / t->world;
+    *stop = sig;
+    if (sig) stop_signal = sig;
+    return 0;
 }
 
 static void print_banner(const trainer *t, const speed *v)
@@ -224,6 +280,14 @@ static void print_banner(const trainer *t, const speed *v)
            "%.1f GFLOP/s\n",
            (long long)t->state.step + 1, (long long)s->steps, (long long)v->tokens_per_step,
            s->device, s->precision, awl_get_num_threads(), v->peak * 1e-9);
+    if (t->world > 1) {
+        awl_ddp_stats st;
+        awl_ddp_get_stats(t->ddp, &st);
+        printf("data-parallel: %d ranks, each %lld tokens a step (its own batches); gradients "
+               "averaged in %d buckets of %.1f MB together; rank 0 logs, evaluates and saves\n",
+               t->world, (long long)(v->tokens_per_step / t->world), st.n_buckets,
+               (double)st.bucket_bytes / 1e6);
+    }
     awl_blas_info blas;
     if (strncmp(s->device, "cpu", 3) == 0 && awl_blas_get_info(&blas) == 0)
         printf("blas: %s, %s kernels (chosen by %s; this CPU has %s), %d threads\n", blas.library,
@@ -243,9 +307,10 @@ int train(trainer *t)
     speed v = {0};
     /* MFU against the matmul rate of the run's precision (TF32 mode is on);
      * the probe leaves the generator alone */
-    v.peak = awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32);
+    v.peak = awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32) *
+             t->world;
     v.flops_per_token = awl_gpt_flops_per_token(&t->cfg);
-    v.tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum;
+    v.tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum * t->world;
     print_banner(t, &v);
     progress p = {tty, t->state.step, s->steps, now()};
     v.window_start = now();
@@ -253,17 +318,18 @@ int train(trainer *t)
     int64_t best_step = 0;
     while (t->state.step < s->steps) {
         double lr = awl_lr_at(&t->schedule, t->state.step), loss = 0;
-        if (train_step(t, lr, &loss) < 0) {
+        int stop = 0;
+        if (train_step(t, lr, &loss) < 0 || agree(t, &loss, &stop) < 0) {
             if (tty) printf("\n");
             return -1;
         }
         t->state.step++;
         int64_t step = t->state.step;
-        speed_update(&v);
-        show_progress(&p, step, loss, lr, v.tok_s, v.mfu, s->log_interval);
+        speed_update(&v, t);
+        show_progress(&p, step, loss, lr, v.tok_s, v.mfu, t->ddp ? v.comm : -1, s->log_interval);
         bool last = step == s->steps;
-        bool eval =
-            !stop_signal && (last || (s->eval_interval > 0 && step % s->eval_interval == 0));
+        bool eval = is_leader(t) && !stop &&
+                    (last || (s->eval_interval > 0 && step % s->eval_interval == 0));
         double val = NAN, train_eval = NAN;
         if (eval) {
             if (evaluate(t, AWL_SPLIT_TRAIN, &train_eval) < 0 ||
@@ -284,11 +350,11 @@ int train(trainer *t)
             fprintf(t->log, ",%.6e,%.1f,%.4f,%.2f\n", lr, v.tok_s, v.mfu, now() - p.start_time);
             fflush(t->log);
         }
-        if (stop_signal) {
+        if (stop) {
             if (tty) printf("\n");
-            printf("train_gpt: %s: stopped after step %lld\n",
-                   stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)step);
-            return stop_signal;
+            printf("train_gpt: %s: stopped after step %lld\n", stop == SIGINT ? "SIGINT" : "SIGTERM",
+                   (long long)step);
+            return stop;
         }
         if (s->save && s->save_interval > 0 && step % s->save_interval == 0 && !last &&
             save_checkpoint(t, s->save) < 0)

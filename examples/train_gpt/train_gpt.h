@@ -7,6 +7,11 @@
  *     train.c       the training step, evaluation and the loop
  *     main.c        setting a run up, signals, the sample
  *
+ * Under awlrun (or any launcher that sets WORLD_SIZE) the run is
+ * data-parallel: every rank trains the same model on its own batches, DDP
+ * (dist/dist.h) averages the gradients, and rank 0 alone prints, logs,
+ * evaluates, saves and samples.
+ *
  * A run is a `trainer`: the settings it was started with, the model, the
  * optimizer, the data, and its `run_state`, which is everything besides
  * tensors that a checkpoint must hold for the run to continue bitwise.
@@ -97,8 +102,9 @@ bool option_equal(const option_spec *o, const settings *a, const settings *b);
 
 /* What a checkpoint holds besides tensors and options: exactly the state
  * that makes the next step of a resumed run the step the run would have
- * taken. A data-parallel run would keep one generator and one data stream
- * per rank here. */
+ * taken. Data-parallel runs keep this for every rank: rank 0's in the
+ * checkpoint's own fields, every rank's (rank 0 too) under
+ * "extra.dist.rank.<r>", with "extra.dist.world_size". */
 typedef struct run_state {
     int64_t step;                  /* optimizer steps done                     */
     uint64_t rng_seed, rng_offset; /* the global generator (dropout)         */
@@ -119,7 +125,14 @@ typedef struct trainer {
     uint64_t eval_seed;         /* evaluation's own batches */
     awl_train_state resumed;    /* --resume: the checkpoint's metadata (owns the option strings) */
     awl_safetensors *init_file; /* --init-from, open until the weights are loaded */
+    /* data-parallel training: NULL / 0 / 1 for one process */
+    awl_process_group *pg;
+    awl_ddp *ddp;
+    int rank, world;
 } trainer;
+
+/* Whether this process prints, logs, evaluates and saves (rank 0). */
+static inline bool is_leader(const trainer *t) { return t->rank == 0; }
 
 /* Set by the first SIGINT or SIGTERM (main.c): the loop stops after the
  * step it is in. */

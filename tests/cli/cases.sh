@@ -461,5 +461,80 @@ case_init_from_vocab_mismatch() {
     untouched
 }
 
+# ---- data-parallel under awlrun -----------------------------------------------------------
+
+AWLRUN=$(dirname "$BIN")/awlrun
+# drun N ARGS...: train_gpt ARGS on N ranks under awlrun
+drun() {
+    n=$1
+    shift
+    "$AWLRUN" -n "$n" "$BIN" "$@" > out.txt 2>&1
+    RC=$?
+}
+
+case_ddp_two_ranks() {
+    make_corpus
+    drun 2 $TINY --data corpus.txt --steps 6 --log a.csv --log-interval 1
+    expect_rc 0
+    expect_msg "[rank 0] data-parallel: 2 ranks, each 64 tokens a step"
+    expect_msg "[rank 0] training: steps 1 to 6 of 128 tokens"
+    expect_msg "comm "
+    expect_no_msg "[rank 1] step"
+    [ "$(wc -l < a.csv)" = 7 ] || fail "a.csv has $(wc -l < a.csv) lines"
+}
+
+# 8 steps straight on 2 ranks against 4, save, resume on 2 ranks, 4: the
+# same losses and the same checkpoint bytes (every rank's streams are in
+# it), with dropout and gradient accumulation (no_sync).
+case_ddp_resume_bitwise() {
+    make_corpus
+    set -- $TINY --data corpus.txt --dropout 0.1 --grad-accum 2
+    drun 2 "$@" --steps 8 --save a.st --log a.csv
+    expect_rc 0
+    drun 2 "$@" --steps 4 --decay-steps 8 --save b.st --log b.csv
+    expect_rc 0
+    drun 2 --resume b.st --data corpus.txt --steps 8 --save b.st --log b.csv
+    expect_rc 0
+    expect_msg "[rank 0] resumed from b.st at step 4"
+    cut -d, -f1,2 a.csv > a.losses
+    cut -d, -f1,2 b.csv > b.losses
+    cmp -s a.losses b.losses || fail "the losses differ: $(diff a.losses b.losses | head -4)"
+    cmp -s a.st b.st || fail "the checkpoints differ"
+}
+
+# A checkpoint of 2 ranks resumed by one process: rank 0's streams go on,
+# and the run says it is not a bitwise continuation.
+case_ddp_resume_other_world_size() {
+    make_corpus
+    drun 2 $TINY --data corpus.txt --steps 3 --save b.st
+    expect_rc 0
+    run --resume b.st --data corpus.txt --steps 5 --save b.st
+    expect_rc 0
+    expect_msg "written by a run of another number of ranks"
+}
+
+# SIGINT to awlrun reaches both ranks; they stop after the same step and
+# rank 0 saves.
+case_ddp_sigint_saves() {
+    make_corpus
+    rm -f out.txt
+    "$AWLRUN" -n 2 "$BIN" $TINY --data corpus.txt --steps 100000 --save b.st --log-interval 1 \
+        > out.txt 2>&1 &
+    PID=$!
+    n=0
+    until grep -q "step 3/" out.txt 2> /dev/null; do
+        n=$((n + 1))
+        [ $n -lt 6000 ] || fail "no step 3 within 120 s"
+        sleep 0.02
+    done
+    kill -INT $PID
+    wait $PID
+    RC=$?
+    expect_rc 130
+    expect_msg "[rank 0] train_gpt: SIGINT: stopped after step"
+    expect_msg "[rank 0] saved b.st at step"
+    [ -s b.st ] || fail "no checkpoint"
+}
+
 "case_$CASE"
 echo "PASS [$CASE]"
