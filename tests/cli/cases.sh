@@ -428,6 +428,18 @@ case_init_from_pytorch_bf16_f16() {
     expect_rc 0
 }
 
+case_init_from_then_resume() {
+    make_existing
+    "$MAKE_WEIGHTS" torch existing.st torch.st F16 head || fail "make_weights"
+    run --init-from torch.st --data corpus.txt --n-head 2 --steps 0 --sample-tokens 0 --save conv.st
+    expect_rc 0
+    expect_msg "saved conv.st at step 0"
+    run --resume conv.st --data corpus.txt --steps 4 --log=
+    expect_rc 0
+    expect_msg "resumed from conv.st at step 0"
+    expect_msg "cosine to 0.0001 at step 4"
+}
+
 case_init_from_untied_head() {
     make_existing
     "$MAKE_WEIGHTS" torch existing.st torch.st F32 untied || fail "make_weights"
