@@ -152,6 +152,11 @@ int save_checkpoint(trainer *t, const char *path)
     for (int i = 0; i < n_train_options; i++) {
         const option_spec *o = &train_options[i];
         if (o->scope != SCOPE_RUN) continue;
+        /* a run that has not trained (--init-from ... --steps 0 --save) has
+         * no length yet: the run that resumes it decides */
+        if (strcmp(o->name, "decay-steps") == 0 && t->s.steps == 0 &&
+            !option_set(&t->s, "decay-steps"))
+            continue;
         format_option(o, &t->s, value, sizeof value);
         awl_train_state_set_extra(&st, o->name, value);
     }
