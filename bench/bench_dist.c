@@ -29,6 +29,9 @@
  *            (wait_ms), and hidden = 1 - wait/comm (at least 0), the share
  *            of communication that backward hid. --bucket-mb sets both DDP
  *            bucket caps.
+ * ddp_scaling  with --ddp-rounds R, the rank counts run alternated R times
+ *            (1, 4, 1, 4, ...) and each count's median tokens/s, with the
+ *            speedup over the first count.
  */
 #include <errno.h>
 #include <poll.h>
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,10 +51,17 @@
 typedef struct bench_options {
     const char *ranks, *ddp, *ddp_ranks;
     int64_t min_bytes, max_bytes;
-    int rounds, threads, ddp_steps;
+    int rounds, threads, ddp_steps, ddp_rounds;
     bool allreduce, latency;
     double bucket_mb; /* 0: DDP's default caps */
 } bench_options;
+
+/* Tokens/s of each DDP run, [round][rank count][mode], shared with the
+ * forked ranks (rank 0 writes), for the scaling summary. */
+#define MAX_ROUNDS 8
+#define MAX_COUNTS 8
+static double (*ddp_results)[MAX_COUNTS][3];
+static int ddp_round, ddp_count_index;
 
 /* How a DDP step communicates: buckets during backward, all at the end,
  * or not at all (each rank trains alone: the compute-only ceiling). */
@@ -242,6 +253,8 @@ static void ddp_steps(awl_process_group *pg, const bench_options *o, ddp_mode mo
                ms * 1e3, (double)cfg.batch * cfg.block * n / ms, c * 1e3, w * 1e3,
                c > 0 && w < c ? 1.0 - w / c : 0.0);
         fflush(stdout);
+        if (ddp_results)
+            ddp_results[ddp_round][ddp_count_index][mode] = (double)cfg.batch * cfg.block * n / ms;
     }
     free(step_t);
     free(comm);
@@ -321,12 +334,13 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_dist [--ranks 2,4] [--min-bytes 4096] [--max-bytes 268435456]\n"
             "                  [--rounds 3] [--threads 1] [--no-allreduce] [--no-latency]\n"
-            "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10] [--bucket-mb X]\n");
+            "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10] [--ddp-rounds 1]\n"
+            "                  [--bucket-mb X]\n");
 }
 
 int main(int argc, char **argv)
 {
-    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, true, true, 0};
+    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, 1, true, true, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-allreduce") == 0) o.allreduce = false;
@@ -341,12 +355,15 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--ddp-ranks") == 0) o.ddp_ranks = v, i++;
         else if (strcmp(a, "--ddp-steps") == 0) o.ddp_steps = atoi(v), i++;
         else if (strcmp(a, "--bucket-mb") == 0) o.bucket_mb = atof(v), i++;
+        else if (strcmp(a, "--ddp-rounds") == 0) o.ddp_rounds = atoi(v), i++;
         else { usage(); return 2; }
     }
-    if (o.rounds < 1 || o.rounds > 16 || o.min_bytes < 4 || o.ddp_steps < 1) {
+    if (o.rounds < 1 || o.rounds > 16 || o.min_bytes < 4 || o.ddp_steps < 1 || o.ddp_rounds < 1 ||
+        o.ddp_rounds > MAX_ROUNDS) {
         usage();
         return 2;
     }
+    awl_set_num_threads(o.threads > 0 ? o.threads : 1);
     if (getenv("WORLD_SIZE")) { /* one rank of an awlrun job */
         one_rank(&o, NULL, true, true);
         return 0;
@@ -356,9 +373,34 @@ int main(int argc, char **argv)
         run_world(&o, atoi(p), true, false);
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
     }
-    for (const char *p = o.ddp_ranks; o.ddp && *p;) {
-        run_world(&o, atoi(p), false, true);
+    /* DDP: the rank counts alternated, round after round, so a noisy
+     * machine moves all of them alike; then the medians and the speedups
+     * over the first count */
+    int counts[MAX_COUNTS], n_counts = 0;
+    for (const char *p = o.ddp_ranks; o.ddp && *p && n_counts < MAX_COUNTS;) {
+        counts[n_counts++] = atoi(p);
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
     }
+    if (!n_counts) return 0;
+    ddp_results = mmap(NULL, sizeof(double[MAX_ROUNDS][MAX_COUNTS][3]), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    for (ddp_round = 0; ddp_round < o.ddp_rounds; ddp_round++)
+        for (ddp_count_index = 0; ddp_count_index < n_counts; ddp_count_index++)
+            run_world(&o, counts[ddp_count_index], false, true);
+    static const char *const mode_names[] = {"overlap", "at_end", "none"};
+    double base = 0;
+    for (int k = 0; k < n_counts; k++)
+        for (int m = 0; m < 3; m++) {
+            if (counts[k] == 1 && m > 0) continue;
+            double v[MAX_ROUNDS];
+            for (int r = 0; r < o.ddp_rounds; r++) v[r] = ddp_results[r][k][m];
+            double median = bench_median(v, o.ddp_rounds);
+            if (k == 0 && m == 0) base = median;
+            bench_json_begin("ddp_scaling");
+            printf("\"config\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"rounds\":%d,"
+                   "\"median_tokens_per_s\":%.0f,\"speedup_vs_%d_rank%s\":%.3f}\n",
+                   o.ddp, counts[k], mode_names[m], o.ddp_rounds, median, counts[0],
+                   counts[0] > 1 ? "s" : "", base > 0 ? median / base : 0);
+        }
     return 0;
 }

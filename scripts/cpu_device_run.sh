@@ -14,7 +14,8 @@
 #   dist  bench_dist: allreduce busbw beside a raw TCP ring and latency, 2
 #         and 4 ranks; PyTorch's gloo allreduce for 2 and 4 ranks; a DDP step
 #         of cpu-medium on 1, 2 and 4 ranks of 4 threads each (DDP_CONFIG,
-#         DDP_RANKS, DDP_THREADS, DDP_STEPS), for each of DDP_SETTINGS;
+#         DDP_RANKS, DDP_THREADS, DDP_STEPS, DDP_ROUNDS: the counts alternated
+#         that many times), for each of DDP_SETTINGS;
 #   ddp   only the DDP steps.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -73,7 +74,7 @@ if has_stage dist || has_stage ddp; then
         echo "-- ddp: $setting"
         env "${envs[@]}" "$B/bin/bench_dist" --no-allreduce --no-latency --ddp "${DDP_CONFIG:-cpu-medium}" \
             --ddp-ranks "${DDP_RANKS:-1,2,4}" --threads "${DDP_THREADS:-4}" \
-            --ddp-steps "${DDP_STEPS:-20}" "${extra[@]}" |
+            --ddp-steps "${DDP_STEPS:-20}" --ddp-rounds "${DDP_ROUNDS:-1}" "${extra[@]}" |
             sed "s/^{/{\"setting\":\"$setting\",/" | tee -a "$OUT/ddp.jsonl"
     done
 fi
