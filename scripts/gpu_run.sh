@@ -124,7 +124,8 @@ shopt -s nullglob
 LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c
          backends/cuda/*.cu)
 TEST_SRC=(tests/test_*.c)
-PROG_SRC=(tests/helpers/*.c examples/train_gpt.c bench/bench_gpt.c bench/bench_cuda.c
+TRAIN_GPT_SRC=(examples/train_gpt/*.c)
+PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" bench/bench_gpt.c bench/bench_cuda.c
           "${TEST_SRC[@]}")
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
 rm -f "$B/FAILED"
@@ -141,7 +142,9 @@ link() { # name, objects...
         { echo "link failed: $name"; cat "$B/log/link_$name.log"; touch "$B/FAILED"; }
 }
 if [ ! -e "$B/FAILED" ]; then
-    spawn link train_gpt "$B/obj/examples_train_gpt.c.o"
+    TRAIN_GPT_OBJ=()
+    for src in "${TRAIN_GPT_SRC[@]}"; do TRAIN_GPT_OBJ+=("$B/obj/${src//\//_}.o"); done
+    spawn link train_gpt "${TRAIN_GPT_OBJ[@]}"
     spawn link bench_gpt "$B/obj/bench_bench_gpt.c.o"
     spawn link bench_cuda "$B/obj/bench_bench_cuda.c.o"
     for src in "${TEST_SRC[@]}"; do
