@@ -49,6 +49,7 @@
 
 #include "autograd/autograd.h"
 #include "nn/checkpoint_io.h"
+#include "nn/gpt.h"
 #include "nn/optim.h"
 #include "nn/param.h"
 
@@ -306,6 +307,44 @@ typedef struct awl_zero_stats {
     double comm_s, wait_s;            /* as DDP's, for the last step */
 } awl_zero_stats;
 void awl_zero_get_stats(const awl_zero *zero, awl_zero_stats *out);
+
+/* ---- tensor parallelism ------------------------------------------------------------------ */
+
+/* Megatron-LM's (arXiv:1909.08053) conjugate operators over the ranks of
+ * pg, as differentiable ops: f, awl_tp_copy, is the identity forward and an
+ * allreduce (sum) of the gradient backward; g, awl_tp_reduce, an allreduce
+ * forward and the identity backward. */
+awl_tensor *awl_tp_copy(awl_process_group *pg, awl_tensor *x);
+awl_tensor *awl_tp_reduce(awl_process_group *pg, awl_tensor *x);
+/* Column-parallel Linear: weight holds this rank's rows (output features)
+ * and bias their biases; the output holds this rank's features. */
+awl_tensor *awl_tp_column_linear(awl_process_group *pg, awl_tensor *x, awl_tensor *weight,
+                                 awl_tensor *bias);
+/* Row-parallel Linear: x and weight hold this rank's input features; the
+ * partial products are summed (g) and the whole bias added. */
+awl_tensor *awl_tp_row_linear(awl_process_group *pg, awl_tensor *x, awl_tensor *weight,
+                              awl_tensor *bias);
+
+/* A GPT split over the ranks of pg (dist/tensor_parallel.c): attention by
+ * heads (c_attn column-parallel, c_proj row-parallel), the MLP by its
+ * hidden features (c_fc column, c_proj row); embeddings, LayerNorms and the
+ * tied head replicated. Two allreduces forward and two backward per block.
+ * Every rank of pg must run the same batches and dropout streams. */
+typedef struct awl_tp_gpt awl_tp_gpt;
+
+/* This rank's pieces of full's weights (copies); full can be freed after.
+ * n_head and 4 n_embd must divide by the group's size. */
+awl_tp_gpt *awl_tp_gpt_new(awl_gpt *full, awl_process_group *pg);
+void awl_tp_gpt_free(awl_tp_gpt *model);
+/* The pieces, under the full model's names (split ones with their local
+ * shapes): for an optimizer, DDP over the data-parallel ranks, ZeRO. */
+const awl_param_list *awl_tp_gpt_parameters(awl_tp_gpt *model);
+void awl_tp_gpt_train(awl_tp_gpt *model, bool on);
+awl_tensor *awl_tp_gpt_forward(awl_tp_gpt *model, awl_tensor *idx);
+awl_tensor *awl_tp_gpt_loss(awl_tp_gpt *model, awl_tensor *idx, awl_tensor *targets);
+/* Puts every rank's pieces back into full (same configuration), on every
+ * rank: for checkpoints and sampling. Every rank of the group calls it. */
+int awl_tp_gpt_gather(awl_tp_gpt *model, awl_gpt *full);
 
 #ifdef __cplusplus
 }
