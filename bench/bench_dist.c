@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "awl.h"
+#include "bench/bench_ranks.h"
 #include "bench/bench_util.h"
 #include "dist/net.h"
 
@@ -289,44 +290,21 @@ static void one_rank(const bench_options *o, const awl_dist_options *dopt, bool 
 
 /* ---- launching the ranks --------------------------------------------------------------------- */
 
-/* Forks n ranks (pinned to `threads` cores each where there are enough)
- * and waits for them. */
+typedef struct world_job {
+    const bench_options *o;
+    bool collectives, ddp;
+} world_job;
+
+static void world_body(const awl_dist_options *d, void *arg)
+{
+    const world_job *j = arg;
+    one_rank(j->o, d, j->collectives, j->ddp);
+}
+
 static void run_world(const bench_options *o, int n, bool collectives, bool ddp)
 {
-    char err[128];
-    int fd = net_listen("127.0.0.1", 0, err, sizeof err);
-    int port = net_local_port(fd);
-    close(fd);
-    cpu_set_t all;
-    sched_getaffinity(0, sizeof all, &all);
-    int cores[CPU_SETSIZE], n_cores = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &all)) cores[n_cores++] = c;
-    int threads = o->threads > 0 ? o->threads : 1;
-    fflush(stdout);
-    pid_t *pids = calloc((size_t)n, sizeof *pids);
-    for (int r = 0; r < n; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            if (n * threads <= n_cores) {
-                cpu_set_t set;
-                CPU_ZERO(&set);
-                for (int c = 0; c < threads; c++) CPU_SET(cores[r * threads + c], &set);
-                sched_setaffinity(0, sizeof set, &set);
-            }
-            awl_dist_options d = awl_dist_default_options();
-            d.rank = r;
-            d.world_size = n;
-            d.master_addr = "127.0.0.1";
-            d.master_port = port;
-            d.token = "bench_dist";
-            one_rank(o, &d, collectives, ddp);
-            fflush(stdout);
-            _exit(0);
-        }
-    }
-    for (int r = 0; r < n; r++) waitpid(pids[r], NULL, 0);
-    free(pids);
+    world_job j = {o, collectives, ddp};
+    bench_run_ranks(n, o->threads, world_body, &j);
 }
 
 static void usage(void)

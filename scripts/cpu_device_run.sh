@@ -16,7 +16,9 @@
 #         of cpu-medium on 1, 2 and 4 ranks of 4 threads each (DDP_CONFIG,
 #         DDP_RANKS, DDP_THREADS, DDP_STEPS, DDP_ROUNDS: the counts alternated
 #         that many times), for each of DDP_SETTINGS;
-#   ddp   only the DDP steps.
+#   ddp   only the DDP steps;
+#   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
+#         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS).
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -41,12 +43,13 @@ export -f compile
 export CFLAGS B
 t0=$(date +%s)
 : > "$B/build.log"
-printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c tests/dist/dist_worker.c |
+printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c \
+    tests/dist/dist_worker.c |
     xargs -P "$(nproc)" -I{} bash -c 'compile {}'
 LIB_OBJ=()
 for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
 LIBS="-L$D/lib -l:libz.a -lgomp -lm -ldl -lpthread"
-for prog in bench/bench_dist.c bench/bench_gpt.c tests/dist/dist_worker.c; do
+for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c tests/dist/dist_worker.c; do
     name=$(basename "$prog" .c)
     gcc -fopenmp -o "$B/bin/$name" "$B/obj/${prog//\//_}.o" "${LIB_OBJ[@]}" $LIBS >> "$B/build.log" 2>&1 ||
         echo "link failed: $name"
@@ -77,4 +80,10 @@ if has_stage dist || has_stage ddp; then
             --ddp-steps "${DDP_STEPS:-20}" --ddp-rounds "${DDP_ROUNDS:-1}" "${extra[@]}" |
             sed "s/^{/{\"setting\":\"$setting\",/" | tee -a "$OUT/ddp.jsonl"
     done
+fi
+
+if has_stage parallel; then
+    echo "== parallel"
+    "$B/bin/bench_parallel" --configs cpu-medium,shakespeare-char --ranks 1,2,4 --threads 4 \
+        --steps "${PARALLEL_STEPS:-6}" | tee "$OUT/parallel.jsonl"
 fi
