@@ -342,9 +342,22 @@ const awl_param_list *awl_tp_gpt_parameters(awl_tp_gpt *model);
 void awl_tp_gpt_train(awl_tp_gpt *model, bool on);
 awl_tensor *awl_tp_gpt_forward(awl_tp_gpt *model, awl_tensor *idx);
 awl_tensor *awl_tp_gpt_loss(awl_tp_gpt *model, awl_tensor *idx, awl_tensor *targets);
+/* Recomputes each block in backward instead of keeping its activations
+ * (its allreduces run again). */
+void awl_tp_gpt_set_checkpointing(awl_tp_gpt *model, bool on);
 /* Puts every rank's pieces back into full (same configuration), on every
  * rank: for checkpoints and sampling. Every rank of the group calls it. */
 int awl_tp_gpt_gather(awl_tp_gpt *model, awl_gpt *full);
+/* The same for one tensor shaped like parameter `name` or its piece (its
+ * gradient, an optimizer state): every rank's piece `mine` into `whole`
+ * (collective); and the other way, this rank's piece of `whole`. */
+int awl_tp_gpt_gather_piece(awl_tp_gpt *model, const char *name, awl_tensor *mine,
+                            awl_tensor *whole);
+int awl_tp_gpt_cut_piece(awl_tp_gpt *model, const char *name, awl_tensor *whole,
+                         awl_tensor *mine);
+/* clip_grad_norm_ over the whole model: the split pieces' squares summed
+ * over the group, the replicated parameters' counted once. */
+double awl_tp_gpt_clip_grad_norm(awl_tp_gpt *model, double max_norm);
 
 #ifdef __cplusplus
 }

@@ -27,10 +27,12 @@
  * awl_tp_gpt_gather puts the pieces back together (for checkpoints and
  * sampling). The split model's parameters carry the full model's names.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "dist/dist_internal.h"
 #include "nn/gpt.h"
@@ -96,9 +98,12 @@ awl_tensor *awl_tp_row_linear(awl_process_group *pg, awl_tensor *x, awl_tensor *
 
 /* ---- the split GPT ------------------------------------------------------------------------ */
 
+typedef struct awl_tp_gpt awl_tp_gpt;
+
 typedef struct tp_block {
     awl_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
     awl_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_w, *mlp_b;
+    awl_tp_gpt *model; /* for a checkpointed segment's replay */
 } tp_block;
 
 struct awl_tp_gpt {
@@ -107,7 +112,8 @@ struct awl_tp_gpt {
     awl_tensor *wte, *wpe, *lnf_w, *lnf_b;
     tp_block *blocks;
     awl_param_list params;
-    bool training;
+    awl_param_list split; /* the pieces that are a part of their parameter */
+    bool training, checkpointing;
 };
 
 /* How a parameter of the whole model is cut: not at all, by rows (the
@@ -209,7 +215,10 @@ awl_tp_gpt *awl_tp_gpt_new(awl_gpt *full, awl_process_group *pg)
         }
         *slot = piece_of(all->items[i].tensor, cut_of(name), awl_dist_rank(pg), n);
         status = *slot ? awl_param_list_add(&m->params, name, *slot) : AWL_ERR_OOM;
+        if (status == AWL_OK && cut_of(name) != CUT_NONE)
+            status = awl_param_list_add(&m->split, name, *slot);
     }
+    for (int i = 0; i < cfg->n_layer; i++) m->blocks[i].model = m;
     if (status < 0) {
         awl_tp_gpt_free(m);
         return NULL;
@@ -222,6 +231,7 @@ void awl_tp_gpt_free(awl_tp_gpt *m)
     if (!m) return;
     for (int i = 0; i < m->params.count; i++) awl_release(m->params.items[i].tensor);
     awl_param_list_clear(&m->params);
+    awl_param_list_clear(&m->split);
     free(m->blocks);
     free(m);
 }
@@ -231,6 +241,11 @@ const awl_param_list *awl_tp_gpt_parameters(awl_tp_gpt *m) { return m ? &m->para
 void awl_tp_gpt_train(awl_tp_gpt *m, bool on)
 {
     if (m) m->training = on;
+}
+
+void awl_tp_gpt_set_checkpointing(awl_tp_gpt *m, bool on)
+{
+    if (m) m->checkpointing = on;
 }
 
 static awl_tensor *tp_block_forward(awl_tp_gpt *m, const tp_block *b, awl_tensor *x)
@@ -247,6 +262,13 @@ static awl_tensor *tp_block_forward(awl_tp_gpt *m, const tp_block *b, awl_tensor
     return awl_add(x, awl_dropout(awl_tp_row_linear(pg, u, b->mlp_w, b->mlp_b), p, m->training));
 }
 
+static awl_tensor *tp_block_segment(void *user, int n_inputs, awl_tensor *const *inputs)
+{
+    (void)n_inputs;
+    const tp_block *b = user;
+    return tp_block_forward(b->model, b, inputs[0]);
+}
+
 awl_tensor *awl_tp_gpt_forward(awl_tp_gpt *m, awl_tensor *idx)
 {
     if (!m || !idx) return NULL;
@@ -257,7 +279,12 @@ awl_tensor *awl_tp_gpt_forward(awl_tp_gpt *m, awl_tensor *idx)
     }
     awl_tensor *x = awl_add(awl_embedding(m->wte, idx), awl_slice(m->wpe, 0, 0, idx->shape[1], 1));
     x = awl_dropout(x, m->cfg.dropout, m->training);
-    for (int i = 0; i < m->cfg.n_layer; i++) x = tp_block_forward(m, &m->blocks[i], x);
+    /* a checkpointed block recomputes its forward, allreduces included,
+     * during backward */
+    bool checkpoint = m->checkpointing && awl_is_grad_enabled();
+    for (int i = 0; i < m->cfg.n_layer; i++)
+        x = checkpoint ? awl_checkpoint(tp_block_segment, &m->blocks[i], 1, &x)
+                       : tp_block_forward(m, &m->blocks[i], x);
     return awl_linear(awl_layer_norm(x, m->lnf_w, m->lnf_b, 1e-5), m->wte, NULL);
 }
 
@@ -266,43 +293,79 @@ awl_tensor *awl_tp_gpt_loss(awl_tp_gpt *m, awl_tensor *idx, awl_tensor *targets)
     return awl_cross_entropy(awl_tp_gpt_forward(m, idx), targets, -1);
 }
 
+/* Every rank's piece of `name` (this rank's is `mine`) put together into
+ * `whole`, on every rank. */
+int awl_tp_gpt_gather_piece(awl_tp_gpt *m, const char *name, awl_tensor *mine, awl_tensor *whole)
+{
+    if (!m || !name || !mine || !whole) return AWL_ERR_INVALID;
+    int n = awl_dist_world_size(m->pg), status = AWL_OK;
+    tp_cut cut = cut_of(name);
+    awl_scope_begin();
+    if (cut == CUT_NONE) {
+        status = awl_tensor_copy_(whole, mine);
+    } else {
+        /* every rank's piece side by side, then each where it belongs */
+        int64_t k = awl_numel(mine);
+        awl_tensor *pieces = awl_empty(AWL_SHAPE(k * n), whole->dtype, "cpu");
+        status = awl_dist_allgather(m->pg, pieces, awl_tensor_contiguous(mine));
+        for (int r = 0; r < n && status == AWL_OK; r++) {
+            awl_tensor *p = awl_tensor_reshape(awl_tensor_slice(pieces, 0, r * k, (r + 1) * k, 1),
+                                               mine->ndim, mine->shape);
+            int64_t rows = whole->shape[0];
+            if (cut == CUT_ROWS) {
+                status = awl_tensor_copy_(awl_tensor_slice(whole, 0, rows * r / n, rows * (r + 1) / n, 1), p);
+            } else if (cut == CUT_COLUMNS) {
+                int64_t cols = whole->shape[1];
+                status = awl_tensor_copy_(awl_tensor_slice(whole, 1, cols * r / n, cols * (r + 1) / n, 1), p);
+            } else {
+                int64_t C = rows / 3, h = C / n;
+                for (int q = 0; q < 3 && status == AWL_OK; q++)
+                    status = awl_tensor_copy_(
+                        awl_tensor_slice(whole, 0, q * C + C * r / n, q * C + C * (r + 1) / n, 1),
+                        awl_tensor_slice(p, 0, q * h, (q + 1) * h, 1));
+            }
+        }
+    }
+    awl_scope_end();
+    return status;
+}
+
+int awl_tp_gpt_cut_piece(awl_tp_gpt *m, const char *name, awl_tensor *whole, awl_tensor *mine)
+{
+    if (!m || !name || !whole || !mine) return AWL_ERR_INVALID;
+    awl_tensor *p = piece_of(whole, cut_of(name), awl_dist_rank(m->pg), awl_dist_world_size(m->pg));
+    int status = p ? awl_tensor_copy_(mine, p) : AWL_ERR_INVALID;
+    awl_release(p);
+    return status;
+}
+
 int awl_tp_gpt_gather(awl_tp_gpt *m, awl_gpt *full)
 {
     if (!m || !full) return AWL_ERR_INVALID;
     const awl_param_list *all = awl_gpt_parameters(full);
-    int n = awl_dist_world_size(m->pg), status = AWL_OK;
-    for (int i = 0; i < all->count && status == AWL_OK; i++) {
-        const char *name = all->items[i].name;
-        awl_tensor *whole = all->items[i].tensor, *mine = *slot_of(m, name);
-        tp_cut cut = cut_of(name);
-        awl_scope_begin();
-        if (cut == CUT_NONE) {
-            status = awl_tensor_copy_(whole, mine);
-        } else {
-            /* every rank's piece, side by side along the first axis, then
-             * put where it belongs */
-            int64_t k = awl_numel(mine);
-            awl_tensor *pieces = awl_empty(AWL_SHAPE(k * n), whole->dtype, "cpu");
-            status = awl_dist_allgather(m->pg, pieces, awl_tensor_contiguous(mine));
-            for (int r = 0; r < n && status == AWL_OK; r++) {
-                awl_tensor *p = awl_tensor_reshape(awl_tensor_slice(pieces, 0, r * k, (r + 1) * k, 1),
-                                                   mine->ndim, mine->shape);
-                int64_t rows = whole->shape[0];
-                if (cut == CUT_ROWS) {
-                    status = awl_tensor_copy_(awl_tensor_slice(whole, 0, rows * r / n, rows * (r + 1) / n, 1), p);
-                } else if (cut == CUT_COLUMNS) {
-                    int64_t cols = whole->shape[1];
-                    status = awl_tensor_copy_(awl_tensor_slice(whole, 1, cols * r / n, cols * (r + 1) / n, 1), p);
-                } else {
-                    int64_t C = rows / 3, h = C / n;
-                    for (int q = 0; q < 3 && status == AWL_OK; q++)
-                        status = awl_tensor_copy_(
-                            awl_tensor_slice(whole, 0, q * C + C * r / n, q * C + C * (r + 1) / n, 1),
-                            awl_tensor_slice(p, 0, q * h, (q + 1) * h, 1));
-                }
-            }
-        }
-        awl_scope_end();
-    }
+    int status = AWL_OK;
+    for (int i = 0; i < all->count && status == AWL_OK; i++)
+        status = awl_tp_gpt_gather_piece(m, all->items[i].name, *slot_of(m, all->items[i].name),
+                                         all->items[i].tensor);
     return status;
+}
+
+double awl_tp_gpt_clip_grad_norm(awl_tp_gpt *m, double max_norm)
+{
+    if (!m) return -1;
+    /* the split pieces' squares summed over the group, the replicated
+     * parameters' counted once (every rank has the same) */
+    double all = awl_clip_grad_norm(&m->params, INFINITY);
+    double part = m->split.count ? awl_clip_grad_norm(&m->split, INFINITY) : 0;
+    if (all < 0 || part < 0) return -1;
+    double sq[1] = {part * part};
+    awl_scope_begin();
+    awl_tensor *t = awl_from_data(sq, AWL_SHAPE(1), AWL_F64, "cpu");
+    int status = awl_dist_allreduce(m->pg, t, AWL_DIST_SUM);
+    if (status == AWL_OK) awl_to_host(t, sq, sizeof sq);
+    awl_scope_end();
+    if (status < 0) return -1;
+    double norm = sqrt(all * all - part * part + sq[0]), coef = max_norm / (norm + 1e-6);
+    if (coef < 1 && awl_scale_grads(&m->params, coef) < 0) return -1;
+    return norm;
 }
