@@ -299,6 +299,9 @@ int awl_zero_save(awl_zero *zero, const char *path, const awl_train_state *state
 /* Loads such a checkpoint (or a one-process run's) on any world size: the
  * parameters whole, the optimizer state re-sharded. Every rank calls it. */
 int awl_zero_load(awl_zero *zero, const char *path, awl_train_state *state);
+/* This rank's shard of a whole-model AdamW's state (and its step counts):
+ * for a trainer that has loaded a checkpoint into one. */
+int awl_zero_take_state(awl_zero *zero, const awl_optimizer *full);
 
 typedef struct awl_zero_stats {
     int64_t shard_first, shard_count; /* this rank's elements of the flat space */

@@ -426,18 +426,23 @@ int awl_zero_save(awl_zero *z, const char *path, const awl_train_state *state)
     return agreed;
 }
 
+int awl_zero_take_state(awl_zero *z, const awl_optimizer *full)
+{
+    if (!z || !full) return AWL_ERR_INVALID;
+    if (!z->opt) return AWL_OK;
+    int status = copy_state(z, (awl_optimizer *)full, false);
+    awl_optimizer_set_step_count(z->opt, awl_optimizer_step_count(full));
+    for (int i = 0; i < awl_optimizer_num_params(z->opt); i++)
+        awl_optimizer_set_param_step(z->opt, i, awl_optimizer_param_step(full, 0));
+    return status;
+}
+
 int awl_zero_load(awl_zero *z, const char *path, awl_train_state *state)
 {
     if (!z || !path) return AWL_ERR_INVALID;
     awl_optimizer *full = full_optimizer(z);
     int status = full ? awl_checkpoint_load(path, z->model, full, state) : AWL_ERR_INVALID;
-    if (status == AWL_OK && z->opt) {
-        status = copy_state(z, full, false);
-        int64_t steps = awl_optimizer_step_count(full);
-        awl_optimizer_set_step_count(z->opt, steps);
-        for (int i = 0; i < awl_optimizer_num_params(z->opt); i++)
-            awl_optimizer_set_param_step(z->opt, i, awl_optimizer_param_step(full, 0));
-    }
+    if (status == AWL_OK) status = awl_zero_take_state(z, full);
     awl_optimizer_free(full);
     return agree_status(z->pg, status);
 }

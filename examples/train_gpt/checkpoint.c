@@ -130,9 +130,12 @@ int save_checkpoint(trainer *t, const char *path)
         awl_train_state_clear(&st);
         return fail("gathering the ranks' state for the checkpoint");
     }
-    if (!is_leader(t)) { /* rank 0 writes */
+    /* the whole model's optimizer (gathered from the pieces when split);
+     * ZeRO gathers its own shards as it saves */
+    awl_optimizer *whole = t->zero ? NULL : whole_optimizer(t);
+    if (!t->zero && !whole) {
         awl_train_state_clear(&st);
-        return 0;
+        return fail("gathering the model for the checkpoint");
     }
     st.step = t->state.step;
     st.rng_seed = t->state.rng_seed;
@@ -142,12 +145,17 @@ int save_checkpoint(trainer *t, const char *path)
     st.data_position[1] = t->state.data_position[1];
     char *tok_text = NULL, config[512], value[256];
     size_t tok_len;
-    if (awl_tokenizer_serialize(t->tok, &tok_text, &tok_len) < 0)
-        return fail("saving the tokenizer");
+    int status = awl_tokenizer_serialize(t->tok, &tok_text, &tok_len) < 0 ? fail("saving the tokenizer")
+                 : awl_gpt_config_to_json(&t->cfg, config, sizeof config) < 0 ? fail("saving the config")
+                                                                               : 0;
+    if (status < 0) {
+        free(tok_text);
+        if (whole != t->opt) awl_optimizer_free(whole);
+        awl_train_state_clear(&st);
+        return -1;
+    }
     awl_train_state_set_tokenizer(&st, tok_text);
     free(tok_text);
-    if (awl_gpt_config_to_json(&t->cfg, config, sizeof config) < 0)
-        return fail("saving the config");
     awl_train_state_set_config(&st, config);
     for (int i = 0; i < n_train_options; i++) {
         const option_spec *o = &train_options[i];
@@ -160,7 +168,11 @@ int save_checkpoint(trainer *t, const char *path)
         format_option(o, &t->s, value, sizeof value);
         awl_train_state_set_extra(&st, o->name, value);
     }
-    int status = awl_checkpoint_save(path, awl_gpt_parameters(t->model), t->opt, &st);
+    /* rank 0 writes (ZeRO's save is collective and writes there too) */
+    status = t->zero       ? awl_zero_save(t->zero, path, &st)
+                 : is_leader(t) ? awl_checkpoint_save(path, awl_gpt_parameters(t->model), whole, &st)
+                                : 0;
+    if (whole != t->opt) awl_optimizer_free(whole);
     awl_train_state_clear(&st);
     if (status < 0) {
         char what[4200];

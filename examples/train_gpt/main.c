@@ -209,6 +209,38 @@ static uint64_t rank_seed(uint64_t seed, int rank)
     return seed + (uint64_t)rank * 0x9E3779B97F4A7C15ull;
 }
 
+/* The whole model and its optimizer are built (and loaded): make the run
+ * parallel. Tensor parallelism cuts this rank's pieces out of the model
+ * (and of the optimizer's state), ZeRO takes this rank's shard of the
+ * optimizer's state, DDP checks that every rank built the same model and
+ * gives it rank 0's weights. */
+static int go_parallel(trainer *t)
+{
+    settings *s = &t->s;
+    if (t->tp) {
+        t->tp_model = awl_tp_gpt_new(t->model, t->tp);
+        if (!t->tp_model) return fail("--tensor-parallel");
+        awl_tp_gpt_set_checkpointing(t->tp_model, s->checkpoint_activations);
+        awl_optimizer *whole = t->opt;
+        t->opt = awl_adamw_new(trained_params(t), s->lr, s->beta1, s->beta2, 1e-8, s->weight_decay);
+        int status = t->opt ? tp_take_state(t, whole) : -1;
+        awl_optimizer_free(whole);
+        if (status < 0) return fail("--tensor-parallel: the optimizer");
+    }
+    if (s->zero) {
+        awl_zero_options zo = {.stage = s->zero};
+        t->zero = awl_zero_adamw_new(t->dp, trained_params(t), s->lr, s->beta1, s->beta2, 1e-8,
+                                     s->weight_decay, &zo);
+        if (!t->zero || awl_zero_take_state(t->zero, t->opt) < 0) return fail("--zero");
+        awl_optimizer_free(t->opt); /* ZeRO's shard optimizer replaces it */
+        t->opt = NULL;
+    } else if (t->dp_world > 1) {
+        t->ddp = awl_ddp_new(t->dp, trained_params(t), NULL);
+        if (!t->ddp) return fail("data-parallel training");
+    }
+    return 0;
+}
+
 static int build_model(trainer *t)
 {
     settings *s = &t->s;
@@ -221,19 +253,14 @@ static int build_model(trainer *t)
     t->opt = awl_adamw_new(awl_gpt_parameters(t->model), s->lr, s->beta1, s->beta2, 1e-8,
                            s->weight_decay);
     if (!t->opt) return fail("the optimizer");
-    awl_manual_seed(rank_seed((uint64_t)s->seed, t->rank));
-    if (t->data) awl_text_dataset_seed(t->data, rank_seed((uint64_t)s->seed, t->rank));
+    /* the ranks of a tensor-parallel group share their streams */
+    awl_manual_seed(rank_seed((uint64_t)s->seed, t->dp_rank));
+    if (t->data) awl_text_dataset_seed(t->data, rank_seed((uint64_t)s->seed, t->dp_rank));
     int status = s->resume ? resume_tensors(t) : s->init_from ? init_from_weights(t) : 0;
-    /* DDP checks that every rank built the same model and gives it rank 0's
-     * weights; gradients become views into its buckets */
-    if (status == 0 && t->pg) {
-        t->ddp = awl_ddp_new(t->pg, awl_gpt_parameters(t->model), NULL);
-        if (!t->ddp) status = fail("data-parallel training");
-    }
+    if (status == 0 && t->pg) status = go_parallel(t);
     /* the rate the optimizer last stepped with, as a run that trained here
      * would leave it (the checkpoint records it) */
-    if (status == 0 && t->state.step > 0)
-        awl_optimizer_set_lr(t->opt, awl_lr_at(&t->schedule, t->state.step - 1));
+    if (status == 0 && t->state.step > 0) set_lr(t, awl_lr_at(&t->schedule, t->state.step - 1));
     return status;
 }
 
@@ -244,7 +271,9 @@ static int open_log(trainer *t)
     bool append = s->resume && access(s->log, F_OK) == 0;
     t->log = fopen(s->log, append ? "a" : "w");
     if (!t->log) return complain("--log %s: cannot write it: %s", s->log, strerror(errno));
-    if (!append) fprintf(t->log, "step,train_loss,val_loss,lr,tokens_per_sec,mfu,elapsed_s\n");
+    if (!append)
+        fprintf(t->log, "step,train_loss,val_loss,lr,tokens_per_sec,mfu,elapsed_s,param_bytes,"
+                        "grad_bytes,optimizer_bytes,peak_bytes\n");
     return 0;
 }
 
@@ -253,6 +282,7 @@ static int open_log(trainer *t)
 static int print_sample(trainer *t)
 {
     const settings *s = &t->s;
+    if (s->sample_tokens > 0 && gather_model(t) < 0) return fail("gathering the model to sample");
     if (s->sample_tokens == 0 || !is_leader(t)) return 0;
     int32_t *prompt = NULL, *out = NULL;
     size_t n_prompt = 0;
@@ -284,13 +314,30 @@ static int print_sample(trainer *t)
 /* Joins the job a launcher started (WORLD_SIZE set), or stays alone. */
 static int join_job(trainer *t)
 {
-    t->rank = 0;
-    t->world = 1;
-    if (!getenv("WORLD_SIZE")) return 0;
+    const settings *s = &t->s;
+    t->rank = t->dp_rank = 0;
+    t->world = t->dp_world = 1;
+    if (!getenv("WORLD_SIZE")) {
+        if (s->tensor_parallel > 1 || s->zero)
+            return complain("--%s needs several ranks: start the run with awlrun -n N",
+                            s->zero ? "zero" : "tensor-parallel");
+        return 0;
+    }
     t->pg = awl_dist_init(NULL);
     if (!t->pg) return fail("joining the data-parallel job");
     t->rank = awl_dist_rank(t->pg);
     t->world = awl_dist_world_size(t->pg);
+    int n = s->tensor_parallel;
+    if (t->world % n != 0)
+        return complain("--tensor-parallel %d does not divide the %d ranks", n, t->world);
+    t->dp = t->pg;
+    if (n > 1) { /* groups of n consecutive ranks share a batch */
+        t->tp = awl_dist_split(t->pg, t->rank / n, t->rank);
+        t->dp = awl_dist_split(t->pg, t->rank % n, t->rank);
+        if (!t->tp || !t->dp) return fail("making the tensor- and data-parallel groups");
+    }
+    t->dp_rank = awl_dist_rank(t->dp);
+    t->dp_world = awl_dist_world_size(t->dp);
     if (!is_leader(t) && !freopen("/dev/null", "w", stdout))
         return complain("rank %d: cannot silence its standard output", t->rank);
     return 0;
@@ -354,6 +401,10 @@ int main(int argc, char **argv)
     int status = run(&t);
     if (t.log) fclose(t.log);
     awl_ddp_free(t.ddp);
+    awl_zero_free(t.zero);
+    awl_tp_gpt_free(t.tp_model);
+    if (t.dp != t.pg) awl_dist_destroy(t.dp);
+    awl_dist_destroy(t.tp);
     awl_dist_destroy(t.pg);
     awl_safetensors_close(t.init_file);
     awl_optimizer_free(t.opt);

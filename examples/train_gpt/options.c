@@ -109,6 +109,19 @@ const option_spec train_options[] = {
      FIELD(log), SCOPE_INVOCATION, .ilo = 0},
     {"checkpoint-activations", NULL, "recompute each block's activations in backward", OPT_FLAG,
      FIELD(checkpoint_activations), SCOPE_INVOCATION, .ilo = 0},
+    {"zero", "STAGE",
+     "under awlrun: shard the optimizer state (1) and the gradients too (2) across the ranks "
+     "(ZeRO; default 0: DDP)",
+     OPT_INT, FIELD(zero), SCOPE_INVOCATION, COUNT(0, 2)},
+    {"tensor-parallel", "N",
+     "under awlrun: split every block over N ranks (Megatron-style; the ranks divide into "
+     "groups of N that share a batch; default 1)",
+     OPT_INT, FIELD(tensor_parallel), SCOPE_INVOCATION, COUNT(1, 4096)},
+    {"baseline-tokens-per-s", "X",
+     "one rank's tokens/s: a parallel run ends by comparing its own with it (scaling "
+     "efficiency)",
+     OPT_DOUBLE, FIELD(baseline_tokens_per_s), SCOPE_INVOCATION, .dlo = 0, .dhi = INFINITY,
+     .dlo_open = true},
     {"sample-tokens", "N", "tokens to sample at the end (default 300; 0: none)", OPT_INT,
      FIELD(sample_tokens), SCOPE_INVOCATION, COUNT(0, 1 << 20)},
     {"temperature", "X", "sampling temperature (default 0.8; 0: always the most likely token)",
@@ -135,6 +148,7 @@ settings default_settings(void)
     s.steps = 1500;
     s.warmup = 100;
     s.grad_accum = 1;
+    s.tensor_parallel = 1;
     s.lr = 1e-3;
     s.beta1 = 0.9;
     s.beta2 = 0.95;
@@ -377,6 +391,10 @@ int check_settings(const settings *s)
     if (option_given(s, "vocab-size") && strcmp(s->tokenizer, "bpe") != 0 && !s->resume)
         return complain("--vocab-size is the bpe tokenizer's: give --tokenizer bpe too (the char "
                         "tokenizer's vocabulary is the corpus's distinct bytes)");
+    if (s->zero && s->tensor_parallel > 1)
+        return complain("--zero %d and --tensor-parallel %d exclude each other (shard the "
+                        "optimizer or split the layers)",
+                        s->zero, s->tensor_parallel);
     if (s->sample_tokens > 0 && s->prompt[0] == '\0')
         return complain("--prompt is empty: a sample continues at least one token (the default "
                         "is a newline)");

@@ -135,17 +135,16 @@ static int step_failed(trainer *t, const char *what)
 static int train_step(trainer *t, double lr, double *mean_loss)
 {
     const settings *s = &t->s;
-    const awl_param_list *params = awl_gpt_parameters(t->model);
-    if (awl_optimizer_set_lr(t->opt, lr) < 0) return step_failed(t, "setting the learning rate");
+    if (set_lr(t, lr) < 0) return step_failed(t, "setting the learning rate");
     double total = 0;
     for (int micro = 0; micro < s->grad_accum; micro++) {
-        bool local = t->ddp && micro < s->grad_accum - 1; /* accumulate without sending */
-        if (local) awl_ddp_no_sync_begin(t->ddp);
+        bool local = micro < s->grad_accum - 1; /* accumulate without sending */
+        if (local) accumulate_locally(t, true);
         awl_scope_begin();
         awl_tensor *x, *y, *loss = NULL;
         if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, s->device, &x, &y) ==
             0) {
-            awl_tensor *l = awl_gpt_loss(t->model, x, y);
+            awl_tensor *l = model_loss(t, x, y);
             loss = awl_keep(s->grad_accum > 1 ? awl_div_scalar(l, s->grad_accum) : l);
         }
         awl_scope_end();
@@ -157,22 +156,18 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         }
         int status = awl_backward(loss);
         awl_release(loss);
-        if (local) awl_ddp_no_sync_end(t->ddp);
+        if (local) accumulate_locally(t, false);
         if (status < 0) return step_failed(t, "backward");
         total += value;
     }
-    if (t->ddp && awl_ddp_wait(t->ddp) < 0) return step_failed(t, "averaging the gradients");
+    if (wait_gradients(t) < 0) return step_failed(t, "averaging the gradients");
     /* the norm is measured even without clipping: it is the check that
      * every gradient is finite */
-    double norm = awl_clip_grad_norm(params, s->grad_clip > 0 ? s->grad_clip : INFINITY);
+    double norm = clip_gradients(t, s->grad_clip > 0 ? s->grad_clip : INFINITY);
     if (!isfinite(norm)) return non_finite(t, "the gradient norm", norm);
     if (norm < 0) return step_failed(t, "clipping the gradients");
-    if (awl_optimizer_step(t->opt) < 0) return step_failed(t, "the optimizer");
-    if (t->ddp) { /* the gradients are views into the buckets: zero them, keep them */
-        if (awl_ddp_zero_grad(t->ddp) < 0) return step_failed(t, "zeroing the gradients");
-    } else {
-        awl_optimizer_zero_grad_ex(t->opt, true); /* set_to_none, as PyTorch */
-    }
+    if (optimizer_step(t) < 0) return step_failed(t, "the optimizer");
+    if (zero_gradients(t) < 0) return step_failed(t, "zeroing the gradients");
     *mean_loss = total / s->grad_accum;
     return 0;
 }
@@ -183,6 +178,7 @@ static int train_step(trainer *t, double lr, double *mean_loss)
 static int evaluate(trainer *t, awl_data_split split, double *mean)
 {
     awl_module_train(awl_gpt_module(t->model), false);
+    awl_tp_gpt_train(t->tp_model, false);
     awl_no_grad_begin();
     double sum = 0;
     int status = 0;
@@ -191,13 +187,14 @@ static int evaluate(trainer *t, awl_data_split split, double *mean)
         awl_tensor *x, *y;
         if (awl_text_dataset_batch_at(t->data, split, t->eval_seed, (uint64_t)i, t->cfg.batch,
                                       t->s.device, &x, &y) == 0)
-            sum += awl_item(awl_gpt_loss(t->model, x, y));
+            sum += awl_item(model_loss(t, x, y));
         else
             status = -1;
         awl_scope_end();
     }
     awl_no_grad_end();
     awl_module_train(awl_gpt_module(t->model), true);
+    awl_tp_gpt_train(t->tp_model, true);
     if (status < 0) return step_failed(t, "evaluation");
     *mean = sum / t->s.eval_iters;
     if (!isfinite(*mean))
@@ -221,11 +218,7 @@ typedef struct speed {
 static void speed_update(speed *v, const trainer *t)
 {
     v->window_steps++;
-    if (t->ddp) {
-        awl_ddp_stats st;
-        awl_ddp_get_stats(t->ddp, &st);
-        v->window_wait += st.wait_s;
-    }
+    v->window_wait += gradient_wait_seconds(t);
     double elapsed = now() - v->window_start;
     if (elapsed > 0.5 || v->window_steps >= 20) {
         v->tok_s = (double)v->tokens_per_step * v->window_steps / elapsed;
@@ -280,13 +273,26 @@ static void print_banner(const trainer *t, const speed *v)
            "%.1f GFLOP/s\n",
            (long long)t->state.step + 1, (long long)s->steps, (long long)v->tokens_per_step,
            s->device, s->precision, awl_get_num_threads(), v->peak * 1e-9);
-    if (t->world > 1) {
+    if (t->ddp && !t->tp) {
         awl_ddp_stats st;
         awl_ddp_get_stats(t->ddp, &st);
         printf("data-parallel: %d ranks, each %lld tokens a step (its own batches); gradients "
                "averaged in %d buckets of %.1f MB together; rank 0 logs, evaluates and saves\n",
                t->world, (long long)(v->tokens_per_step / t->world), st.n_buckets,
                (double)st.bucket_bytes / 1e6);
+    } else if (t->world > 1) {
+        char how[160] = "";
+        if (t->zero)
+            snprintf(how, sizeof how, "ZeRO stage %d: each rank keeps 1/%d of the optimizer "
+                                      "state%s", t->s.zero, t->dp_world,
+                     t->s.zero == 2 ? " and of the gradients" : "");
+        else
+            snprintf(how, sizeof how, "%d data-parallel replicas of %d tensor-parallel ranks "
+                                      "(each block split over them)",
+                     t->dp_world, t->s.tensor_parallel);
+        printf("parallel: %d ranks, %s; %lld tokens a step in all; rank 0 logs, evaluates and "
+               "saves\n",
+               t->world, how, (long long)v->tokens_per_step);
     }
     awl_blas_info blas;
     if (strncmp(s->device, "cpu", 3) == 0 && awl_blas_get_info(&blas) == 0)
@@ -300,6 +306,8 @@ static void print_banner(const trainer *t, const speed *v)
         printf("schedule: constant lr %g\n", s->lr);
 }
 
+static void print_memory(trainer *t);
+
 int train(trainer *t)
 {
     settings *s = &t->s;
@@ -310,7 +318,7 @@ int train(trainer *t)
     v.peak = awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32) *
              t->world;
     v.flops_per_token = awl_gpt_flops_per_token(&t->cfg);
-    v.tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum * t->world;
+    v.tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum * t->dp_world;
     print_banner(t, &v);
     progress p = {tty, t->state.step, s->steps, now()};
     v.window_start = now();
@@ -326,9 +334,11 @@ int train(trainer *t)
         t->state.step++;
         int64_t step = t->state.step;
         speed_update(&v, t);
-        show_progress(&p, step, loss, lr, v.tok_s, v.mfu, t->ddp ? v.comm : -1, s->log_interval);
+        show_progress(&p, step, loss, lr, v.tok_s, v.mfu, t->ddp || t->zero ? v.comm : -1,
+                      s->log_interval);
         bool last = step == s->steps;
-        bool eval = is_leader(t) && !stop &&
+        /* the split model evaluates on all its ranks (its forward has collectives) */
+        bool eval = (is_leader(t) || t->tp_model) && !stop &&
                     (last || (s->eval_interval > 0 && step % s->eval_interval == 0));
         double val = NAN, train_eval = NAN;
         if (eval) {
@@ -345,9 +355,13 @@ int train(trainer *t)
             v.window_steps = 0;
         }
         if (t->log) {
+            memory_use m;
+            memory_ledger(t, &m);
             fprintf(t->log, "%lld,%.6f,", (long long)step, loss);
             if (eval) fprintf(t->log, "%.6f", val);
-            fprintf(t->log, ",%.6e,%.1f,%.4f,%.2f\n", lr, v.tok_s, v.mfu, now() - p.start_time);
+            fprintf(t->log, ",%.6e,%.1f,%.4f,%.2f,%lld,%lld,%lld,%lld\n", lr, v.tok_s, v.mfu,
+                    now() - p.start_time, (long long)m.params, (long long)m.grads,
+                    (long long)m.optimizer, (long long)m.peak);
             fflush(t->log);
         }
         if (stop) {
@@ -361,9 +375,29 @@ int train(trainer *t)
             return -1;
     }
     if (tty) printf("\n");
-    printf("done: %lld steps in %.1f s", (long long)(s->steps - p.start_step),
-           now() - p.start_time);
+    double elapsed = now() - p.start_time;
+    printf("done: %lld steps in %.1f s", (long long)(s->steps - p.start_step), elapsed);
     if (best_step) printf("; best val loss %.4f at step %lld", best_val, (long long)best_step);
     printf("\n");
+    print_memory(t);
+    double run_tok_s = (double)v.tokens_per_step * (double)(s->steps - p.start_step) / elapsed;
+    if (t->world > 1 && s->baseline_tokens_per_s > 0)
+        printf("scaling: %.1fk tokens/s on %d ranks against %.1fk on one: %.2fx, efficiency "
+               "%.0f%%\n",
+               run_tok_s / 1e3, t->world, s->baseline_tokens_per_s / 1e3,
+               run_tok_s / s->baseline_tokens_per_s,
+               100 * run_tok_s / s->baseline_tokens_per_s / t->world);
     return 0;
+}
+
+/* The memory ledger of rank 0, from the tensors it holds. */
+static void print_memory(trainer *t)
+{
+    memory_use m;
+    memory_ledger(t, &m);
+    int64_t held = m.params + m.grads + m.optimizer;
+    printf("memory (rank %d): parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, "
+           "activations and temporaries at the peak %.2f MB, peak %.2f MB\n",
+           t->rank, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
+           (m.peak > held ? m.peak - held : 0) / 1e6, m.peak / 1e6);
 }

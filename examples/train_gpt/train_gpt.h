@@ -5,6 +5,8 @@
  *                   options a checkpoint records
  *     checkpoint.c  saving, --resume and --init-from
  *     train.c       the training step, evaluation and the loop
+ *     parallel.c    a step's verbs for one process, DDP, ZeRO or a split model;
+ *                   the whole model from the pieces; the memory ledger
  *     main.c        setting a run up, signals, the sample
  *
  * Under awlrun (or any launcher that sets WORLD_SIZE) the run is
@@ -43,6 +45,8 @@ typedef struct settings {
     int threads;
     const char *save, *resume, *init_from, *log;
     bool checkpoint_activations;
+    int zero, tensor_parallel;    /* ZeRO stage (0: DDP); ranks splitting each layer */
+    double baseline_tokens_per_s; /* one rank's speed, for the scaling line */
     int sample_tokens, top_k;
     double temperature;
     const char *prompt;
@@ -125,11 +129,23 @@ typedef struct trainer {
     uint64_t eval_seed;         /* evaluation's own batches */
     awl_train_state resumed;    /* --resume: the checkpoint's metadata (owns the option strings) */
     awl_safetensors *init_file; /* --init-from, open until the weights are loaded */
-    /* data-parallel training: NULL / 0 / 1 for one process */
-    awl_process_group *pg;
+    /* parallel training (NULL / 0 / 1 for one process): the job's group;
+     * the tensor-parallel group sharing one batch and the data-parallel one
+     * across batches (both pg without --tensor-parallel); DDP or ZeRO over
+     * dp; the split model, whose pieces are what trains (the optimizer is
+     * theirs), model then only a gathering place */
+    awl_process_group *pg, *tp, *dp;
     awl_ddp *ddp;
-    int rank, world;
+    awl_zero *zero;
+    awl_tp_gpt *tp_model;
+    int rank, world, dp_rank, dp_world;
 } trainer;
+
+/* The parameters that train: the split model's pieces, or the model's. */
+static inline const awl_param_list *trained_params(trainer *t)
+{
+    return t->tp_model ? awl_tp_gpt_parameters(t->tp_model) : awl_gpt_parameters(t->model);
+}
 
 /* Whether this process prints, logs, evaluates and saves (rank 0). */
 static inline bool is_leader(const trainer *t) { return t->rank == 0; }
@@ -158,6 +174,34 @@ int resume_tensors(trainer *t);
  * file has one) its tokenizer; after: the weights. */
 int init_from_settings(trainer *t);
 int init_from_weights(trainer *t);
+
+/* ---- a step's verbs, whatever runs it (parallel.c) ------------------------------ */
+
+int set_lr(trainer *t, double lr);
+awl_tensor *model_loss(trainer *t, awl_tensor *x, awl_tensor *y);
+/* Gradient accumulation: backward only adds locally between on and off. */
+void accumulate_locally(trainer *t, bool on);
+/* The gradients complete on every rank (DDP's average, ZeRO's shards). */
+int wait_gradients(trainer *t);
+double gradient_wait_seconds(const trainer *t);
+/* The global norm, clipped to max_norm (INFINITY: measured only). */
+double clip_gradients(trainer *t, double max_norm);
+int optimizer_step(trainer *t);
+int zero_gradients(trainer *t);
+/* --tensor-parallel: this rank's pieces of a whole model's optimizer state. */
+int tp_take_state(trainer *t, const awl_optimizer *whole);
+/* The optimizer of the whole model, for a checkpoint: t->opt, or one made
+ * from every rank's pieces (free it) after the pieces are gathered into
+ * t->model. Collective under --tensor-parallel. NULL on failure. */
+awl_optimizer *whole_optimizer(trainer *t);
+/* The pieces back into t->model (collective; a no-op without them). */
+int gather_model(trainer *t);
+
+/* Bytes this rank holds, from the tensors themselves. */
+typedef struct memory_use {
+    int64_t params, grads, optimizer, peak;
+} memory_use;
+void memory_ledger(trainer *t, memory_use *out);
 
 /* ---- training (train.c) --------------------------------------------------------- */
 

@@ -548,5 +548,64 @@ case_ddp_sigint_saves() {
     [ -s b.st ] || fail "no checkpoint"
 }
 
+# ZeRO and tensor parallelism: 6 steps straight against 3, save, resume, 3:
+# the same losses and the same checkpoint bytes (one consolidated file,
+# re-sharded or re-cut on resume).
+parallel_bitwise() {
+    make_corpus
+    n=$1
+    shift
+    set -- $TINY --n-head 2 --data corpus.txt --dropout 0.1 "$@"
+    drun $n "$@" --steps 6 --save a.st --log a.csv
+    expect_rc 0
+    drun $n "$@" --steps 3 --decay-steps 6 --save b.st --log b.csv
+    expect_rc 0
+    drun $n "$@" --resume b.st --steps 6 --save b.st --log b.csv
+    expect_rc 0
+    cut -d, -f1,2 a.csv > a.losses
+    cut -d, -f1,2 b.csv > b.losses
+    cmp -s a.losses b.losses || fail "the losses differ: $(diff a.losses b.losses | head -4)"
+    cmp -s a.st b.st || fail "the checkpoints differ"
+}
+
+case_zero_resume_bitwise() {
+    parallel_bitwise 2 --zero 2 --grad-accum 2
+    expect_msg "ZeRO stage 2: each rank keeps 1/2 of the optimizer state and of the gradients"
+    expect_msg "[rank 0] memory (rank 0): parameters"
+    # one process takes the consolidated checkpoint as it is
+    run --resume b.st --data corpus.txt --steps 8 --save c.st
+    expect_rc 0
+}
+
+case_tensor_parallel_resume_bitwise() {
+    parallel_bitwise 2 --tensor-parallel 2 --checkpoint-activations
+    expect_msg "1 data-parallel replicas of 2 tensor-parallel ranks"
+}
+
+case_data_by_tensor_parallel() {
+    make_corpus
+    drun 4 $TINY --n-head 2 --data corpus.txt --steps 4 --tensor-parallel 2 --grad-accum 2 \
+        --baseline-tokens-per-s 1000
+    expect_rc 0
+    expect_msg "2 data-parallel replicas of 2 tensor-parallel ranks"
+    expect_msg "[rank 0] scaling: "
+}
+
+case_parallel_option_errors() {
+    make_corpus
+    drun 2 $TINY --data corpus.txt --steps 2 --tensor-parallel 3
+    expect_rc 1
+    expect_msg "--tensor-parallel 3 does not divide the 2 ranks"
+    run $TINY --data corpus.txt --steps 2 --zero 1
+    expect_rc 1
+    expect_msg "--zero needs several ranks: start the run with awlrun -n N"
+    run $TINY --data corpus.txt --steps 2 --zero 1 --tensor-parallel 2
+    expect_rc 2
+    expect_msg "--zero 1 and --tensor-parallel 2 exclude each other"
+    run $TINY --data corpus.txt --steps 2 --zero 3
+    expect_rc 2
+    expect_msg "--zero 3 is out of range"
+}
+
 "case_$CASE"
 echo "PASS [$CASE]"
