@@ -17,6 +17,9 @@
 #         DDP_RANKS, DDP_THREADS, DDP_STEPS, DDP_ROUNDS: the counts alternated
 #         that many times), for each of DDP_SETTINGS;
 #   ddp   only the DDP steps;
+#   cpu   bench_gpt against PyTorch (the device's python3: torch 2.11, MKL) on
+#         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
+#         16 (CPU_STEPS), alternated: awl, then PyTorch, CPU_ROUNDS times per count;
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
 #         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS).
 set -o pipefail
@@ -86,4 +89,28 @@ if has_stage parallel; then
     echo "== parallel"
     "$B/bin/bench_parallel" --configs cpu-medium,shakespeare-char --ranks 1,2,4 --threads 4 \
         --steps "${PARALLEL_STEPS:-6}" | tee "$OUT/parallel.jsonl"
+fi
+
+if has_stage cpu; then
+    echo "== cpu"
+    DATA=$D/data/tinyshakespeare.txt
+    peer() { # config threads steps
+        local c=$1 t=$2 n=$3 args
+        case $c in
+            cpu-medium) args="--n_layer 6 --n_head 6 --n_embd 192 --block_size 128 --batch_size 16" ;;
+            shakespeare-char) args="--n_layer 6 --n_head 6 --n_embd 384 --block_size 256 --batch_size 64" ;;
+        esac
+        OMP_NUM_THREADS=$t timeout 300 python3 "$D/torch_gpt_cpu.py" --name "$c" $args --steps "$n" \
+            --warmup 2 --threads "$t" --data "$DATA" 2>/dev/null | grep '^{'
+    }
+    for pair in cpu-medium:1 cpu-medium:2 cpu-medium:4 cpu-medium:8 cpu-medium:16 \
+                shakespeare-char:4 shakespeare-char:16; do
+        c=${pair%%:*} t=${pair##*:} n=${CPU_STEPS:-6}
+        [ "$c" = shakespeare-char ] && n=3
+        for round in $(seq "${CPU_ROUNDS:-1}"); do
+            "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup 2 --data "$DATA" |
+                sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
+            peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
+        done
+    done
 fi
