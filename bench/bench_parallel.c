@@ -240,6 +240,16 @@ int main(int argc, char **argv)
             for (int s = 0; s < N_SCHEMES; s++) {
                 if (n == 1 && s != DDP) continue; /* one rank: every scheme is plain training */
                 if (s == DP_TP && n != 4) continue;
+                awl_gpt_config cfg;
+                awl_gpt_config_named(config, &cfg);
+                int tp = s == TP ? n : s == DP_TP ? 2 : 1;
+                if (cfg.n_head % tp != 0) {
+                    bench_json_begin("parallel");
+                    printf("\"config\":\"%s\",\"scheme\":\"%s\",\"ranks\":%d,\"skipped\":"
+                           "\"%d heads do not split over %d ranks\"}\n",
+                           config, scheme_names[s], n, cfg.n_head, tp);
+                    continue;
+                }
                 job j = {config, (scheme)s, steps, shared};
                 bench_run_ranks(n, threads, body, &j);
                 if (n == 1) shared[1] = shared[0];
