@@ -47,6 +47,7 @@ typedef struct settings {
     double lr, min_lr, beta1, beta2, weight_decay, grad_clip;
     const char *schedule;
     int eval_interval, eval_iters, log_interval;
+    double target_loss; /* 0: none */
     long seed;
     int threads;
     const char *save, *resume, *log;
@@ -104,6 +105,9 @@ static const option_spec options[] = {
     {"eval-iters", "N", "batches per evaluation (default 20)", OPT_INT, FIELD(eval_iters)},
     {"log-interval", "N", "print a line every N steps when not on a terminal (default 50)", OPT_INT,
      FIELD(log_interval)},
+    {"target-loss", "X",
+     "print the wall time at which an evaluation's val loss first reaches X (time to quality)",
+     OPT_DOUBLE, FIELD(target_loss)},
     {"seed", "N", "seed for initialisation, dropout and batch sampling (default 1337)", OPT_LONG,
      FIELD(seed)},
     {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device)},
@@ -575,6 +579,7 @@ static int train(trainer *t)
     int window_steps = 0;
     double best_val = INFINITY; /* small corpora overfit: the best is what to keep */
     int best_step = 0;
+    bool target_met = false;
     double tok_s = 0, mfu = 0;
     for (; t->step < s->steps; t->step++) {
         double lr = awl_lr_at(&t->schedule, t->step);
@@ -604,6 +609,11 @@ static int train(trainer *t)
                 best_val = val;
                 best_step = t->step + 1;
             }
+            if (s->target_loss > 0 && !target_met && val <= s->target_loss) {
+                target_met = true;
+                printf("target: val loss %.4f <= %.4f at step %d, %.1f s after training began\n",
+                       val, s->target_loss, t->step + 1, now() - p.start_time);
+            }
             window_start = now(); /* evaluation time is not training speed */
             window_steps = 0;
         }
@@ -623,6 +633,7 @@ static int train(trainer *t)
     if (tty) printf("\n");
     printf("done: %d steps in %.1f s", s->steps - p.start_step, now() - p.start_time);
     if (best_step) printf("; best val loss %.4f at step %d", best_val, best_step);
+    if (s->target_loss > 0 && !target_met) printf("; val loss never reached %.4f", s->target_loss);
     printf("\n");
     return 0;
 }

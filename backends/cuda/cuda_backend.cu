@@ -157,6 +157,7 @@ static awl_backend make_table(void)
     t.cross_entropy_backward = awlc_cross_entropy_backward;
     t.attention_forward = awlc_attention_forward;
     t.attention_backward = awlc_attention_backward;
+    t.dropout = awlc_dropout;
     t.adamw_step = awlc_adamw_step;
     return t;
 }

@@ -1,6 +1,6 @@
 /*
- * backends/cuda/cuda_elementwise.cu - fill, copy/cast, unary, binary, where
- * and random fill.
+ * backends/cuda/cuda_elementwise.cu - fill, copy/cast, unary, binary, where,
+ * random fill and dropout.
  *
  * Two paths for every op:
  *   - contiguous: after coalescing (cuda_common.cuh) every operand is one
@@ -25,7 +25,8 @@
  * a + (b - a) u uses explicitly rounded double operations (__dmul_rn,
  * __dadd_rn) so the compiler cannot fuse them into an FMA: the CPU computes
  * the same expression with two roundings, and uniform draws must agree bit
- * for bit.
+ * for bit. Dropout draws its mask from the same stream (common/dropout.h)
+ * inside the multiply, so no mask is written.
  */
 #include "backends/cuda/cuda_common.cuh"
 #include "common/philox.h"
@@ -266,6 +267,22 @@ template <typename T> struct random_fn {
     }
 };
 
+/* out = in * 1 / (1 - p) where element i keeps (common/dropout.h), else 0.
+ * The product is taken in double, which is exact for two float32 (or two
+ * bf16) factors, so the one rounding gives the dtype's own product. */
+template <typename T> struct dropout_fn {
+    T *out;
+    const T *in;
+    uint64_t seed, offset;
+    uint32_t threshold;
+    double scale; /* rounded to T */
+    __device__ void operator()(int64_t i, const int64_t *off) const
+    {
+        bool keep = awl_dropout_keep(seed, offset, (uint64_t)i, threshold);
+        out[off[0]] = awlc_cast<T>(keep ? awlc_cast<double>(in[off[1]]) * scale : 0.0);
+    }
+};
+
 } // namespace
 
 /* ---- entries ------------------------------------------------------------------------- */
@@ -431,6 +448,27 @@ int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64
         typedef decltype(tag) T;
         random_fn<T> f = {awlc_ptr<T>(out), (int)kind, seed, offset, a, b};
         return awlc_launch_strided<1>(L, n, f, "random");
+    };
+    return AWLC_DISPATCH_FLOAT(out->dtype, run);
+}
+
+int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
+{
+    if (in->dtype != out->dtype) return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[2] = {out, in};
+    awlc_layout<2> L;
+    int64_t n = awlc_coalesce<2>(&L, views);
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        dropout_fn<T> f = {awlc_ptr<T>(out),
+                           awlc_ptr<T>(in),
+                           args->seed,
+                           args->offset,
+                           awl_dropout_threshold(args->p),
+                           awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p)))};
+        return awlc_launch_strided<2>(L, n, f, "dropout");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
 }
