@@ -206,7 +206,10 @@ typedef struct awl_backend {
 
     /* Rows by index (embedding lookup): idx int32 of any shape, src (V, ...);
      * out has shape idx.shape + src.shape[1:]. out[i..., :] = src[idx[i...], :].
-     * Indices are already checked to lie in [0, V). */
+     * Indices are already checked to lie in [0, V) (by the framework, or
+     * by the backend's check_indices, whose report may come later: a
+     * backend with check_indices must then skip an index out of range
+     * rather than touch memory through it, here and in the three below). */
     int (*index_select)(const awl_view *out, const awl_view *src, const awl_view *idx);
     /* The adjoint of index_select: dst[idx[i...], :] += src[i..., :], summing
      * repeated indices in a fixed order (deterministic). */
@@ -224,6 +227,17 @@ typedef struct awl_backend {
      * offset) laid out as common/philox.h specifies. Float dtypes. */
     int (*random)(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
                   double a, double b);
+
+    /* ---- optional: checks ---- */
+
+    /* Starts checking that every index of idx (int32, any strides) lies in
+     * [0, limit), without waiting for the device: the first one that does
+     * not is reported by the next synchronize() or copy_to_host(), a point
+     * a training step waits at anyway (its loss read back), as
+     * AWL_ERR_INVALID with the message "<op>: index <i> out of range for
+     * <limit> <what>" (op and what: string constants). NULL: the framework
+     * copies the indices to the host and checks them there, before the op. */
+    int (*check_indices)(const awl_view *idx, int64_t limit, const char *op, const char *what);
 
     /* ---- optional: settings and statistics (NULL when not meaningful) ---- */
 

@@ -473,6 +473,11 @@ int awlc_index_select(const awl_view *out, const awl_view *src, const awl_view *
 int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src);
 int awlc_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
 int awlc_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
+int awlc_check_indices(const awl_view *idx, int64_t limit, const char *op, const char *what);
+/* Reports (AWL_ERR_INVALID) the first index out of range that a check on
+ * this device found since the last report; call once the device has
+ * finished the work queued before (after a synchronisation). */
+int awlc_index_faults(int device);
 
 /* cuda_softmax.cu (softmax and cross-entropy: both are row-wise logsumexp) */
 int awlc_softmax_forward(const awl_view *out, const awl_view *in, bool log);
