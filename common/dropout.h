@@ -57,17 +57,24 @@ static inline AWL_HOST_DEVICE bool awl_dropout_keep(uint64_t seed, uint64_t offs
     return (b.w[i % 4] >> 8) < threshold;
 }
 
-/* Decisions for elements i and i + 1, sharing the Philox block when both
- * fall in one (i even and the stream aligned, as a kernel's pairs of
- * columns are): bit 0 for i, bit 1 for i + 1. */
-static inline AWL_HOST_DEVICE unsigned awl_dropout_keep2(uint64_t seed, uint64_t offset, uint64_t i,
+/* The decisions of a whole Philox block's four elements: bit w for word w. */
+static inline AWL_HOST_DEVICE unsigned awl_dropout_block_bits(awl_philox_block b,
+                                                              uint32_t threshold)
+{
+    return (unsigned)((b.w[0] >> 8) < threshold) | (unsigned)((b.w[1] >> 8) < threshold) << 1 |
+           (unsigned)((b.w[2] >> 8) < threshold) << 2 | (unsigned)((b.w[3] >> 8) < threshold) << 3;
+}
+
+/* Decisions for elements i .. i + 3 (bit u for i + u): one Philox block
+ * when i is a multiple of 4, two when the four straddle blocks. */
+static inline AWL_HOST_DEVICE unsigned awl_dropout_keep4(uint64_t seed, uint64_t offset, uint64_t i,
                                                          uint32_t threshold)
 {
-    awl_philox_block b = awl_philox4x32(seed, offset + i / 4);
     unsigned w = (unsigned)(i % 4);
-    unsigned k0 = (b.w[w] >> 8) < threshold;
-    if (w < 3) return k0 | (unsigned)((b.w[w + 1] >> 8) < threshold) << 1;
-    return k0 | (unsigned)awl_dropout_keep(seed, offset, i + 1, threshold) << 1;
+    uint64_t blk = offset + i / 4;
+    unsigned bits = awl_dropout_block_bits(awl_philox4x32(seed, blk), threshold);
+    if (w) bits |= awl_dropout_block_bits(awl_philox4x32(seed, blk + 1), threshold) << 4;
+    return (bits >> w) & 15u;
 }
 
 /* Element index of attention weight (b, h, i, j) in a (B, H, T, S) mask. */

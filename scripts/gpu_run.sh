@@ -48,7 +48,9 @@
 # gpt2-124m:bf16:0" (config:precision:dropout; "" for none),
 # DET_SETTINGS="bf16:0.2 bf16:0 fp32:0.2 fp32:0" (precision:dropout),
 # TRAIN_STEPS=5000, TRAIN_PRECISION=bf16, EVAL_INTERVAL=250, EVAL_ITERS=50,
-# TARGET_LOSS=1.50, TEST_TIMEOUT=150, TIME_BUDGET=560.
+# TARGET_LOSS=1.50, TEST_TIMEOUT=150, TIME_BUDGET=560, SUITES (the suites
+# the tests stage runs; default all), FUSED_CASE (test_cuda_fused's group,
+# e.g. dropout; default all).
 #
 # Time (H200, the last full call on 2026-11-30): build 26-37 s, tests 43-60 s
 # (test_cuda_fused is the longest), kernels 2 s, bench_gpt all six runs about
@@ -80,6 +82,8 @@ EVAL_INTERVAL=${EVAL_INTERVAL:-250}
 TARGET_LOSS=${TARGET_LOSS:-1.50}
 EVAL_ITERS=${EVAL_ITERS:-50}
 TEST_TIMEOUT=${TEST_TIMEOUT:-150}
+SUITES=${SUITES:-}
+FUSED_CASE=${FUSED_CASE:-}
 TIME_BUDGET=${TIME_BUDGET:-560}
 JOBS=$(nproc)
 DATA=$D/data/tinyshakespeare.txt
@@ -174,9 +178,11 @@ row "build: $(( $(date +%s) - t0 )) s"
 BIN=$B/bin
 
 # ---- tests ------------------------------------------------------------------------------
-# Runs one suite: name, then env assignments; output to $B/log/run_<name>.log.
+# Runs one suite (unless SUITES names others): name, then env assignments;
+# output to $B/log/run_<name>.log.
 run_suite() {
     local name=$1 t0=$(date +%s); shift
+    [ -n "$SUITES" ] && [[ " $SUITES " != *" $name "* ]] && return
     env OMP_NUM_THREADS=2 CK_FORK=no "$@" timeout "$TEST_TIMEOUT" "$BIN/$name" \
         > "$B/log/run_$name.log" 2>&1
     local rc=$? result=pass
@@ -193,7 +199,7 @@ stage_tests() {
     local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors)
     rm -f "$B"/log/result_* "$B"/log/run_*
     run_suite test_cuda &
-    run_suite test_cuda_fused &
+    run_suite test_cuda_fused ${FUSED_CASE:+CK_RUN_CASE=$FUSED_CASE} &
     run_suite test_backend AWL_TEST_BACKEND=cuda &
     run_suite test_backend_fused AWL_TEST_BACKEND=cuda &
     run_suite test_autocast &

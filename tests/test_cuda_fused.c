@@ -191,7 +191,8 @@ static operand qkv_slice(role r, awl_dtype dt, int64_t B, int64_t H, int64_t T, 
     return ranged(o, -1, 1);
 }
 
-START_TEST(test_attention)
+/* The attention cases with dropout (or without). */
+static void attention_cases(bool with_dropout)
 {
     /* The last shape only in the default float32 mode: enough heads that the
      * one-pass backward gives each block several key tiles (its slices). */
@@ -230,7 +231,7 @@ START_TEST(test_attention)
         for (int s = 0; s < 5; s++)
             for (int causal = 0; causal < 2; causal++) {
                 /* the many-slice shape: the one-pass backward's modes only */
-                if (s == 4 && modes[m].env) continue;
+                if (modes[m].dropout != with_dropout || (s == 4 && modes[m].env)) continue;
                 awl_dtype dt = modes[m].dt;
                 if (modes[m].env)
                     setenv("AWL_CUDA_ATTENTION", modes[m].env, 1);
@@ -275,6 +276,11 @@ START_TEST(test_attention)
             }
     unsetenv("AWL_CUDA_ATTENTION");
 }
+
+START_TEST(test_attention) { attention_cases(false); }
+END_TEST
+
+START_TEST(test_attention_dropout) { attention_cases(true); }
 END_TEST
 
 typedef struct adam_ctx {
@@ -311,7 +317,7 @@ START_TEST(test_dropout)
     for (int t = 0; t < 3; t++) {
         awl_dtype dt = dts[t];
         tcase c[3] = {
-            {.n = 2, .op = {OPND(OUT, dt, 4096, 771), OPND(IN, dt, 4096, 771)}},
+            {.n = 2, .op = {OPND(OUT, dt, 4095, 771), OPND(IN, dt, 4095, 771)}},
             {.n = 2, .op = {OPND(OUT, dt, 300, 129), transposed(OPND(IN, dt, 300, 129), 0, 1)}},
             {.n = 2, .op = {OPND(OUT, dt, 64, 384), broadcast(OPND(IN, dt, 64, 384), 0)}}};
         for (int k = 0; k < 3; k++) {
@@ -356,6 +362,7 @@ int main(void)
         {"layernorm", test_layernorm},
         {"cross_entropy", test_cross_entropy},
         {"attention", test_attention},
+        {"dropout", test_attention_dropout},
         {"dropout", test_dropout},
         {"adamw", test_adamw},
     };

@@ -55,14 +55,13 @@ static __device__ __forceinline__ float att_dropout(const att_dims &a, int b, in
     return awl_dropout_keep(a.seed, a.offset, e, a.keep_threshold) ? a.drop_scale : 0.0f;
 }
 
-/* The multipliers of weights (b, h, query, key) and (b, h, query, key + 1),
- * from one Philox block when they share one. */
-static __device__ __forceinline__ float2 att_dropout2(const att_dims &a, int b, int h, int query,
-                                                      int key)
+/* Keep bits of weights (b, h, query, key + u), u < 4 (bit u): one Philox
+ * block when T and key are multiples of 4. */
+static __device__ __forceinline__ unsigned att_keep4(const att_dims &a, int b, int h, int query,
+                                                     int key)
 {
     uint64_t e = awl_attention_dropout_index(b, h, query, key, a.H, a.T, a.T);
-    unsigned k = awl_dropout_keep2(a.seed, a.offset, e, a.keep_threshold);
-    return make_float2(k & 1u ? a.drop_scale : 0.0f, k & 2u ? a.drop_scale : 0.0f);
+    return awl_dropout_keep4(a.seed, a.offset, e, a.keep_threshold);
 }
 
 /* Forward on tensor cores (cuda_attention_mma.cu): bfloat16 on bf16 mma,

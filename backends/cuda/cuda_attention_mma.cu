@@ -62,10 +62,12 @@
  * the weights after their row sums are taken (lse stays that of the whole
  * softmax) and before they meet V; the backward recomputes the same
  * multipliers M for dV += (M P)^T dO and dP = M (dO V^T), and dS = P (dP -
- * D) keeps its form (D = rowsum(dO O) is still rowsum(P dP)). In the
- * forward and dQ kernels a lane's two neighbouring keys of a row share a
- * Philox block; the dK/dV walk holds queries in that place, so there each
- * weight draws its own.
+ * D) keeps its form (D = rowsum(dO O) is still rowsum(P dP)). A Philox
+ * block is four neighbouring keys of one query; the lanes of a warp draw
+ * each block of their tile once, one a lane, and hand each other the keep
+ * bits by shuffles (drop_rows; drop_bits_t where the dK/dV walk holds
+ * queries along the fragment's columns), so a weight costs a quarter of a
+ * Philox block in each kernel that needs it.
  */
 #include <cuda_bf16.h>
 
@@ -389,19 +391,48 @@ __device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
     }
 }
 
-/* Multiplies a warp's 16 x 64 tile w (C fragments: query rows row and
- * row + 8, keys key + nb * 8 and + 1) by the weights' dropout multipliers. */
+/* Multiplies a warp's 16 x 64 tile w of weights (C fragments: lane (g, t)
+ * holds query rows row and row + 8, keys key0 + nb * 8 + 2 t and + 1, row
+ * = the warp's first row + g) by their dropout multipliers. A column
+ * block's four Philox blocks per quad (rows row, row + 8 by keys nb * 8 +
+ * 0..3, 4..7) are one per lane: lane t draws row + 8 (t & 1), keys
+ * 4 (t >> 1) on, and two shuffles bring each lane its bits. */
 __device__ __forceinline__ void drop_rows(float w[8][4], const att_dims &a, int b, int h, int row,
-                                          int key)
+                                          int key0, int lane)
 {
+    int t = lane % 4, quad = lane - t;
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++)
+    for (int nb = 0; nb < 8; nb++) {
+        unsigned mine = att_keep4(a, b, h, row + 8 * (t & 1), key0 + nb * 8 + 4 * (t >> 1));
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            float2 m = att_dropout2(a, b, h, row + 8 * i, key + nb * 8);
-            w[nb][2 * i] *= m.x;
-            w[nb][2 * i + 1] *= m.y;
+            unsigned bits =
+                __shfl_sync(0xffffffffu, mine, quad + 2 * (t >> 1) + i) >> (2 * (t & 1));
+            w[nb][2 * i] *= bits & 1u ? a.drop_scale : 0.0f;
+            w[nb][2 * i + 1] *= bits & 2u ? a.drop_scale : 0.0f;
         }
+    }
+}
+
+/* The keep bits of a lane's four weights in column block nb of a dK/dV
+ * tile (lane (g, t): keys key0 + g + 8 i, queries qb + 2 t + j, as bit
+ * 2 i + j of the C fragment). The block's 8 queries x 16 keys are 32
+ * Philox blocks of four keys: lane (g, t) draws query qb + 2 t + (g & 1),
+ * keys key0 + 4 (g >> 1) on, and four shuffles bring each lane its bits. */
+__device__ __forceinline__ unsigned drop_bits_t(const att_dims &a, int b, int h, int qb, int key0,
+                                                int lane)
+{
+    int g = lane / 4, t = lane % 4;
+    unsigned mine = att_keep4(a, b, h, qb + 2 * t + (g & 1), key0 + 4 * (g >> 1));
+    unsigned bits = 0;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            unsigned src = __shfl_sync(0xffffffffu, mine, (2 * (g / 4 + 2 * i) + j) * 4 + t);
+            bits |= (src >> (g % 4) & 1u) << (2 * i + j);
+        }
+    return bits;
 }
 
 __device__ __forceinline__ float quad_max(float v)
@@ -484,7 +515,7 @@ __global__ void __launch_bounds__(THREADS)
                 s[nb][e] = p;
                 rs[e / 2] += p;
             }
-        if (DROP) drop_rows(s, a, b, h, q0 + r0 + g, k0 + 2 * t);
+        if (DROP) drop_rows(s, a, b, h, q0 + r0 + g, k0, lane);
 #pragma unroll
         for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + quad_sum(rs[i]);
 #pragma unroll
@@ -566,16 +597,18 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
     M::template scores<DP>(dst, vf, dOs, lane); /* dP^T */
     bool mask = needs_mask(q0, k0, a);
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++)
+    for (int nb = 0; nb < 8; nb++) {
+        unsigned keep = DROP ? drop_bits_t(a, b, h, q0 + nb * 8, k0 + r0, lane) : 15u;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
             float pv =
                 !mask || att_visible(q0 + qc, key, a) ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
-            float m = DROP ? att_dropout(a, b, h, q0 + qc, key) : 1.0f;
+            float m = !DROP ? 1.0f : keep >> e & 1u ? a.drop_scale : 0.0f;
             p[nb][e] = pv * m;
             dst[nb][e] = pv * (m * dst[nb][e] - ds[qc]);
         }
+    }
     M::template accumulate<DP>(gv, p, dOs, lane);
     M::template accumulate<DP>(gk, dst, Qs, lane);
 }
@@ -687,7 +720,7 @@ __global__ void __launch_bounds__(THREADS)
         float p[8][4], dp[8][4];
         M::template scores<DP>(p, qf, Ks, lane);
         M::template scores<DP>(dp, of, Vs, lane);
-        if (DROP) drop_rows(dp, a, b, h, q0 + r0 + g, k0 + 2 * t); /* dP = M (dO V^T) */
+        if (DROP) drop_rows(dp, a, b, h, q0 + r0 + g, k0, lane); /* dP = M (dO V^T) */
         bool mask = needs_mask(q0, k0, a);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)

@@ -283,6 +283,25 @@ template <typename T> struct dropout_fn {
     }
 };
 
+/* Contiguous dropout: thread j takes elements 4 j .. 4 j + 3, one Philox
+ * block (element i uses block offset + i / 4, word i % 4). */
+template <typename T>
+__global__ void dropout4_kernel(T *out, const T *in, int64_t n, uint64_t seed, uint64_t offset,
+                                uint32_t threshold, double scale)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j * 4 < n;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        unsigned keep =
+            awl_dropout_block_bits(awl_philox4x32(seed, offset + (uint64_t)j), threshold);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int64_t i = 4 * j + u;
+            if (i < n)
+                out[i] = awlc_cast<T>(keep >> u & 1u ? awlc_cast<double>(in[i]) * scale : 0.0);
+        }
+    }
+}
+
 } // namespace
 
 /* ---- entries ------------------------------------------------------------------------- */
@@ -460,6 +479,7 @@ int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args
     awlc_layout<2> L;
     int64_t n = awlc_coalesce<2>(&L, views);
     if (n == 0) return AWL_OK;
+    bool contiguous = awlc_layout_contiguous<2>(&L);
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
         dropout_fn<T> f = {awlc_ptr<T>(out),
@@ -468,7 +488,10 @@ int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args
                            args->offset,
                            awl_dropout_threshold(args->p),
                            awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p)))};
-        return awlc_launch_strided<2>(L, n, f, "dropout");
+        if (!contiguous) return awlc_launch_strided<2>(L, n, f, "dropout");
+        dropout4_kernel<T><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
+            f.out, f.in, n, f.seed, f.offset, f.threshold, f.scale);
+        return awlc_check_launch("dropout");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
 }
