@@ -288,14 +288,15 @@ typedef struct attn_case {
 static void attn_forward(void *p)
 {
     attn_case *c = p;
-    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true) != AWL_OK) exit(1);
+    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true, NULL) != AWL_OK)
+        exit(1);
 }
 
 static void attn_backward(void *p)
 {
     attn_case *c = p;
     if (B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
-                              &c->lse, 0.125, true) != AWL_OK)
+                              &c->lse, 0.125, true, NULL) != AWL_OK)
         exit(1);
 }
 

@@ -1,7 +1,7 @@
 /*
  * tests/test_backend_fused.c - the backend conformance suite for the
- * optional fused kernels (softmax, layer norm, cross-entropy, attention,
- * AdamW, GELU backward), each against float64 loops written from the
+ * optional fused kernels (softmax, layer norm, cross-entropy, attention with
+ * and without dropout, AdamW, GELU backward, dropout), each against float64 loops written from the
  * definitions; tests/helpers/backend_harness.h says how. A kernel a backend
  * lacks, or refuses for a dtype, is skipped, except that the CPU backend
  * must run them all in float32.
@@ -263,8 +263,11 @@ static tt heads_transposed(const int64_t *s)
     return t;
 }
 
-static void attention_case(const int64_t *s, bool causal)
+/* drop: NULL, or the dropout the kernels get; the reference multiplies
+ * weight (b, h, t, j) by M = 1 / (1 - p) or 0 as common/dropout.h says. */
+static void attention_case(const int64_t *s, bool causal, const awl_dropout_args *drop)
 {
+    const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
     const int64_t Bn = s[0], H = s[1], T = s[2], D = s[3], n = Bn * H * T * D;
     const int64_t qkv_shape[5] = {Bn, T, 3, H, D}, bht[3] = {Bn, H, T};
     const double scale = 1 / sqrt((double)D);
@@ -280,12 +283,22 @@ static void attention_case(const int64_t *s, bool causal)
            *lref = malloc((size_t)(Bn * H * T) * sizeof *lref);
     double *dref[3];
     for (int w = 0; w < 3; w++) dref[w] = calloc((size_t)n, sizeof(double));
-    double *P = malloc((size_t)(T * T) * sizeof *P), *dP = malloc((size_t)(T * T) * sizeof *dP);
+    double *P = malloc((size_t)(T * T) * sizeof *P), *dP = malloc((size_t)(T * T) * sizeof *dP),
+           *M = malloc((size_t)(T * T) * sizeof *M);
 #define QKV(w, b, h, t, d) at(&qkv, &qv[w], (int64_t[]){b, h, t, d})
 #define DOUT(b, h, t, d) tt_at(&dout, (int64_t[]){b, h, t, d})
 #define AT4(b, h, t, d) ((((b)*H + (h)) * T + (t)) * D + (d))
     for (int64_t b = 0; b < Bn; b++)
         for (int64_t h = 0; h < H; h++) {
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < T; j++)
+                    M[t * T + j] =
+                        !drop ? 1.0
+                        : awl_dropout_keep(drop->seed, drop->offset,
+                                           awl_attention_dropout_index(b, h, t, j, H, T, T),
+                                           threshold)
+                            ? awl_dropout_scale(drop->p)
+                            : 0.0;
             for (int64_t t = 0; t < T; t++) {
                 int64_t valid = causal ? t + 1 : T;
                 double m = -INFINITY, sum = 0;
@@ -300,24 +313,25 @@ static void attention_case(const int64_t *s, bool causal)
                 lref[(b * H + h) * T + t] = m + log(sum);
                 for (int64_t d = 0; d < D; d++) {
                     double o = 0;
-                    for (int64_t j = 0; j < T; j++) o += P[t * T + j] * QKV(2, b, h, j, d);
+                    for (int64_t j = 0; j < T; j++)
+                        o += P[t * T + j] * M[t * T + j] * QKV(2, b, h, j, d);
                     oref[AT4(b, h, t, d)] = o;
                 }
             }
-            /* dv = P^T dO; dP = dO v^T; dS = P (dP - rowsum(P dP)); dq = scale dS k;
-             * dk = scale dS^T q. */
+            /* dv = (M P)^T dO; dP = M (dO v^T); dS = P (dP - rowsum(P dP));
+             * dq = scale dS k; dk = scale dS^T q. */
             for (int64_t t = 0; t < T; t++) {
                 double delta = 0;
                 for (int64_t j = 0; j < T; j++) {
                     double g = 0;
                     for (int64_t d = 0; d < D; d++) g += DOUT(b, h, t, d) * QKV(2, b, h, j, d);
-                    dP[t * T + j] = g;
-                    delta += P[t * T + j] * g;
+                    dP[t * T + j] = M[t * T + j] * g;
+                    delta += P[t * T + j] * dP[t * T + j];
                 }
                 for (int64_t j = 0; j < T; j++) {
                     double ds = P[t * T + j] * (dP[t * T + j] - delta) * scale;
                     for (int64_t d = 0; d < D; d++) {
-                        dref[2][AT4(b, h, j, d)] += P[t * T + j] * DOUT(b, h, t, d);
+                        dref[2][AT4(b, h, j, d)] += P[t * T + j] * M[t * T + j] * DOUT(b, h, t, d);
                         dref[0][AT4(b, h, t, d)] += ds * QKV(1, b, h, j, d);
                         dref[1][AT4(b, h, j, d)] += ds * QKV(0, b, h, t, d);
                     }
@@ -328,13 +342,13 @@ static void attention_case(const int64_t *s, bool causal)
 #undef DOUT
 #undef AT4
     int rc = B->attention_forward
-                 ? B->attention_forward(&out.v, &lse.v, &qv[0], &qv[1], &qv[2], scale, causal)
+                 ? B->attention_forward(&out.v, &lse.v, &qv[0], &qv[1], &qv[2], scale, causal, drop)
                  : 0;
     if (fused_ran(B->attention_forward, rc, AWL_F32)) {
         expect_out(&out, oref, 1e-5, "attention out");
         expect_out(&lse, lref, 1e-5, "attention lse");
         rc = B->attention_backward(&dv3[0], &dv3[1], &dv3[2], &dout.v, &qv[0], &qv[1], &qv[2],
-                                   &out.v, &lse.v, scale, causal);
+                                   &out.v, &lse.v, scale, causal, drop);
         if (fused_ran(B->attention_backward, rc, AWL_F32)) {
             tt_download(&dqkv);
             check_guards_of(&dqkv, dv3, 3, "attention dqkv");
@@ -348,6 +362,7 @@ static void attention_case(const int64_t *s, bool causal)
     free(lref);
     free(P);
     free(dP);
+    free(M);
     tt_free(&qkv);
     tt_free(&out);
     tt_free(&lse);
@@ -358,11 +373,15 @@ static void attention_case(const int64_t *s, bool causal)
 START_TEST(test_attention)
 {
     const int64_t small[4] = {2, 3, 7, 4}, larger[4] = {2, 2, 64, 16}, ragged[4] = {1, 2, 37, 20};
-    for (int causal = 0; causal < 2; causal++) {
-        attention_case(small, causal);
-        attention_case(larger, causal);
-        attention_case(ragged, causal);
-    }
+    /* dropout 0.3; with T = 7 and 37 rows of weights start inside a
+     * Philox block */
+    const awl_dropout_args drop = {0.3, 0x1234abcdull, 5};
+    for (int d = 0; d < 2; d++)
+        for (int causal = 0; causal < 2; causal++) {
+            attention_case(small, causal, d ? &drop : NULL);
+            attention_case(larger, causal, d ? &drop : NULL);
+            attention_case(ragged, causal, d ? &drop : NULL);
+        }
 }
 END_TEST
 
@@ -436,11 +455,50 @@ START_TEST(test_gelu_backward)
 }
 END_TEST
 
+/* Dropout without a mask: out = in * M, M = 1 / (1 - p) where
+ * common/dropout.h keeps element e of out (row-major) and 0 where it drops;
+ * strided and broadcast inputs, a transposed output, a stream starting at
+ * an odd offset; about 1 - p of a large tensor kept. */
+START_TEST(test_dropout)
+{
+    if (!B->dropout) return;
+    const int64_t shapes[2][2] = {{1, 37}, {300, 129}};
+    const awl_dropout_args d = {0.3, 0x9e3779b97f4a7c15ull, 7};
+    const uint32_t threshold = awl_dropout_threshold(d.p);
+    const float scale = (float)awl_dropout_scale(d.p);
+    for (int c = 0; c < 2; c++)
+        for (int L = L_CONTIG; L <= L_BCAST; L++) {
+            const int64_t R = shapes[c][0], C = shapes[c][1], n = R * C;
+            tt in = tt_input(AWL_F32, 2, shapes[c], (enum layout)L, GEN_ANY);
+            tt out = tt_new(AWL_F32, 2, shapes[c], L == L_PERM ? L_PERM : L_CONTIG);
+            double *ref = malloc((size_t)n * sizeof *ref);
+            int64_t kept = 0;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t j = 0; j < C; j++) {
+                    bool keep =
+                        awl_dropout_keep(d.seed, d.offset, (uint64_t)(r * C + j), threshold);
+                    kept += keep;
+                    ref[r * C + j] =
+                        keep ? (double)((float)tt_at(&in, (int64_t[]){r, j}) * scale) : 0;
+                }
+            int rc = B->dropout(&out.v, &in.v, &d);
+            if (fused_ran(true, rc, AWL_F32)) expect_out(&out, ref, 1e-6, "dropout");
+            if (n > 10000)
+                ck_assert_msg(fabs((double)kept / n - 0.7) < 0.01, "kept %lld of %lld",
+                              (long long)kept, (long long)n);
+            free(ref);
+            tt_free(&in);
+            tt_free(&out);
+        }
+}
+END_TEST
+
 int main(void)
 {
     const backend_test tests[] = {
         {"fused", test_softmax},   {"fused", test_layernorm}, {"fused", test_cross_entropy},
         {"fused", test_attention}, {"fused", test_adamw},     {"fused", test_gelu_backward},
+        {"fused", test_dropout},
     };
     return backend_tests_main("backend_fused", tests, sizeof tests / sizeof tests[0]);
 }

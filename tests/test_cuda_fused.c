@@ -1,8 +1,8 @@
 /*
  * tests/test_cuda_fused.c - the CUDA backend's fused kernels against the
- * CPU backend: softmax, LayerNorm, cross-entropy, attention on every rung,
- * AdamW. tests/helpers/cuda_harness.h says what every case checks;
- * tests/test_cuda.c has the primitives.
+ * CPU backend: softmax, LayerNorm, cross-entropy, attention on every rung
+ * with and without dropout, dropout, AdamW. tests/helpers/cuda_harness.h says what every case
+ * checks; tests/test_cuda.c has the primitives.
  *
  * Without a GPU (CI) the binary prints why it skipped and exits 0.
  */
@@ -155,13 +155,14 @@ END_TEST
 typedef struct att_ctx {
     double scale;
     bool causal, tf32;
+    const awl_dropout_args *dropout; /* NULL: none */
 } att_ctx;
 
 static int fn_att_fwd(const awl_backend *be, awl_view *const *v, const void *ctx)
 {
     const att_ctx *a = ctx;
     if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(true);
-    int rc = be->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->causal);
+    int rc = be->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->causal, a->dropout);
     if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(false);
     return rc;
 }
@@ -171,7 +172,7 @@ static int fn_att_bwd(const awl_backend *be, awl_view *const *v, const void *ctx
     const att_ctx *a = ctx;
     if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(true);
     int rc = be->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], a->scale,
-                                    a->causal);
+                                    a->causal, a->dropout);
     if (a->tf32 && be == cuda) be->set_matmul_fast_fp32(false);
     return rc;
 }
@@ -190,7 +191,8 @@ static operand qkv_slice(role r, awl_dtype dt, int64_t B, int64_t H, int64_t T, 
     return ranged(o, -1, 1);
 }
 
-START_TEST(test_attention)
+/* The attention cases with dropout (or without). */
+static void attention_cases(bool with_dropout)
 {
     /* The last shape only in the default float32 mode: enough heads that the
      * one-pass backward gives each block several key tiles (its slices). */
@@ -199,33 +201,45 @@ START_TEST(test_attention)
     /* Every rung: tensor cores (float32 as 3xTF32, or TF32 in TF32 mode;
      * bfloat16 mma), float32's backward in two kernels where it would take
      * one pass (AWL_CUDA_ATTENTION=split), and the CUDA-core kernels
-     * (AWL_CUDA_ATTENTION=simt). */
+     * (AWL_CUDA_ATTENTION=simt); each without and with dropout (the CPU's
+     * fused kernel draws the same mask from the same state, so the two
+     * must agree as closely as without). */
     static const struct {
         awl_dtype dt;
         const char *env; /* AWL_CUDA_ATTENTION, or NULL */
-        bool tf32;
+        bool tf32, dropout;
         double tol_fwd, tol_bwd;
         const char *name;
     } modes[] = {
-        {AWL_F32, NULL, false, 1e-5, 1e-4, ""},
-        {AWL_F32, NULL, true, 5e-3, 1e-2, " tf32"},
-        {AWL_F32, "split", false, 1e-5, 1e-4, " split"},
-        {AWL_F32, "split", true, 5e-3, 1e-2, " tf32 split"},
-        {AWL_F32, "simt", false, 1e-5, 1e-4, " simt"},
-        {AWL_BF16, NULL, false, 1e-2, 2e-2, ""},
-        {AWL_BF16, "simt", false, 1e-2, 2e-2, " simt"},
+        {AWL_F32, NULL, false, false, 1e-5, 1e-4, ""},
+        {AWL_F32, NULL, true, false, 5e-3, 1e-2, " tf32"},
+        {AWL_F32, "split", false, false, 1e-5, 1e-4, " split"},
+        {AWL_F32, "split", true, false, 5e-3, 1e-2, " tf32 split"},
+        {AWL_F32, "simt", false, false, 1e-5, 1e-4, " simt"},
+        {AWL_BF16, NULL, false, false, 1e-2, 2e-2, ""},
+        {AWL_BF16, "simt", false, false, 1e-2, 2e-2, " simt"},
+        {AWL_F32, NULL, false, true, 1e-5, 1e-4, " dropout"},
+        {AWL_F32, NULL, true, true, 5e-3, 1e-2, " tf32 dropout"},
+        {AWL_F32, "split", false, true, 1e-5, 1e-4, " split dropout"},
+        {AWL_F32, "simt", false, true, 1e-5, 1e-4, " simt dropout"},
+        {AWL_BF16, NULL, false, true, 1e-2, 2e-2, " dropout"},
+        {AWL_BF16, "simt", false, true, 1e-2, 2e-2, " simt dropout"},
     };
+    /* p = 0.2 from a state whose stream starts at offset 3 */
+    const awl_dropout_args drop = {0.2, 0x5eed5eed1234ull, 3};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
         for (int s = 0; s < 5; s++)
             for (int causal = 0; causal < 2; causal++) {
-                if (s == 4 && m != 0) continue;
+                /* the many-slice shape: the one-pass backward's modes only */
+                if (modes[m].dropout != with_dropout || (s == 4 && modes[m].env)) continue;
                 awl_dtype dt = modes[m].dt;
                 if (modes[m].env)
                     setenv("AWL_CUDA_ATTENTION", modes[m].env, 1);
                 else
                     unsetenv("AWL_CUDA_ATTENTION");
                 int64_t B = shapes[s][0], H = shapes[s][1], T = shapes[s][2], D = shapes[s][3];
-                att_ctx a = {1.0 / sqrt((double)D), causal == 1, modes[m].tf32};
+                att_ctx a = {1.0 / sqrt((double)D), causal == 1, modes[m].tf32,
+                             modes[m].dropout ? &drop : NULL};
                 bool strided = s % 2 == 0;
                 operand q = strided ? qkv_slice(IN, dt, B, H, T, D, 0)
                                     : ranged(OPND(IN, dt, B, H, T, D), -1, 1);
@@ -262,6 +276,11 @@ START_TEST(test_attention)
             }
     unsetenv("AWL_CUDA_ATTENTION");
 }
+
+START_TEST(test_attention) { attention_cases(false); }
+END_TEST
+
+START_TEST(test_attention_dropout) { attention_cases(true); }
 END_TEST
 
 typedef struct adam_ctx {
@@ -282,6 +301,35 @@ static int fn_adamw(const awl_backend *be, awl_view *const *v, const void *ctx)
     }
     return be->adamw_step(a->n, p, g, m, s, a->wd, &a->args);
 }
+
+static int fn_dropout(const awl_backend *be, awl_view *const *v, const void *ctx)
+{
+    return be->dropout(v[0], v[1], ctx);
+}
+
+/* The mask-free dropout kernel: float32, float64 and bfloat16; contiguous,
+ * transposed and broadcast inputs; bit-identical to the CPU's (the same
+ * mask, the same rounded product). */
+START_TEST(test_dropout)
+{
+    const awl_dropout_args d = {0.1, 77, 5};
+    const awl_dtype dts[3] = {AWL_F32, AWL_F64, AWL_BF16};
+    for (int t = 0; t < 3; t++) {
+        awl_dtype dt = dts[t];
+        tcase c[3] = {
+            {.n = 2, .op = {OPND(OUT, dt, 4095, 771), OPND(IN, dt, 4095, 771)}},
+            {.n = 2, .op = {OPND(OUT, dt, 300, 129), transposed(OPND(IN, dt, 300, 129), 0, 1)}},
+            {.n = 2, .op = {OPND(OUT, dt, 64, 384), broadcast(OPND(IN, dt, 64, 384), 0)}}};
+        for (int k = 0; k < 3; k++) {
+            c[k].fn = fn_dropout;
+            c[k].ctx = &d;
+            snprintf(c[k].name, sizeof c[k].name, "dropout %s layout %d", awl_dtype_name(dt), k);
+            double e = run_case(&c[k]);
+            ck_assert_msg(e == 0, "%s: relative difference %.3g to the CPU", c[k].name, e);
+        }
+    }
+}
+END_TEST
 
 START_TEST(test_adamw)
 {
@@ -314,6 +362,8 @@ int main(void)
         {"layernorm", test_layernorm},
         {"cross_entropy", test_cross_entropy},
         {"attention", test_attention},
+        {"dropout", test_attention_dropout},
+        {"dropout", test_dropout},
         {"adamw", test_adamw},
     };
     return cuda_tests_main("cuda_fused", tests, sizeof tests / sizeof tests[0]);

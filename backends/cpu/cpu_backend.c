@@ -70,6 +70,7 @@ static const awl_backend cpu_backend = {
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .dropout = cpu_dropout,
     .gelu_backward = cpu_gelu_backward,
     .adamw_step = cpu_adamw_step,
 };

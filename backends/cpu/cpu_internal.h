@@ -141,6 +141,7 @@ int cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view
 int cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
 int cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
                double b);
+int cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
 /* cpu_fused.c */
 int cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log);
@@ -162,10 +163,11 @@ int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const a
 
 /* cpu_attention.c */
 int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
-                          const awl_view *k, const awl_view *v, double scale, bool causal);
+                          const awl_view *k, const awl_view *v, double scale, bool causal,
+                          const awl_dropout_args *dropout);
 int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                            const awl_view *dout, const awl_view *q, const awl_view *k,
                            const awl_view *v, const awl_view *out, const awl_view *lse,
-                           double scale, bool causal);
+                           double scale, bool causal, const awl_dropout_args *dropout);
 
 #endif

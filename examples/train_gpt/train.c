@@ -324,6 +324,7 @@ int train(trainer *t)
     v.window_start = now();
     double best_val = INFINITY; /* small corpora overfit: the best is what to keep */
     int64_t best_step = 0;
+    bool target_met = false;
     while (t->state.step < s->steps) {
         double lr = awl_lr_at(&t->schedule, t->state.step), loss = 0;
         int stop = 0;
@@ -350,6 +351,11 @@ int train(trainer *t)
             if (val < best_val) {
                 best_val = val;
                 best_step = step;
+            }
+            if (s->target_loss > 0 && !target_met && val <= s->target_loss) {
+                target_met = true;
+                printf("target: val loss %.4f <= %.4f at step %lld, %.1f s after training began\n",
+                       val, s->target_loss, (long long)step, now() - p.start_time);
             }
             v.window_start = now(); /* evaluation time is not training speed */
             v.window_steps = 0;
@@ -378,6 +384,7 @@ int train(trainer *t)
     double elapsed = now() - p.start_time;
     printf("done: %lld steps in %.1f s", (long long)(s->steps - p.start_step), elapsed);
     if (best_step) printf("; best val loss %.4f at step %lld", best_val, (long long)best_step);
+    if (s->target_loss > 0 && !target_met) printf("; val loss never reached %.4f", s->target_loss);
     printf("\n");
     print_memory(t);
     double run_tok_s = (double)v.tokens_per_step * (double)(s->steps - p.start_step) / elapsed;

@@ -47,6 +47,7 @@ typedef struct settings {
     bool checkpoint_activations;
     int zero, tensor_parallel;    /* ZeRO stage (0: DDP); ranks splitting each layer */
     double baseline_tokens_per_s; /* one rank's speed, for the scaling line */
+    double target_loss;           /* 0: none */
     int sample_tokens, top_k;
     double temperature;
     const char *prompt;
