@@ -125,6 +125,8 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key);
 int awl_dist_rank(const awl_process_group *pg);
 int awl_dist_world_size(const awl_process_group *pg);
 int awl_dist_local_rank(const awl_process_group *pg);
+/* The transport the group runs over: "tcp" or "mpi" ("none" for world size 1). */
+const char *awl_dist_backend(const awl_process_group *pg);
 /* The group's key-value store (rank 0's TCP store; NULL for world size 1). */
 awl_store *awl_dist_store(awl_process_group *pg);
 

@@ -596,6 +596,10 @@ void awl_dist_destroy(awl_process_group *pg)
 int awl_dist_rank(const awl_process_group *pg) { return pg ? pg->rank : -1; }
 int awl_dist_world_size(const awl_process_group *pg) { return pg ? pg->world : -1; }
 int awl_dist_local_rank(const awl_process_group *pg) { return pg ? pg->local_rank : -1; }
+const char *awl_dist_backend(const awl_process_group *pg)
+{
+    return pg && pg->world > 1 && pg->transport ? pg->transport->name : "none";
+}
 awl_store *awl_dist_store(awl_process_group *pg) { return pg ? pg->store : NULL; }
 
 /* ---- starting work ---------------------------------------------------------------------------- */

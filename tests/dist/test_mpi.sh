@@ -49,6 +49,38 @@ else
     fail "killed rank (rc $rc)"; cat "$out/crash"
 fi
 
+# train_gpt, unchanged, under mpirun: the same run as under awlrun; over the
+# TCP transport bit for bit, over MPI (another summation order) within 1e-4
+for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog, said she."; done > "$out/corpus.txt"
+TRAIN="$B/train_gpt --data $out/corpus.txt --steps 6 --eval-interval 3 --threads 1 --sample-tokens 0"
+losses() { cut -d, -f1-3 "$1"; }
+"$B/awlrun" -n 2 $TRAIN --log "$out/awlrun.csv" > "$out/train_awlrun" 2>&1 || { fail "train_gpt under awlrun"; cat "$out/train_awlrun"; }
+MASTER_PORT=$("$WORKER" free-port) $MPIRUN -np 2 $TRAIN --dist-backend tcp --log "$out/tcp.csv" > "$out/train_tcp" 2>&1
+[ $? -eq 0 ] && grep -q 'data-parallel: 2 ranks over tcp' "$out/train_tcp" &&
+    [ "$(losses "$out/tcp.csv")" = "$(losses "$out/awlrun.csv")" ] &&
+    pass "train_gpt under mpirun over TCP: the losses of awlrun, bit for bit" ||
+    { fail "train_gpt under mpirun --dist-backend tcp"; cat "$out/train_tcp"; }
+$MPIRUN -np 2 $TRAIN --log "$out/mpi.csv" > "$out/train_mpi" 2>&1
+if [ $? -eq 0 ] && grep -q 'data-parallel: 2 ranks over mpi' "$out/train_mpi" &&
+    paste -d, "$out/mpi.csv" "$out/awlrun.csv" | awk -F, 'NR > 1 { d = $2 - $13; if (d > 1e-4 || d < -1e-4) bad = 1 } END { exit bad }'; then
+    pass "train_gpt under mpirun over MPI (the default): the losses of awlrun within 1e-4"
+else
+    fail "train_gpt under mpirun over MPI"; cat "$out/train_mpi"
+fi
+
+# and as srun starts it: Slurm's variables alone (rank 0's host from
+# SLURM_NODELIST), over TCP, bit for bit again
+port=$("$WORKER" free-port)
+for r in 0 1; do
+    env SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_NODELIST=localhost SLURM_JOB_ID=99 \
+        MASTER_PORT=$port timeout 120 $TRAIN --log "$out/slurm$r.csv" > "$out/train_slurm$r" 2>&1 &
+done
+wait
+[ -s "$out/slurm0.csv" ] && [ "$(losses "$out/slurm0.csv")" = "$(losses "$out/awlrun.csv")" ] &&
+    grep -q 'data-parallel: 2 ranks over tcp' "$out/train_slurm0" &&
+    pass "train_gpt under Slurm's variables: the losses of awlrun, bit for bit" ||
+    { fail "train_gpt under Slurm's variables"; cat "$out/train_slurm0" "$out/train_slurm1"; }
+
 # the launchers' variables, each set alone
 launch() { env -i PATH="$PATH" "$@" "$WORKER" launch; }
 expect() { # description, expected output, command...
