@@ -27,6 +27,7 @@
 
 #if AWL_WITH_MPI
 #include <mpi.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +155,12 @@ static int mpi_run(awl_process_group *pg, awl_work *w)
                      dist_describe(fp, what, sizeof what), dist_me(pg), err);
             return -1;
         }
+    }
+    if (w->out_count > INT_MAX || w->in_count > INT_MAX) { /* MPI's counts are ints */
+        snprintf(w->message, sizeof w->message,
+                 "%s failed on rank %d: more than %d elements in one call, MPI's limit",
+                 dist_describe(fp, what, sizeof what), dist_me(pg), INT_MAX);
+        return -1;
     }
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Op op = fp->reduce == AWL_DIST_MAX ? MPI_MAX : MPI_SUM;
