@@ -75,7 +75,9 @@ typedef struct awl_dist_options {
     const char *master_addr;          /* rank 0's host: MASTER_ADDR, default 127.0.0.1 */
     int master_port;                  /* the store's port: MASTER_PORT, default 29500 */
     const char *token;                /* the job token: AWL_JOB_TOKEN, default "" */
-    const char *backend;              /* "tcp" or "mpi": AWL_DIST_BACKEND (see awl_dist_launch_info) */
+    const char *backend;              /* "tcp", "mpi" or "nccl": AWL_DIST_BACKEND (see
+                                         awl_dist_launch_info) */
+    const char *device;               /* nccl: this rank's GPU, default "cuda:<local_rank>" */
     double timeout_s;         /* a collective's deadline: AWL_DIST_TIMEOUT, default 300 s */
     double peer_timeout_s;    /* silence before a peer is declared gone: AWL_DIST_PEER_TIMEOUT,
                                  default 15 s */
@@ -282,7 +284,9 @@ void awl_ddp_get_stats(const awl_ddp *ddp, awl_ddp_stats *out);
  *     }
  *     awl_zero_free(zero);
  *
- * Parameters must be float32 CPU tensors (the TCP transport's memory). */
+ * The parameters share one dtype and one device: CPU tensors over TCP or
+ * MPI, the rank's GPU over NCCL (the buckets, the gradient shard and the
+ * optimizer state live there too). */
 typedef struct awl_zero awl_zero;
 
 typedef struct awl_zero_options {
