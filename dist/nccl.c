@@ -238,23 +238,53 @@ static void nap(awl_process_group *pg, double waited)
     poll(fds, (nfds_t)n, 1);
 }
 
+/* After NCCL reported an error: a peer's death or abort explains most of
+ * them, and the mesh says which peer (NCCL does not), given half a second
+ * to notice. Returns the fault, err the cause first, NCCL's words after. */
+static int find_cause(awl_process_group *pg, char *err, size_t size)
+{
+    if (!pg->nccl->mesh) return TCP_FAULT_HERE;
+    char cause[1024];
+    int fault = 0;
+    for (double end = net_now() + 0.5; !fault && net_now() < end;) {
+        fault = tcp_service(pg, cause, sizeof cause);
+        if (!fault) fault = tcp_check_peers(pg, cause, sizeof cause);
+        if (!fault) nap(pg, 1);
+    }
+    if (!fault) return TCP_FAULT_HERE;
+    char nccl_said[512];
+    snprintf(nccl_said, sizeof nccl_said, "%.500s", err);
+    snprintf(err, size, "%.1000s (and %s)", cause, nccl_said);
+    return fault;
+}
+
+/* What a wait is for ("create the communicator"), and its bound: `limit`
+ * seconds (the variable that sets them named) after `since`. */
+typedef struct wait_spec {
+    const char *what;
+    double since, limit;
+    const char *limit_name;
+} wait_spec;
+
 /* Waits until the communicator has settled (no call of it in progress:
  * the non-blocking communicator's state is ncclSuccess) and, with
  * `until_done`, the last operation's event has passed; meanwhile watches
  * NCCL's asynchronous error, the mesh (a peer that dies, aborts, goes
- * silent or says goodbye too early) and the deadline. 0, or a TCP_FAULT_*
- * code with err; `what` says what was waited for. */
-static int wait_for(awl_process_group *pg, bool until_done, double deadline, const char *what,
-                    char *err, size_t size)
+ * silent or says goodbye too early) and the bound. 0, or a TCP_FAULT_*
+ * code with err. */
+static int wait_for(awl_process_group *pg, bool until_done, const wait_spec *w, char *err,
+                    size_t size)
 {
     nccl_state *st = pg->nccl;
-    double start = net_now();
+    double start = net_now(), deadline = w->since + w->limit;
     for (;;) {
         ncclResult_t state;
         ncclResult_t r = api.ncclCommGetAsyncError(st->comm, &state);
         if (r != ncclSuccess) state = r;
-        if (state != ncclSuccess && state != ncclInProgress)
-            return nccl_fault(pg, state, "asynchronous error", err, size);
+        if (state != ncclSuccess && state != ncclInProgress) {
+            nccl_fault(pg, state, "asynchronous error", err, size);
+            return find_cause(pg, err, size);
+        }
         if (state == ncclSuccess) {
             if (!until_done) return 0;
             cudaError_t e = cudaEventQuery(st->done);
@@ -273,8 +303,8 @@ static int wait_for(awl_process_group *pg, bool until_done, double deadline, con
             if (now > deadline) {
                 char doing[1024] = "";
                 if (st->mesh) peers_doing(pg, doing, sizeof doing);
-                snprintf(err, size, "timed out after %g s (AWL_DIST_TIMEOUT) waiting for NCCL on %s to %s%s",
-                         pg->timeout, pg->device, what, doing);
+                snprintf(err, size, "timed out after %g s (%s) waiting for NCCL on %s to %s%s",
+                         w->limit, w->limit_name, pg->device, w->what, doing);
                 return TCP_FAULT_HERE;
             }
         }
@@ -354,8 +384,9 @@ static ncclResult_t queue_nccl(awl_process_group *pg, awl_work *w, const char **
 }
 
 /* Puts w on the communication stream behind its inputs' event, then its
- * completion event. 0, or a TCP_FAULT_* code with err. */
-static int launch(awl_process_group *pg, awl_work *w, double deadline, char *err, size_t size)
+ * completion event; `since`: when w began (its timeout counts from there).
+ * 0, or a TCP_FAULT_* code with err. */
+static int launch(awl_process_group *pg, awl_work *w, double since, char *err, size_t size)
 {
     nccl_state *st = pg->nccl;
     cudaError_t e = cudaSetDevice(st->device);
@@ -365,8 +396,9 @@ static int launch(awl_process_group *pg, awl_work *w, double deadline, char *err
     ncclResult_t r = queue_nccl(pg, w, &call);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_fault(pg, r, call, err, size);
     if (r == ncclInProgress) { /* connecting to its peers: nothing more on the stream until done */
-        int fault = wait_for(pg, false, deadline, "queue the operation (connecting the GPUs)", err,
-                             size);
+        wait_spec queued = {"queue the operation (connecting the GPUs)", since, pg->timeout,
+                            "AWL_DIST_TIMEOUT"};
+        int fault = wait_for(pg, false, &queued, err, size);
         if (fault) return fault;
     }
     e = cudaEventRecord(st->done, st->stream);
@@ -408,12 +440,12 @@ static void count_bytes(awl_process_group *pg, const awl_work *w)
 static int nccl_run(awl_process_group *pg, awl_work *w)
 {
     nccl_state *st = pg->nccl;
-    double deadline = net_now() + pg->timeout;
+    wait_spec done = {"finish the operation", net_now(), pg->timeout, "AWL_DIST_TIMEOUT"};
     char err[1536] = "";
     int status = st->mesh ? tcp_exchange_fingerprints(pg, w) : 0;
     if (status == 0) {
-        int fault = launch(pg, w, deadline, err, sizeof err);
-        if (fault == 0) fault = wait_for(pg, true, deadline, "finish the operation", err, sizeof err);
+        int fault = launch(pg, w, done.since, err, sizeof err);
+        if (fault == 0) fault = wait_for(pg, true, &done, err, sizeof err);
         if (fault == 0) {
             count_bytes(pg, w);
         } else {
@@ -521,9 +553,10 @@ static int create_comm(awl_process_group *pg)
     config.blocking = 0;
     config.commName = pg->key_prefix;
     r = api.ncclCommInitRankConfig(&st->comm, pg->world, id, pg->rank, &config);
+    wait_spec created = {"create the communicator", net_now(), pg->init_timeout,
+                         "AWL_DIST_INIT_TIMEOUT"};
     int fault = r == ncclSuccess || r == ncclInProgress
-                    ? wait_for(pg, false, net_now() + pg->init_timeout, "create the communicator",
-                               err, sizeof err)
+                    ? wait_for(pg, false, &created, err, sizeof err)
                     : nccl_fault(pg, r, "ncclCommInitRankConfig", err, sizeof err);
     if (fault)
         return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d could not create its NCCL "
@@ -542,9 +575,10 @@ static void nccl_shutdown(awl_process_group *pg, bool clean)
         bool finalized = false;
         if (clean) {
             ncclResult_t r = api.ncclCommFinalize(st->comm);
+            wait_spec quiet = {"finalize the communicator", net_now(), pg->peer_timeout,
+                               "AWL_DIST_PEER_TIMEOUT"};
             if (r == ncclSuccess || r == ncclInProgress)
-                finalized = wait_for(pg, false, net_now() + pg->peer_timeout, "finalize", err,
-                                     sizeof err) == 0;
+                finalized = wait_for(pg, false, &quiet, err, sizeof err) == 0;
             else
                 nccl_fault(pg, r, "ncclCommFinalize", err, sizeof err);
         }
