@@ -237,7 +237,10 @@ void print_help(const char *program)
            "(giving one with another value is an error):\n ");
     for (int i = 0; i < n_train_options; i++)
         if (train_options[i].scope != SCOPE_INVOCATION) printf(" --%s", train_options[i].name);
-    printf("\n");
+    printf(
+        "\n\nThe first SIGINT or SIGTERM finishes the step, saves to --save and exits; a second\n"
+        "exits at once. Exit status: 0 done, 1 failure, 2 usage error, 130/143 stopped by\n"
+        "SIGINT/SIGTERM.\n");
 }
 
 const option_spec *find_option(const char *name)
