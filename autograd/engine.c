@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- a max-heap of ready nodes, by sequence number --------------------------------- */
 

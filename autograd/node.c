@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- grad mode ------------------------------------------------------------------ */
 
@@ -33,7 +33,6 @@
 static _Thread_local bool grad_disabled; /* false: recording is on */
 static _Thread_local bool no_grad_saved[MAX_NO_GRAD_DEPTH];
 static _Thread_local int no_grad_depth;
-static bool fused_disabled;
 
 bool awl_is_grad_enabled(void) { return !grad_disabled; }
 
@@ -60,15 +59,6 @@ void awl_no_grad_end(void)
     no_grad_depth--;
     awl_set_grad_enabled(no_grad_depth < MAX_NO_GRAD_DEPTH ? no_grad_saved[no_grad_depth] : false);
 }
-
-bool awl_set_fused_kernels(bool on)
-{
-    bool previous = !fused_disabled;
-    fused_disabled = !on;
-    return previous;
-}
-
-bool awl_fused_kernels_enabled(void) { return !fused_disabled; }
 
 /* ---- nodes ------------------------------------------------------------------------ */
 

@@ -155,6 +155,9 @@ typedef struct awl_adamw_args {
 
 typedef struct awl_backend {
     const char *name; /* "cpu", "cuda" */
+    /* Its memory is host memory and it has one device, named without an
+     * index ("cpu"). */
+    bool host_memory;
 
     /* ---- required: devices and memory ---- */
 
@@ -300,6 +303,11 @@ int awl_backend_register(const awl_backend *backend);
 
 /* The backend registered as `name`, or NULL. */
 const awl_backend *awl_backend_find(const char *name);
+
+/* The registered backends, in registration order (the built-in ones
+ * first): awl_backend_at(i) for 0 <= i < awl_backend_count(). */
+int awl_backend_count(void);
+const awl_backend *awl_backend_at(int i);
 
 /* Names for error messages. */
 const char *awl_unary_op_name(awl_unary_op op);

@@ -4,47 +4,75 @@
  * The built-in backends register themselves on first lookup, so a program
  * never has to initialise anything; a custom backend calls
  * awl_backend_register() before its first tensor.
+ *
+ * Threads: the built-ins are registered once (pthread_once); registering
+ * takes a mutex and publishes the new entry with an atomic count, so
+ * lookups, which happen on every tensor creation, take no lock.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backends/backend.h"
 
 #define MAX_BACKENDS 8
 
-static const awl_backend *registered[MAX_BACKENDS];
-static int n_registered;
-static bool builtins_registered;
+static _Atomic(const awl_backend *) registered[MAX_BACKENDS];
+static atomic_int n_registered;
+static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+
+static int add(const awl_backend *backend)
+{
+    int status = AWL_OK;
+    pthread_mutex_lock(&register_mu);
+    int n = atomic_load(&n_registered), i = 0;
+    while (i < n && strcmp(atomic_load(&registered[i])->name, backend->name) != 0) i++;
+    if (i < n) {
+        atomic_store(&registered[i], backend);
+    } else if (n == MAX_BACKENDS) {
+        status = awl_error(AWL_ERR_INVALID, "awl_backend_register: more than %d backends",
+                           MAX_BACKENDS);
+    } else {
+        atomic_store(&registered[n], backend);
+        atomic_store(&n_registered, n + 1);
+    }
+    pthread_mutex_unlock(&register_mu);
+    return status;
+}
+
+static void register_builtins(void)
+{
+    add(awl_cpu_backend());
+    if (awl_cuda_backend()) add(awl_cuda_backend());
+}
 
 int awl_backend_register(const awl_backend *backend)
 {
     if (!backend || !backend->name)
         return awl_error(AWL_ERR_INVALID, "awl_backend_register: backend has no name");
-    for (int i = 0; i < n_registered; i++) {
-        if (strcmp(registered[i]->name, backend->name) == 0) {
-            registered[i] = backend;
-            return AWL_OK;
-        }
-    }
-    if (n_registered == MAX_BACKENDS)
-        return awl_error(AWL_ERR_INVALID, "awl_backend_register: more than %d backends",
-                         MAX_BACKENDS);
-    registered[n_registered++] = backend;
-    return AWL_OK;
+    pthread_once(&builtins_once, register_builtins);
+    return add(backend);
 }
 
-static void register_builtins(void)
+int awl_backend_count(void)
 {
-    if (builtins_registered) return;
-    builtins_registered = true;
-    awl_backend_register(awl_cpu_backend());
-    if (awl_cuda_backend()) awl_backend_register(awl_cuda_backend());
+    pthread_once(&builtins_once, register_builtins);
+    return atomic_load(&n_registered);
+}
+
+const awl_backend *awl_backend_at(int i)
+{
+    return i >= 0 && i < awl_backend_count() ? atomic_load(&registered[i]) : NULL;
 }
 
 const awl_backend *awl_backend_find(const char *name)
 {
-    register_builtins();
-    for (int i = 0; i < n_registered; i++)
-        if (strcmp(registered[i]->name, name) == 0) return registered[i];
+    int n = awl_backend_count();
+    for (int i = 0; i < n; i++) {
+        const awl_backend *b = atomic_load(&registered[i]);
+        if (strcmp(b->name, name) == 0) return b;
+    }
     return NULL;
 }
 

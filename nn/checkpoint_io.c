@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "nn/safetensors.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 #define FORMAT_NAME "checkpoint"
 #define FORMAT_VERSION "1"

@@ -39,7 +39,7 @@
 #include <time.h>
 
 #include "common/philox.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* What a checkpointed block's replay needs: the block and the autocast
  * dtype its forward ran under. */

@@ -28,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
+#include "tensor/tensor_internal.h" /* awl_backend_status, until the fused entry points */
 
 struct awl_optimizer {
     awl_optimizer_kind kind;

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "nn/safetensors_internal.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- UTF-8 and dtypes -------------------------------------------------------------- */
 

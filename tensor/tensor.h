@@ -104,14 +104,18 @@ struct awl_tensor {
 
 /* ---- devices ---------------------------------------------------------------- */
 
-/* Parses "cpu", "cuda", "cuda:1" into a device. Fails when the backend is not
- * built in or the index is out of range. */
+/* Parses "cpu", "cuda", "cuda:1" into a device. Fails when no backend of that
+ * name is registered or the index is out of range. */
 int awl_device_parse(const char *name, awl_device *out);
+
+/* Whether two devices are the same one. */
+bool awl_device_equal(awl_device a, awl_device b);
 
 /* True when `name` parses and the device is present. */
 bool awl_device_available(const char *name);
 
-/* Writes "cpu" or "cuda:0" into buf and returns buf. */
+/* Writes "cpu" or "cuda:0" into buf and returns buf (a host-memory backend's
+ * one device has no index). */
 const char *awl_device_name(awl_device device, char *buf, size_t size);
 
 /* A tensor's device, as a name in buf (convenience over awl_device_name). */
@@ -129,6 +133,12 @@ int awl_set_float32_matmul_precision(const char *precision);
 /* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
 int awl_synchronize(const char *device);
 
+/* Whether fused backend kernels may be used (on by default): off, every op
+ * composes from primitives, which is what the tests compare the two paths
+ * with. A process-wide setting; returns the previous one. */
+bool awl_set_fused_kernels(bool on);
+bool awl_fused_kernels_enabled(void);
+
 /* ---- scopes and reference counts -------------------------------------------- */
 
 void awl_scope_begin(void);
@@ -144,6 +154,12 @@ awl_tensor *awl_retain(awl_tensor *t);
 void awl_release(awl_tensor *t);
 /* Depth of the scope stack (0 outside every scope). */
 int awl_scope_depth(void);
+/* Takes t's reference out of the current scope and returns it: the caller
+ * now owns that reference (a graph node keeping a tensor it created). */
+awl_tensor *awl_take(awl_tensor *t);
+/* Gives the current scope one reference the caller owned (a tensor made in
+ * an inner scope and retained across its end). NULL in, NULL out. */
+awl_tensor *awl_adopt(awl_tensor *t);
 
 /* ---- creation (leaf tensors) ----------------------------------------------- */
 
@@ -180,6 +196,10 @@ bool awl_is_contiguous(const awl_tensor *t);
 bool awl_same_shape(const awl_tensor *a, const awl_tensor *b);
 /* "(2,3,4)" into buf; returns buf. */
 const char *awl_shape_str(const awl_tensor *t, char *buf, size_t size);
+const char *awl_format_shape(int ndim, const int64_t *shape, char *buf, size_t size);
+/* Normalises a possibly negative axis of a tensor with ndim axes into *out;
+ * records an error naming op when it is out of range. */
+int awl_normalize_dim(const char *op, int dim, int ndim, int *out);
 
 /* PyTorch-style repr: tensor([[0.1000, 0.2000], ...], requires_grad=True).
  * awl_repr writes at most size bytes (always terminated) and returns the

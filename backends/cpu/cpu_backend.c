@@ -40,6 +40,7 @@ static void cpu_set_num_threads(int n)
 
 static const awl_backend cpu_backend = {
     .name = "cpu",
+    .host_memory = true,
     .device_count = cpu_device_count,
     .alloc = cpu_alloc,
     .free = cpu_free,
