@@ -146,7 +146,7 @@ static int refuse_dtype(const char *what, const char *opname, awl_dtype dtype)
                      awl_dtype_name(dtype));
 }
 
-int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
+int awl_cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
 {
     if (op < 0 || op >= AWL_UNARY_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu unary: unknown op %d", (int)op);
@@ -154,8 +154,8 @@ int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double a
     if (!fn) return refuse_dtype("unary", awl_unary_op_name(op), out->dtype);
     const awl_view *views[2] = {out, in};
     cpu_iter it;
-    cpu_iter_init(&it, 2, views);
-    cpu_iter_run(&it, unary_is_costly(op) ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, &alpha);
+    awl_cpu_iter_init(&it, 2, views);
+    awl_cpu_iter_run(&it, unary_is_costly(op) ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, &alpha);
     return AWL_OK;
 }
 
@@ -238,7 +238,7 @@ static const cpu_segment_fn binary_kernels[3][AWL_BINARY_OP_COUNT] = {
     [AWL_I32] = {BINARY_COMMON_OPS(BINARY_ENTRY_I32) BINARY_INT_OPS(BINARY_ENTRY_I32)},
 };
 
-int cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b)
+int awl_cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b)
 {
     if (op < 0 || op >= AWL_BINARY_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu binary: unknown op %d", (int)op);
@@ -246,8 +246,8 @@ int cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const a
     if (!fn) return refuse_dtype("binary", awl_binary_op_name(op), out->dtype);
     const awl_view *views[3] = {out, a, b};
     cpu_iter it;
-    cpu_iter_init(&it, 3, views);
-    cpu_iter_run(&it, op == AWL_BINARY_POW ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, NULL);
+    awl_cpu_iter_init(&it, 3, views);
+    awl_cpu_iter_run(&it, op == AWL_BINARY_POW ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, NULL);
     return AWL_OK;
 }
 
@@ -321,15 +321,15 @@ static const cpu_segment_fn copy_kernels[AWL_DTYPE_COUNT][AWL_DTYPE_COUNT] = {
 
 static bool dtype_ok(awl_dtype d) { return d >= 0 && d < AWL_DTYPE_COUNT; }
 
-int cpu_copy(const awl_view *out, const awl_view *in)
+int awl_cpu_copy(const awl_view *out, const awl_view *in)
 {
     if (!dtype_ok(out->dtype) || !dtype_ok(in->dtype))
         return awl_error(AWL_ERR_INVALID, "awl_cpu copy: invalid dtype %d -> %d", (int)in->dtype,
                          (int)out->dtype);
     const awl_view *views[2] = {out, in};
     cpu_iter it;
-    cpu_iter_init(&it, 2, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, copy_kernels[out->dtype][in->dtype], NULL);
+    awl_cpu_iter_init(&it, 2, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, copy_kernels[out->dtype][in->dtype], NULL);
     return AWL_OK;
 }
 
@@ -353,7 +353,7 @@ DEFINE_FILL(fill_16, uint16_t)
 DEFINE_FILL(fill_32, uint32_t)
 DEFINE_FILL(fill_64, uint64_t)
 
-int cpu_fill(const awl_view *out, double value)
+int awl_cpu_fill(const awl_view *out, double value)
 {
     if (!dtype_ok(out->dtype))
         return awl_error(AWL_ERR_INVALID, "awl_cpu fill: invalid dtype %d", (int)out->dtype);
@@ -363,8 +363,8 @@ int cpu_fill(const awl_view *out, double value)
     cpu_segment_fn fn = size == 2 ? fill_16 : size == 4 ? fill_32 : fill_64;
     const awl_view *views[1] = {out};
     cpu_iter it;
-    cpu_iter_init(&it, 1, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, fn, &bits);
+    awl_cpu_iter_init(&it, 1, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, fn, &bits);
     return AWL_OK;
 }
 
@@ -408,7 +408,7 @@ static const cpu_segment_fn where_kernels[AWL_DTYPE_COUNT][3] = {
     [AWL_BF16] = {where_bf16_16, where_bf16_32, where_bf16_64},
 };
 
-int cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b)
+int awl_cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b)
 {
     if (!dtype_ok(out->dtype) || !dtype_ok(cond->dtype))
         return awl_error(AWL_ERR_INVALID, "awl_cpu where: invalid dtype");
@@ -416,7 +416,7 @@ int cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, cons
     int size_class = size == 2 ? 0 : size == 4 ? 1 : 2;
     const awl_view *views[4] = {out, cond, a, b};
     cpu_iter it;
-    cpu_iter_init(&it, 4, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, where_kernels[cond->dtype][size_class], NULL);
+    awl_cpu_iter_init(&it, 4, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, where_kernels[cond->dtype][size_class], NULL);
     return AWL_OK;
 }

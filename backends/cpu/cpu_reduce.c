@@ -284,7 +284,7 @@ static int output_value_parallel(const reduce_plan *p, int64_t in_off, int nt, d
 
 static int reduce_runs(const reduce_plan *p)
 {
-    int nt = cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     if (nt > 1 && p->nout >= nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t k = 0; k < p->nout; k++) {
@@ -331,7 +331,7 @@ static int reduce_columns(const reduce_plan *p)
 {
     const int64_t cols = p->kshape[p->nk - 1], cout = p->kout[p->nk - 1];
     const int64_t outer = p->nout / cols;
-    int nt = cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     /* Tiles as wide as the threads allow (long contiguous reads per row),
      * at most TILE. Each column's sum runs over the rows in order whatever
      * the tiling, so the width may depend on the thread count. */
@@ -353,7 +353,7 @@ static int reduce_columns(const reduce_plan *p)
     return AWL_OK;
 }
 
-int cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in)
+int awl_cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in)
 {
     if (op < 0 || op >= AWL_REDUCE_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu reduce: unknown op %d", (int)op);
