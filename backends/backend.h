@@ -46,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/ops.h"
 #include "common/dtype.h"
 #include "common/error.h"
 
@@ -87,58 +88,8 @@ static inline bool awl_view_is_contiguous(const awl_view *v)
 
 /* ---- operation codes ------------------------------------------------------ */
 
-/* out = f(in) element-wise; `alpha` is the scalar of the *_SCALAR ops. */
-typedef enum awl_unary_op {
-    AWL_UNARY_NEG,         /* -x                                   */
-    AWL_UNARY_EXP,         /* e^x                                  */
-    AWL_UNARY_LOG,         /* ln x                                 */
-    AWL_UNARY_SQRT,        /* sqrt x                               */
-    AWL_UNARY_RSQRT,       /* 1 / sqrt x                           */
-    AWL_UNARY_TANH,        /* tanh x                               */
-    AWL_UNARY_SIGMOID,     /* 1 / (1 + e^-x)                        */
-    AWL_UNARY_RELU,        /* max(x, 0)                            */
-    AWL_UNARY_GELU,        /* tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    AWL_UNARY_GELU_GRAD,   /* d gelu / dx                          */
-    AWL_UNARY_ABS,         /* |x|                                  */
-    AWL_UNARY_SIGN,        /* -1, 0 or 1                           */
-    AWL_UNARY_STEP,        /* 1 where x > 0, else 0 (relu's slope) */
-    AWL_UNARY_ADD_SCALAR,  /* x + alpha                            */
-    AWL_UNARY_MUL_SCALAR,  /* x * alpha                            */
-    AWL_UNARY_RSUB_SCALAR, /* alpha - x                            */
-    AWL_UNARY_RDIV_SCALAR, /* alpha / x                            */
-    AWL_UNARY_POW_SCALAR,  /* x ^ alpha                            */
-    AWL_UNARY_GT_SCALAR,   /* 1 where x > alpha, else 0            */
-    AWL_UNARY_LT_SCALAR,   /* 1 where x < alpha, else 0            */
-    AWL_UNARY_EQ_SCALAR,   /* 1 where x == alpha, else 0           */
-    AWL_UNARY_OP_COUNT
-} awl_unary_op;
-
-/* out = a (op) b element-wise, a and b broadcast to out's shape. Comparisons
- * give 1 or 0 in out's dtype. */
-typedef enum awl_binary_op {
-    AWL_BINARY_ADD,
-    AWL_BINARY_SUB,
-    AWL_BINARY_MUL,
-    AWL_BINARY_DIV,
-    AWL_BINARY_MAXIMUM,
-    AWL_BINARY_MINIMUM,
-    AWL_BINARY_POW,
-    AWL_BINARY_EQ,
-    AWL_BINARY_NE,
-    AWL_BINARY_GT,
-    AWL_BINARY_GE,
-    AWL_BINARY_LT,
-    AWL_BINARY_LE,
-    AWL_BINARY_OP_COUNT
-} awl_binary_op;
-
-typedef enum awl_reduce_op {
-    AWL_REDUCE_SUM,
-    AWL_REDUCE_MEAN,
-    AWL_REDUCE_MAX,
-    AWL_REDUCE_MIN,
-    AWL_REDUCE_OP_COUNT
-} awl_reduce_op;
+/* The unary, binary and reduction op codes, and what each computes, are
+ * the lists of backends/ops.h. */
 
 typedef enum awl_random_kind {
     AWL_RANDOM_UNIFORM, /* a + (b - a) * u, u uniform in [0, 1)   */
@@ -309,7 +260,7 @@ const awl_backend *awl_backend_find(const char *name);
 int awl_backend_count(void);
 const awl_backend *awl_backend_at(int i);
 
-/* Names for error messages. */
+/* Names for error messages ("exp"; "unary?" for a code out of range). */
 const char *awl_unary_op_name(awl_unary_op op);
 const char *awl_binary_op_name(awl_binary_op op);
 const char *awl_reduce_op_name(awl_reduce_op op);

@@ -169,8 +169,7 @@ static double unary_ref(awl_unary_op op, double x, double a)
 
 static bool unary_int_ok(awl_unary_op op)
 {
-    return op == AWL_UNARY_NEG || op == AWL_UNARY_RELU ||
-           (op >= AWL_UNARY_ABS && op <= AWL_UNARY_RSUB_SCALAR) || op >= AWL_UNARY_GT_SCALAR;
+    return awl_kernel_defined(AWL_KERNEL_UNARY, op, AWL_I32);
 }
 
 static enum gen unary_gen(awl_unary_op op)

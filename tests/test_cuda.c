@@ -171,20 +171,7 @@ static bool unary_positive(awl_unary_op op)
 
 static bool unary_int_defined(awl_unary_op op)
 {
-    switch (op) {
-    case AWL_UNARY_NEG:
-    case AWL_UNARY_ABS:
-    case AWL_UNARY_SIGN:
-    case AWL_UNARY_RELU:
-    case AWL_UNARY_STEP:
-    case AWL_UNARY_ADD_SCALAR:
-    case AWL_UNARY_MUL_SCALAR:
-    case AWL_UNARY_RSUB_SCALAR:
-    case AWL_UNARY_GT_SCALAR:
-    case AWL_UNARY_LT_SCALAR:
-    case AWL_UNARY_EQ_SCALAR: return true;
-    default: return false;
-    }
+    return awl_kernel_defined(AWL_KERNEL_UNARY, op, AWL_I32);
 }
 
 START_TEST(test_unary)

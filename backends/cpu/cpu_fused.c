@@ -324,13 +324,6 @@ int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dlos
     return AWL_OK;
 }
 
-/* ---- AdamW ------------------------------------------------------------------------ */
-
-/* n parameters, each with grads, m, v of its shape, all contiguous float32;
- * in place: p -= lr wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
- * arrangement). All parameters form one flat range split evenly between
- * threads, so many small tensors cost one parallel region. */
 /* ---- GELU backward: dx, dy, x contiguous float32 of one shape ------------------ */
 
 int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)
@@ -344,10 +337,17 @@ int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view
     const float *g = (const float *)cpu_view_ptr(dy), *in = (const float *)cpu_view_ptr(x);
     int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] * gelu_grad_f(in[i]);
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] * cpu_gelu_grad_f(in[i]);
     return AWL_OK;
 }
 
+/* ---- AdamW ------------------------------------------------------------------------ */
+
+/* n parameters, each with grads, m, v of its shape, all contiguous float32;
+ * in place: p -= lr wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
+ * arrangement). All parameters form one flat range split evenly between
+ * threads, so many small tensors cost one parallel region. */
 int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                        const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
 {
