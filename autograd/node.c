@@ -21,6 +21,7 @@
  */
 #include "autograd/node.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +63,8 @@ void awl_no_grad_end(void)
 
 /* ---- nodes ------------------------------------------------------------------------ */
 
-static uint64_t next_sequence;
+/* Shared by every thread recording ops; each node takes the next number. */
+static atomic_uint_fast64_t next_sequence;
 
 void awl_node_release(awl_node *n)
 {
@@ -102,7 +104,7 @@ static awl_node *node_new(const char *name, awl_backward_fn backward, int n_inpu
     n->backward = backward;
     n->n_inputs = n_inputs;
     n->inputs = awl_xcalloc((size_t)(n_inputs > 0 ? n_inputs : 1), sizeof *n->inputs);
-    n->sequence = next_sequence++;
+    n->sequence = (uint64_t)atomic_fetch_add(&next_sequence, 1);
     n->ctx = ctx_size ? (char *)n + head : NULL;
     return n;
 }

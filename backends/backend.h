@@ -188,6 +188,10 @@ typedef struct awl_backend {
     void (*set_num_threads)(int n);
     /* Float32 matmuls may use TF32 (or another faster, less exact mode). */
     void (*set_matmul_fast_fp32)(bool on);
+    /* Sets one of the backend's named settings, chosen once rather than
+     * looked up by kernels ("attention" = "auto", "simt" or "split" on
+     * CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */
+    int (*set_option)(const char *name, const char *value);
 
     /* ---- optional fused kernels (NULL, or AWL_ERR_UNSUPPORTED: compose) ---- */
 

@@ -142,6 +142,16 @@ bool awl_fused_kernels_enabled(void)
     return !atomic_load_explicit(&fused_disabled, memory_order_relaxed);
 }
 
+int awl_device_set_option(const char *device, const char *name, const char *value)
+{
+    awl_device d;
+    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
+    if (!d.backend->set_option)
+        return awl_error(AWL_ERR_INVALID, "awl_device_set_option: the %s backend has no settings",
+                         d.backend->name);
+    return d.backend->set_option(name, value);
+}
+
 int awl_synchronize(const char *device)
 {
     awl_device d;

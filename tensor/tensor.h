@@ -130,6 +130,11 @@ int awl_get_num_threads(void);
  * mode (TF32 tensor cores on CUDA; no change on the CPU). */
 int awl_set_float32_matmul_precision(const char *precision);
 
+/* Sets a backend's named setting for the device's backend, such as
+ * ("cuda", "attention", "simt"): the CUDA attention kernels' rung. Returns 0,
+ * or AWL_ERR_INVALID with a message for a name or value it does not know. */
+int awl_device_set_option(const char *device, const char *name, const char *value);
+
 /* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
 int awl_synchronize(const char *device);
 

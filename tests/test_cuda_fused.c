@@ -198,11 +198,11 @@ START_TEST(test_attention)
         {2, 3, 100, 64}, {1, 2, 256, 128}, {2, 2, 67, 32}, {1, 1, 130, 80}, {8, 40, 256, 16}};
     /* Every rung: tensor cores (float32 as 3xTF32, or TF32 in TF32 mode;
      * bfloat16 mma), float32's backward in two kernels where it would take
-     * one pass (AWL_CUDA_ATTENTION=split), and the CUDA-core kernels
-     * (AWL_CUDA_ATTENTION=simt). */
+     * one pass (the "attention" setting "split"), and the CUDA-core kernels
+     * ("simt"). */
     static const struct {
         awl_dtype dt;
-        const char *env; /* AWL_CUDA_ATTENTION, or NULL */
+        const char *env; /* the "attention" setting, or NULL for "auto" */
         bool tf32;
         double tol_fwd, tol_bwd;
         const char *name;
@@ -220,10 +220,8 @@ START_TEST(test_attention)
             for (int causal = 0; causal < 2; causal++) {
                 if (s == 4 && m != 0) continue;
                 awl_dtype dt = modes[m].dt;
-                if (modes[m].env)
-                    setenv("AWL_CUDA_ATTENTION", modes[m].env, 1);
-                else
-                    unsetenv("AWL_CUDA_ATTENTION");
+                ck_assert_int_eq(
+                    cuda->set_option("attention", modes[m].env ? modes[m].env : "auto"), AWL_OK);
                 int64_t B = shapes[s][0], H = shapes[s][1], T = shapes[s][2], D = shapes[s][3];
                 att_ctx a = {1.0 / sqrt((double)D), causal == 1, modes[m].tf32};
                 bool strided = s % 2 == 0;
@@ -260,7 +258,7 @@ START_TEST(test_attention)
                          (long long)T, (long long)D, causal, strided ? " strided" : "");
                 run_case(&b);
             }
-    unsetenv("AWL_CUDA_ATTENTION");
+    ck_assert_int_eq(cuda->set_option("attention", "auto"), AWL_OK);
 }
 END_TEST
 

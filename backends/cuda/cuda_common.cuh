@@ -503,7 +503,10 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
                             const awl_view *mean, const awl_view *rstd);
 
-/* cuda_attention.cu */
+/* cuda_attention.cu; the "attention" setting: "auto" (the default: tensor
+ * cores), "simt" (the CUDA-core kernels) or "split" (float32's backward in
+ * two kernels). */
+int awlc_attention_set_rung(const char *value);
 int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
                            const awl_view *k, const awl_view *v, double scale, bool causal);
 int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
