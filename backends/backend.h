@@ -22,12 +22,18 @@
  * (tests/test_backend.c) checks each one against a float64 CPU reference.
  *
  * Optional fused kernels: softmax, layernorm, cross-entropy, attention, GELU
- * backward, AdamW.
- * A NULL pointer, or a return of AWL_ERR_UNSUPPORTED (for a dtype or shape the
- * kernel does not handle; no error message is recorded), makes the framework
- * compose the same computation from primitives. So a student's new backend
- * starts with the primitives and adds fused kernels one at a time, each
- * checked against the composed version.
+ * backward, matmul with a bias, AdamW.
+ * A NULL pointer, a dtype the backend's `supports` declines, or a return of
+ * AWL_ERR_UNSUPPORTED (for a shape or layout the kernel does not handle; no
+ * error message is recorded) makes the framework compose the same
+ * computation from primitives. So a student's new backend starts with the
+ * primitives and adds fused kernels one at a time, each checked against the
+ * composed version.
+ *
+ * Only the tensor layer calls this table: nn/ and autograd/ reach the fused
+ * kernels through tensor/fused.c's entry points (awl_tensor_softmax_forward,
+ * ...), and scripts/check_layers.sh fails the tests when code above tensor/
+ * names the table.
  *
  * Conventions for every function:
  *   - return AWL_OK, or a negative status after recording a message with
@@ -178,6 +184,16 @@ typedef struct awl_backend {
     int (*random)(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
                   double a, double b);
 
+    /* ---- optional: what it computes ---- */
+
+    /* Whether the backend computes `kernel` for op code `op` (unary, binary
+     * and reduce; 0 for the others) in `dtype`, of the combinations
+     * backends/ops.h defines. NULL: every kernel whose entry is set, in
+     * every dtype it is defined for. A kernel the query accepts may still
+     * return AWL_ERR_UNSUPPORTED for a shape or layout it does not handle.
+     * awl_backend_supports() below is the question to ask. */
+    bool (*supports)(awl_kernel kernel, int op, awl_dtype dtype);
+
     /* ---- optional: settings and statistics (NULL when not meaningful) ---- */
 
     /* Bytes held from the system, including cached free blocks. */
@@ -263,6 +279,12 @@ const awl_backend *awl_backend_find(const char *name);
  * first): awl_backend_at(i) for 0 <= i < awl_backend_count(). */
 int awl_backend_count(void);
 const awl_backend *awl_backend_at(int i);
+
+/* Whether the table's entry for kernel is set (not NULL). */
+bool awl_backend_has(const awl_backend *backend, awl_kernel kernel);
+/* Whether the backend computes kernel (op, dtype): the entry is set, ops.h
+ * defines the combination, and the backend's `supports` accepts it. */
+bool awl_backend_supports(const awl_backend *backend, awl_kernel kernel, int op, awl_dtype dtype);
 
 /* Names for error messages ("exp"; "unary?" for a code out of range). */
 const char *awl_unary_op_name(awl_unary_op op);

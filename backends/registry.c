@@ -76,6 +76,23 @@ const awl_backend *awl_backend_find(const char *name)
     return NULL;
 }
 
+bool awl_backend_has(const awl_backend *b, awl_kernel kernel)
+{
+    switch (kernel) {
+#define HAS_ENTRY(K, field, milestone, dtypes, required)                                           \
+    case AWL_KERNEL_##K: return b->field != NULL;
+        AWL_KERNELS(HAS_ENTRY)
+#undef HAS_ENTRY
+    default: return false;
+    }
+}
+
+bool awl_backend_supports(const awl_backend *b, awl_kernel kernel, int op, awl_dtype dtype)
+{
+    return b && awl_backend_has(b, kernel) && awl_kernel_defined(kernel, op, dtype) &&
+           (!b->supports || b->supports(kernel, op, dtype));
+}
+
 #ifndef AWL_WITH_CUDA
 const awl_backend *awl_cuda_backend(void) { return NULL; }
 #endif

@@ -275,23 +275,19 @@ void awl_gpt_set_checkpointing(awl_gpt *model, bool on)
     if (model) model->checkpointing = on;
 }
 
-/* Whether the model's device computes in dtype: a 1x1 product is the probe,
- * since the backend table has no capability query and a refusal is an
- * ordinary error. */
+/* Whether the model's device computes in dtype: its products and
+ * element-wise arithmetic, as its backend declares them. */
 static int check_autocast_device(awl_gpt *g, awl_dtype dtype)
 {
-    char device[32], why[256];
+    char device[32];
     awl_tensor_device_name(awl_module_get_param(g->wte, "weight"), device, sizeof device);
-    awl_scope_begin();
-    awl_tensor *one = awl_zeros(AWL_SHAPE(1, 1), dtype, device);
-    bool ok = awl_tensor_matmul(one, one) != NULL;
-    snprintf(why, sizeof why, "%s", ok ? "" : awl_last_error());
-    awl_scope_end();
-    if (ok) return AWL_OK;
+    if (awl_device_supports(device, AWL_KERNEL_MATMUL, 0, dtype) &&
+        awl_device_supports(device, AWL_KERNEL_BINARY, AWL_BINARY_ADD, dtype))
+        return AWL_OK;
     return awl_error(AWL_ERR_UNSUPPORTED,
                      "awl_gpt_set_autocast: the model's device %s cannot "
-                     "compute in %s (use float32 there, or a CUDA device): %s",
-                     device, awl_dtype_name(dtype), why);
+                     "compute in %s (use float32 there, or a CUDA device)",
+                     device, awl_dtype_name(dtype));
 }
 
 int awl_gpt_set_autocast(awl_gpt *model, awl_dtype dtype)

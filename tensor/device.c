@@ -84,6 +84,14 @@ bool awl_device_available(const char *name)
     return device_lookup(name, &d, why, sizeof why) == AWL_OK;
 }
 
+bool awl_device_supports(const char *device, awl_kernel kernel, int op, awl_dtype dtype)
+{
+    awl_device d;
+    char why[256];
+    return device_lookup(device, &d, why, sizeof why) == AWL_OK &&
+           awl_backend_supports(d.backend, kernel, op, dtype);
+}
+
 bool awl_device_equal(awl_device a, awl_device b)
 {
     return a.backend == b.backend && a.index == b.index;

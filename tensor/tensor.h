@@ -306,7 +306,68 @@ int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tenso
 int awl_tensor_uniform_(awl_tensor *dst, double low, double high);
 int awl_tensor_normal_(awl_tensor *dst, double mean, double std);
 
-/* ---- for code that calls a backend directly ------------------------------------ */
+/* ---- fused kernels (tensor/fused.c) -------------------------------------------- */
+
+/* The optional fused kernels of backends/backend.h, on tensors. Each returns
+ * 0, or AWL_ERR_UNSUPPORTED without a message when it cannot run (fused
+ * kernels switched off, the device lacks the kernel or the dtype, a layout
+ * the kernel does not read), and the caller then composes the computation
+ * from ordinary ops; any other failure is a negative status with a message.
+ * The shapes and dtypes are those of the backend.h entry of the same name,
+ * with any leading axes allowed where the kernel takes (rows, C): those
+ * tensors must be contiguous. Outputs are written, not allocated. */
+
+/* Whether kernel can run for tensors like `like` (fused kernels on, and
+ * like's device computes it in like's dtype): the cheap question to ask
+ * before preparing a call. */
+bool awl_fused_available(awl_kernel kernel, const awl_tensor *like);
+
+/* The arguments of the attention kernels beyond the tensors, in a struct so
+ * that new ones (dropout's probability and Philox seed and offset, say) are
+ * added here and where they are used, not to every caller's argument list. */
+typedef struct awl_attention_args {
+    double scale; /* applied to q k^T */
+    bool causal;
+} awl_attention_args;
+
+int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log);
+int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, bool log);
+/* weight, bias, dweight, dbias may be NULL. */
+int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
+                                 awl_tensor *weight, awl_tensor *bias, double eps);
+int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
+                                  awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
+                                  awl_tensor *mean, awl_tensor *rstd);
+/* logits (..., V); targets, loss, lse and dloss of numel / V elements
+ * (dloss may be a broadcast vector). */
+int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tensor *logits,
+                                     awl_tensor *targets, int ignore_index);
+int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
+                                      awl_tensor *lse, awl_tensor *targets, int ignore_index);
+/* q, k, v, out and their gradients (B, H, T, D) with a contiguous last axis
+ * (any strides along B, H, T); lse (B, H, T) float32. */
+int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q, awl_tensor *k,
+                                 awl_tensor *v, const awl_attention_args *args);
+int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
+                                  awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *out,
+                                  awl_tensor *lse, const awl_attention_args *args);
+/* out (M, N) = a (M, K) @ b (K, N) + bias (N). */
+int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
+int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
+/* One AdamW step over params[0..n) with their grads and moments, all of
+ * params[0]'s device and dtype. */
+int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
+                          awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
+                          const awl_adamw_args *args);
+
+/* Whether the device computes kernel (op, dtype): awl_backend_supports for
+ * the device's backend; false when device does not parse (no error is
+ * recorded). */
+bool awl_device_supports(const char *device, awl_kernel kernel, int op, awl_dtype dtype);
+
+/* ---- for tools and tests that drive a backend directly -------------------------- */
+
+/* Library code above tensor/ never does (scripts/check_layers.sh). */
 
 /* The view of t that kernels receive. */
 awl_view awl_tensor_view(const awl_tensor *t);

@@ -38,6 +38,28 @@ static void cpu_set_num_threads(int n)
     openblas_set_num_threads(n);
 }
 
+/* bfloat16 is a storage type here: moved (fill, copy, where, index_select,
+ * gather) and drawn, never computed with; the fused kernels are float32. */
+static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
+{
+    (void)op;
+    switch (kernel) {
+    case AWL_KERNEL_FILL:
+    case AWL_KERNEL_COPY:
+    case AWL_KERNEL_WHERE:
+    case AWL_KERNEL_INDEX_SELECT:
+    case AWL_KERNEL_GATHER:
+    case AWL_KERNEL_RANDOM: return true;
+    case AWL_KERNEL_UNARY:
+    case AWL_KERNEL_BINARY:
+    case AWL_KERNEL_REDUCE:
+    case AWL_KERNEL_MATMUL:
+    case AWL_KERNEL_INDEX_ADD:
+    case AWL_KERNEL_SCATTER_ADD: return dtype != AWL_BF16;
+    default: return dtype == AWL_F32;
+    }
+}
+
 static const awl_backend cpu_backend = {
     .name = "cpu",
     .host_memory = true,
@@ -59,6 +81,7 @@ static const awl_backend cpu_backend = {
     .gather = awl_cpu_gather,
     .scatter_add = awl_cpu_scatter_add,
     .random = awl_cpu_random,
+    .supports = cpu_supports,
     .memory_reserved = awl_cpu_memory_reserved,
     .empty_cache = awl_cpu_empty_cache,
     .set_num_threads = cpu_set_num_threads,

@@ -122,6 +122,24 @@ static int cuda_synchronize(int device)
     return AWL_OK;
 }
 
+/* ---- what it computes ------------------------------------------------------------------ */
+
+/* Every primitive in every dtype backends/ops.h defines (bfloat16
+ * arithmetic included); the fused kernels in float32 and bfloat16, softmax
+ * and cross-entropy in float64 too (ops.h's float set). */
+static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
+{
+    (void)op;
+    switch (kernel) {
+    case AWL_KERNEL_LAYERNORM_FORWARD:
+    case AWL_KERNEL_LAYERNORM_BACKWARD:
+    case AWL_KERNEL_ATTENTION_FORWARD:
+    case AWL_KERNEL_ATTENTION_BACKWARD:
+    case AWL_KERNEL_MATMUL_BIAS: return dtype == AWL_F32 || dtype == AWL_BF16;
+    default: return true;
+    }
+}
+
 /* ---- settings -------------------------------------------------------------------------- */
 
 static int cuda_set_option(const char *name, const char *value)
@@ -160,6 +178,7 @@ static awl_backend make_table(void)
     t.gather = awlc_gather;
     t.scatter_add = awlc_scatter_add;
     t.random = awlc_random;
+    t.supports = cuda_supports;
     t.memory_reserved = awlc_memory_reserved;
     t.empty_cache = awlc_empty_cache;
     t.set_num_threads = NULL;
