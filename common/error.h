@@ -32,13 +32,16 @@ extern "C" {
 /* Status codes. Every status-returning function returns 0 or one of these. */
 enum {
     AWL_OK = 0,
-    AWL_ERR_INVALID = -1,     /* bad argument: shape, dtype, index, option  */
-    AWL_ERR_OOM = -2,         /* an allocation failed                       */
-    AWL_ERR_DEVICE = -3,      /* the device or its library reported a fault */
-    AWL_ERR_IO = -4,          /* a file could not be read or written        */
-    AWL_ERR_FORMAT = -5,      /* a file is malformed, truncated or corrupt  */
-    AWL_ERR_UNSUPPORTED = -6, /* a backend lacks an optional kernel; the
-                                 caller falls back, no message is recorded  */
+    AWL_ERR_INVALID = -1,         /* bad argument: shape, dtype, index, option  */
+    AWL_ERR_OOM = -2,             /* an allocation failed                       */
+    AWL_ERR_DEVICE = -3,          /* the device or its library reported a fault */
+    AWL_ERR_IO = -4,              /* a file could not be read or written        */
+    AWL_ERR_FORMAT = -5,          /* a file is malformed, truncated or corrupt  */
+    AWL_ERR_UNSUPPORTED = -6,     /* a backend lacks an optional kernel; the
+                                     caller falls back, no message is recorded  */
+    AWL_ERR_NOT_IMPLEMENTED = -7, /* a required primitive is not written
+                                     yet (the student backend's stubs); the
+                                     message names it and where it goes   */
 };
 
 /* Records a printf-style message as the thread's last error and returns
