@@ -269,7 +269,8 @@ typedef struct awl_backend {
 /* ---- registry --------------------------------------------------------------- */
 
 /* Adds a backend under its name (replacing one of the same name). The CPU
- * backend, and the CUDA backend when built, are registered on first use. */
+ * backend, and the CUDA and student backends when built, are registered on
+ * first use. */
 int awl_backend_register(const awl_backend *backend);
 
 /* The backend registered as `name`, or NULL. */
@@ -292,9 +293,11 @@ const char *awl_binary_op_name(awl_binary_op op);
 const char *awl_reduce_op_name(awl_reduce_op op);
 
 /* The built-in backends' tables. awl_cuda_backend() is NULL when awl was
- * built without CUDA. */
+ * built without CUDA, awl_student_backend() when without the student
+ * backend (the CMake option AWL_WITH_STUDENT; backends/student). */
 const awl_backend *awl_cpu_backend(void);
 const awl_backend *awl_cuda_backend(void);
+const awl_backend *awl_student_backend(void);
 
 #ifdef __cplusplus
 }

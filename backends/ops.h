@@ -208,7 +208,7 @@ typedef enum awl_reduce_op {
     X(3, "where")                                                                                  \
     X(4, "reductions")                                                                             \
     X(5, "matmul, naive then blocked")                                                             \
-    X(6, "indexing: index_select, index_add, gather, scatter_add")                                 \
+    X(6, "indexing: embeddings, gather, scatter")                                                  \
     X(7, "random fill from Philox")
 
 #define AWL_OPS_ENUM_KERNEL(K, field, milestone, dtypes, required) AWL_KERNEL_##K,

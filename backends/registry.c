@@ -45,6 +45,7 @@ static void register_builtins(void)
 {
     add(awl_cpu_backend());
     if (awl_cuda_backend()) add(awl_cuda_backend());
+    if (awl_student_backend()) add(awl_student_backend());
 }
 
 int awl_backend_register(const awl_backend *backend)
@@ -95,4 +96,7 @@ bool awl_backend_supports(const awl_backend *b, awl_kernel kernel, int op, awl_d
 
 #ifndef AWL_WITH_CUDA
 const awl_backend *awl_cuda_backend(void) { return NULL; }
+#endif
+#ifndef AWL_WITH_STUDENT
+const awl_backend *awl_student_backend(void) { return NULL; }
 #endif

@@ -643,6 +643,15 @@ static int run(trainer *t)
     }
     awl_device device;
     if (awl_device_parse(s->device, &device) < 0) return fail("--device");
+    char missing[2048];
+    int n_missing = awl_device_missing_primitives(s->device, missing, sizeof missing);
+    if (n_missing > 0) {
+        fprintf(stderr,
+                "train_gpt: device %s cannot train yet: %d required primitive%s not "
+                "implemented:\n%s(awl-check --device %s --progress shows where it stands)\n",
+                s->device, n_missing, n_missing == 1 ? " is" : "s are", missing, s->device);
+        return -1;
+    }
     awl_train_state resumed = {0};
     bool resuming = s->resume != NULL;
     if (resuming) {

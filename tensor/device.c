@@ -160,6 +160,83 @@ int awl_device_set_option(const char *device, const char *name, const char *valu
     return d.backend->set_option(name, value);
 }
 
+/* ---- which required primitives a device has ---------------------------------------- */
+
+/* A contiguous 1-d view of n elements of dtype at data. */
+static awl_view probe_view(void *data, awl_dtype dtype, int64_t n)
+{
+    awl_view v;
+    memset(&v, 0, sizeof v);
+    v.data = data;
+    v.dtype = dtype;
+    v.ndim = 1;
+    v.shape[0] = n;
+    v.strides[0] = 1;
+    return v;
+}
+
+int awl_device_missing_primitives(const char *device, char *report, size_t size)
+{
+    awl_device d;
+    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
+    const awl_backend *b = d.backend;
+    if (size) report[0] = '\0';
+    /* four buffers of 4 zeroed float32s (or int32 indices, all 0: valid) */
+    void *buf[4] = {NULL, NULL, NULL, NULL};
+    const float zeros[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        buf[i] = b->alloc(d.index, sizeof zeros);
+        if (!buf[i] || b->copy_from_host(d.index, buf[i], zeros, sizeof zeros) < 0) {
+            for (int k = 0; k <= i; k++) b->free(d.index, buf[k], sizeof zeros);
+            return AWL_ERR_DEVICE;
+        }
+    }
+    awl_view out = probe_view(buf[0], AWL_F32, 2), a = probe_view(buf[1], AWL_F32, 2),
+             c = probe_view(buf[2], AWL_F32, 2), idx = probe_view(buf[3], AWL_I32, 1);
+    awl_view one = probe_view(buf[0], AWL_F32, 1), src1 = probe_view(buf[2], AWL_F32, 1);
+    awl_view mo = out, ma = a, mb = c; /* 1 x 1 products */
+    mo.ndim = ma.ndim = mb.ndim = 2;
+    mo.shape[0] = ma.shape[0] = mb.shape[0] = mo.shape[1] = ma.shape[1] = mb.shape[1] = 1;
+    mo.strides[0] = ma.strides[0] = mb.strides[0] = 1;
+    int status[AWL_KERNEL_COUNT];
+    for (int k = 0; k < AWL_KERNEL_COUNT; k++) status[k] = AWL_OK;
+    status[AWL_KERNEL_FILL] = b->fill ? b->fill(&out, 0.0) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_COPY] = b->copy ? b->copy(&out, &a) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_UNARY] =
+        b->unary ? b->unary(AWL_UNARY_NEG, &out, &a, 0.0) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_BINARY] =
+        b->binary ? b->binary(AWL_BINARY_ADD, &out, &a, &c) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_WHERE] = b->where ? b->where(&out, &a, &a, &c) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_REDUCE] =
+        b->reduce ? b->reduce(AWL_REDUCE_SUM, &mo, &ma) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_MATMUL] =
+        b->matmul ? b->matmul(&mo, &ma, &mb, false) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_INDEX_SELECT] =
+        b->index_select ? b->index_select(&one, &a, &idx) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_INDEX_ADD] =
+        b->index_add ? b->index_add(&a, &idx, &src1) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_GATHER] = b->gather ? b->gather(&one, &a, 0, &idx) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_SCATTER_ADD] =
+        b->scatter_add ? b->scatter_add(&a, 0, &idx, &src1) : AWL_ERR_NOT_IMPLEMENTED;
+    status[AWL_KERNEL_RANDOM] =
+        b->random ? b->random(&out, AWL_RANDOM_UNIFORM, 1, 0, 0.0, 1.0) : AWL_ERR_NOT_IMPLEMENTED;
+    b->synchronize(d.index);
+    for (int i = 0; i < 4; i++) b->free(d.index, buf[i], sizeof zeros);
+    int missing = 0;
+    size_t used = 0;
+    for (int k = 0; k < AWL_KERNEL_COUNT; k++) {
+        const awl_kernel_info *info = awl_kernel_get_info((awl_kernel)k);
+        if (!info->milestone || status[k] != AWL_ERR_NOT_IMPLEMENTED) continue;
+        missing++;
+        if (used < size)
+            used +=
+                (size_t)snprintf(report + used, size - used, "  %s (milestone %d: %s)\n",
+                                 info->name, info->milestone, awl_milestone_title(info->milestone));
+    }
+    awl_clear_error();
+    return missing;
+}
+
 int awl_synchronize(const char *device)
 {
     awl_device d;

@@ -135,6 +135,14 @@ int awl_set_float32_matmul_precision(const char *precision);
  * or AWL_ERR_INVALID with a message for a name or value it does not know. */
 int awl_device_set_option(const char *device, const char *name, const char *value);
 
+/* Runs each required primitive of the device's backend once, on a few
+ * elements, and counts those that answer AWL_ERR_NOT_IMPLEMENTED (or have
+ * no entry): a student backend still being written. Writes one line per
+ * missing primitive ("  matmul (milestone 5: ...)") into report (size
+ * bytes, may be 0). Whether the others compute correctly is awl-check's
+ * question, not this one's. Returns the count, or a negative status. */
+int awl_device_missing_primitives(const char *device, char *report, size_t size);
+
 /* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
 int awl_synchronize(const char *device);
 

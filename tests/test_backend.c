@@ -372,7 +372,7 @@ START_TEST(test_checker_progress)
     awl_check_counts c = {0, 0, 0, 0};
     ck_assert_int_eq(awl_check_run(&o, &c), AWL_CHECK_MISSING);
     fclose(f);
-    ck_assert_msg(strstr(text, "milestone 2 element-wise ops with broadcasting") != NULL, "%s",
+    ck_assert_msg(strstr(text, "milestone 2  element-wise ops with broadcasting") != NULL, "%s",
                   text);
     ck_assert_msg(strstr(text, "[todo]") != NULL, "%s", text);
     ck_assert_msg(strstr(text, "broken: unary is not written yet") != NULL, "%s", text);

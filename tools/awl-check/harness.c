@@ -625,9 +625,15 @@ static outcome run_case(const ac_case *c, double tol_scale, bool strict, double 
 
 /* ---- reporting ------------------------------------------------------------------------- */
 
+#define TALLY_KERNELS 6
+
+/* Counts, and for --progress the first problem (FAIL or MISSING) of each
+ * kernel that had one. */
 typedef struct tally {
     awl_check_counts counts;
-    char first[1600]; /* the first line that was not PASS, for --progress */
+    int n_problems;
+    awl_kernel problem_kernel[TALLY_KERNELS];
+    char problem[TALLY_KERNELS][1024];
 } tally;
 
 static const char *outcome_name(outcome o)
@@ -674,7 +680,7 @@ static void print_line(const awl_check_options *o, outcome what, const char *nam
     ac_print(o, outcome_name(what), name, dtype, layout, detail);
 }
 
-static void count(tally *t, outcome what, int n, const char *line)
+static void count(tally *t, outcome what, int n, awl_kernel kernel, const char *line)
 {
     switch (what) {
     case PASSED: t->counts.passed += n; break;
@@ -682,8 +688,12 @@ static void count(tally *t, outcome what, int n, const char *line)
     case MISSING: t->counts.missing += n; break;
     default: t->counts.unsupported += n; break;
     }
-    if (what != PASSED && what != UNSUPPORTED && !t->first[0])
-        snprintf(t->first, sizeof t->first, "%s", line);
+    if (what == PASSED || what == UNSUPPORTED) return;
+    for (int i = 0; i < t->n_problems; i++)
+        if (t->problem_kernel[i] == kernel) return;
+    if (t->n_problems == TALLY_KERNELS) return;
+    t->problem_kernel[t->n_problems] = kernel;
+    snprintf(t->problem[t->n_problems++], sizeof t->problem[0], "%s", line);
 }
 
 int awl_check_status(const awl_check_counts *c)
@@ -767,40 +777,45 @@ typedef struct milestone_tally {
 static void print_progress(const awl_check_options *o, const milestone_tally *m, int nm)
 {
     FILE *f = o->out ? o->out : stdout;
-    for (int i = 0; i <= nm; i++) {
-        const awl_check_counts *c = &m[i].t.counts;
-        if (m[i].cases == 0) continue;
+    int next = 0;
+    for (int i = 1; i <= nm + 1; i++) {
+        int k = i <= nm ? i : 0; /* the fused kernels last */
+        const awl_check_counts *c = &m[k].t.counts;
+        if (m[k].cases == 0) continue;
         int total = c->passed + c->failed + c->missing;
-        const char *state = c->failed             ? "fix"
+        const char *state = c->failed             ? "fix "
                             : c->missing == total ? "todo"
                             : c->missing          ? "part"
                                                   : "done";
-        if (i == 0) {
-            fprintf(f,
-                    "fused kernels (optional)                           %4d passed, %d failed, %d "
-                    "unsupported (composed instead)\n",
-                    c->passed, c->failed, c->unsupported);
-        } else {
-            char title[64];
-            snprintf(title, sizeof title, "%d %s", i, awl_milestone_title(i));
-            fprintf(f, "milestone %-40s [%s] %4d passed, %d failed, %d missing", title, state,
-                    c->passed, c->failed, c->missing);
-            if (c->unsupported) fprintf(f, " (%d unsupported)", c->unsupported);
-            fprintf(f, "\n");
-        }
-        if (m[i].t.first[0]) fprintf(f, "    %s\n", m[i].t.first);
+        if (k && !next && (c->failed || c->missing)) next = k;
+        char title[64];
+        if (k)
+            snprintf(title, sizeof title, "milestone %d  %s", k, awl_milestone_title(k));
+        else
+            snprintf(title, sizeof title, "fused kernels (optional)");
+        fprintf(f, "%-50s [%s] %4d passed, %d failed, %d missing", title, k ? state : " -- ",
+                c->passed, c->failed, c->missing);
+        if (c->unsupported)
+            fprintf(f, ", %d unsupported%s", c->unsupported, k ? "" : " (composed instead)");
+        fprintf(f, "\n");
+        for (int p = 0; p < m[k].t.n_problems; p++) fprintf(f, "    %s\n", m[k].t.problem[p]);
     }
+    if (next)
+        fprintf(f, "next: milestone %d, %s (docs/backend-guide.md)\n", next,
+                awl_milestone_title(next));
 }
 
 /* Prints and counts a line for n checks. */
 static void emit(const awl_check_options *o, tally *mt, tally *all, outcome what, int n,
-                 const char *name, const char *dtype, const char *layout, const char *detail)
+                 awl_kernel kernel, const char *name, const char *dtype, const char *layout,
+                 const char *detail)
 {
-    char line[1600];
+    char line[1600], where[300] = "";
     print_line(o, what, name, dtype, layout, detail);
-    snprintf(line, sizeof line, "%s %s %s %s: %s", outcome_name(what), name, dtype, layout, detail);
-    count(mt, what, n, line);
-    count(all, what, n, line);
+    if (strcmp(dtype, "-") != 0) snprintf(where, sizeof where, " %s %s", dtype, layout);
+    snprintf(line, sizeof line, "%s %s%s: %s", outcome_name(what), name, where, detail);
+    count(mt, what, n, kernel, line);
+    count(all, what, n, kernel, line);
 }
 
 /* The cases of one kernel, cases[0..n). A missing kernel, and a dtype it
@@ -819,7 +834,7 @@ static void run_kernel(const awl_check_options *o, const ac_case *cases, int n, 
         snprintf(detail, sizeof detail, "%d check%s: %s", n, n == 1 ? "" : "s",
                  required ? "not implemented (its entry in the table is NULL)"
                           : "not provided (the framework composes it from primitives)");
-        emit(o, &ms->t, all, required ? MISSING : UNSUPPORTED, n, kname, "-", "all layouts",
+        emit(o, &ms->t, all, required ? MISSING : UNSUPPORTED, n, kernel, kname, "-", "all layouts",
              detail);
         return;
     }
@@ -851,19 +866,19 @@ static void run_kernel(const awl_check_options *o, const ac_case *cases, int n, 
             snprintf(detail, sizeof detail, "max rel err %.2g", worst);
         else
             snprintf(detail, sizeof detail, "%s", r.detail);
-        emit(o, &ms->t, all, what, 1, c->name, awl_dtype_name(c->dtype), layout, detail);
+        emit(o, &ms->t, all, what, 1, kernel, c->name, awl_dtype_name(c->dtype), layout, detail);
     }
     if (missing) {
         snprintf(detail, sizeof detail, "%d check%s: %s", missing, missing == 1 ? "" : "s",
                  missing_why);
-        emit(o, &ms->t, all, MISSING, missing, kname, "-", "all layouts", detail);
+        emit(o, &ms->t, all, MISSING, missing, kernel, kname, "-", "all layouts", detail);
     }
     for (int d = 0; d < AWL_DTYPE_COUNT; d++) {
         if (refused[d]) {
             snprintf(detail, sizeof detail,
                      "%d checks: declared unsupported, but every backend must compute it",
                      refused[d]);
-            emit(o, &ms->t, all, FAILED, refused[d], kname, awl_dtype_name((awl_dtype)d),
+            emit(o, &ms->t, all, FAILED, refused[d], kernel, kname, awl_dtype_name((awl_dtype)d),
                  "all layouts", detail);
         }
         if (declined[d]) {
@@ -871,8 +886,8 @@ static void run_kernel(const awl_check_options *o, const ac_case *cases, int n, 
                      "%d checks: declared unsupported (the backend's "
                      "supports)",
                      declined[d]);
-            emit(o, &ms->t, all, UNSUPPORTED, declined[d], kname, awl_dtype_name((awl_dtype)d),
-                 "all layouts", detail);
+            emit(o, &ms->t, all, UNSUPPORTED, declined[d], kernel, kname,
+                 awl_dtype_name((awl_dtype)d), "all layouts", detail);
         }
     }
 }
