@@ -17,9 +17,11 @@
  * embeddings and cross-entropy, and random fill, for float32, float64 and
  * int32 (transcendental ops and division for the float types only).
  * bfloat16 is required only in fill, copy (conversion) and where; bf16
- * arithmetic is optional and refused with AWL_ERR_INVALID where absent. With only these a backend
- * runs every op in autograd/ and trains a GPT; the conformance suite
- * (tests/test_backend.c) checks each one against a float64 CPU reference.
+ * arithmetic is optional: a backend without it declares so (`supports`)
+ * and refuses it with AWL_ERR_INVALID. backends/ops.h lists, op by op, the
+ * dtypes each is defined for. With only these a backend runs every op in
+ * autograd/ and trains a GPT; awl-check (tools/awl-check) checks each one
+ * against a float64 reference.
  *
  * Optional fused kernels: softmax, layernorm, cross-entropy, attention, GELU
  * backward, matmul with a bias, AdamW.
@@ -150,7 +152,8 @@ typedef struct awl_backend {
     /* ---- required: reductions ---- */
 
     /* out has in's ndim, with size 1 along each reduced axis and in's size
-     * along the others; same dtype. MEAN divides by the reduced count. */
+     * along the others; same dtype. MEAN divides by the reduced count.
+     * Float32 sums accumulate in double (awl-check sums 4M values). */
     int (*reduce)(awl_reduce_op op, const awl_view *out, const awl_view *in);
 
     /* ---- required: matrix products ---- */
