@@ -8,7 +8,8 @@
  * full, arange, from host data; random tensors are in tensor/random.c),
  * and reads values back to the host. The other concepts of the layer have
  * files of their own: devices and settings (device.c), views (views.c),
- * raw compute (compute.c), printing (print.c).
+ * raw compute (compute.c), the fused kernels' entry points (fused.c),
+ * printing (print.c).
  */
 #include "tensor/tensor_internal.h"
 
