@@ -94,59 +94,65 @@ typedef enum awl_op_domain {
 
 /* ---- unary: out = f(x) ------------------------------------------------------------- */
 
-/*  X(OP,          name,          dtypes,             domain,   math, formula) */
-#define AWL_UNARY_OPS(X)                                                                           \
-    X(NEG, "neg", AWL_DTYPES_NUMERIC, REAL, 0, -x)                                                 \
-    X(EXP, "exp", AWL_DTYPES_FLOAT, REAL, 1, AWL_EXP(x))                                           \
-    X(LOG, "log", AWL_DTYPES_FLOAT, POSITIVE, 1, AWL_LOG(x))                                       \
-    X(SQRT, "sqrt", AWL_DTYPES_FLOAT, POSITIVE, 1, AWL_SQRT(x))                                    \
-    X(RSQRT, "rsqrt", AWL_DTYPES_FLOAT, POSITIVE, 1, (C)1 / AWL_SQRT(x))                           \
-    X(TANH, "tanh", AWL_DTYPES_FLOAT, REAL, 1, AWL_TANH(x))                                        \
-    X(SIGMOID, "sigmoid", AWL_DTYPES_FLOAT, REAL, 1, (C)1 / ((C)1 + AWL_EXP(-x)))                  \
-    X(RELU, "relu", AWL_DTYPES_NUMERIC, STEPS, 0, x > 0 ? x : (C)0)                                \
-    X(GELU, "gelu", AWL_DTYPES_FLOAT, REAL, 1, AWL_GELU(x))                                        \
-    X(GELU_GRAD, "gelu_grad", AWL_DTYPES_FLOAT, REAL, 1, AWL_GELU_GRAD(x))                         \
-    X(ABS, "abs", AWL_DTYPES_NUMERIC, REAL, 0, x < 0 ? -x : x)                                     \
-    X(SIGN, "sign", AWL_DTYPES_NUMERIC, STEPS, 0, (C)((x > 0) - (x < 0)))                          \
-    X(STEP, "step", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(x > 0))                                      \
-    X(ADD_SCALAR, "add_scalar", AWL_DTYPES_NUMERIC, REAL, 0, x + alpha)                            \
-    X(MUL_SCALAR, "mul_scalar", AWL_DTYPES_NUMERIC, REAL, 0, x *alpha)                             \
-    X(RSUB_SCALAR, "rsub_scalar", AWL_DTYPES_NUMERIC, REAL, 0, alpha - x)                          \
-    X(RDIV_SCALAR, "rdiv_scalar", AWL_DTYPES_FLOAT, REAL, 0, alpha / x)                            \
-    X(POW_SCALAR, "pow", AWL_DTYPES_FLOAT, POSITIVE, 1, AWL_POW(x, alpha))                         \
-    X(GT_SCALAR, "gt_scalar", AWL_DTYPES_NUMERIC, STEPS, 0, (C)((double)x > alpha_d))              \
-    X(LT_SCALAR, "lt_scalar", AWL_DTYPES_NUMERIC, STEPS, 0, (C)((double)x < alpha_d))              \
-    X(EQ_SCALAR, "eq_scalar", AWL_DTYPES_NUMERIC, STEPS, 0, (C)((double)x == alpha_d))
+/* clang-format off */
+/*  X(OP,           name,           dtypes,              domain,    math, formula) */
+#define AWL_UNARY_OPS(X) \
+    X(NEG,          "neg",          AWL_DTYPES_NUMERIC,  REAL,      0, -x) \
+    X(EXP,          "exp",          AWL_DTYPES_FLOAT,    REAL,      1, AWL_EXP(x)) \
+    X(LOG,          "log",          AWL_DTYPES_FLOAT,    POSITIVE,  1, AWL_LOG(x)) \
+    X(SQRT,         "sqrt",         AWL_DTYPES_FLOAT,    POSITIVE,  1, AWL_SQRT(x)) \
+    X(RSQRT,        "rsqrt",        AWL_DTYPES_FLOAT,    POSITIVE,  1, (C)1 / AWL_SQRT(x)) \
+    X(TANH,         "tanh",         AWL_DTYPES_FLOAT,    REAL,      1, AWL_TANH(x)) \
+    X(SIGMOID,      "sigmoid",      AWL_DTYPES_FLOAT,    REAL,      1, (C)1 / ((C)1 + AWL_EXP(-x))) \
+    X(RELU,         "relu",         AWL_DTYPES_NUMERIC,  STEPS,     0, x > 0 ? x : (C)0) \
+    X(GELU,         "gelu",         AWL_DTYPES_FLOAT,    REAL,      1, AWL_GELU(x)) \
+    X(GELU_GRAD,    "gelu_grad",    AWL_DTYPES_FLOAT,    REAL,      1, AWL_GELU_GRAD(x)) \
+    X(ABS,          "abs",          AWL_DTYPES_NUMERIC,  REAL,      0, x < 0 ? -x : x) \
+    X(SIGN,         "sign",         AWL_DTYPES_NUMERIC,  STEPS,     0, (C)((x > 0) - (x < 0))) \
+    X(STEP,         "step",         AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(x > 0)) \
+    X(ADD_SCALAR,   "add_scalar",   AWL_DTYPES_NUMERIC,  REAL,      0, x + alpha) \
+    X(MUL_SCALAR,   "mul_scalar",   AWL_DTYPES_NUMERIC,  REAL,      0, x * alpha) \
+    X(RSUB_SCALAR,  "rsub_scalar",  AWL_DTYPES_NUMERIC,  REAL,      0, alpha - x) \
+    X(RDIV_SCALAR,  "rdiv_scalar",  AWL_DTYPES_FLOAT,    REAL,      0, alpha / x) \
+    X(POW_SCALAR,   "pow",          AWL_DTYPES_FLOAT,    POSITIVE,  1, AWL_POW(x, alpha)) \
+    X(GT_SCALAR,    "gt_scalar",    AWL_DTYPES_NUMERIC,  STEPS,     0, (C)((double)x > alpha_d)) \
+    X(LT_SCALAR,    "lt_scalar",    AWL_DTYPES_NUMERIC,  STEPS,     0, (C)((double)x < alpha_d)) \
+    X(EQ_SCALAR,    "eq_scalar",    AWL_DTYPES_NUMERIC,  STEPS,     0, (C)((double)x == alpha_d))
+/* clang-format on */
 
 /* ---- binary: out = a (op) b; comparisons give 1 or 0 in out's dtype ------------------ */
 
 /* Float maximum and minimum propagate NaN, as PyTorch's do. */
-/*  X(OP,        name,      dtypes,             domain,   math, formula) */
-#define AWL_BINARY_OPS(X)                                                                          \
-    X(ADD, "add", AWL_DTYPES_NUMERIC, REAL, 0, a + b)                                              \
-    X(SUB, "sub", AWL_DTYPES_NUMERIC, REAL, 0, a - b)                                              \
-    X(MUL, "mul", AWL_DTYPES_NUMERIC, REAL, 0, a *b)                                               \
-    X(DIV, "div", AWL_DTYPES_FLOAT, REAL, 0, a / b)                                                \
-    X(MAXIMUM, "maximum", AWL_DTYPES_NUMERIC, REAL, 0, (a > b || a != a) ? a : b)                  \
-    X(MINIMUM, "minimum", AWL_DTYPES_NUMERIC, REAL, 0, (a < b || a != a) ? a : b)                  \
-    X(POW, "pow", AWL_DTYPES_FLOAT, POSITIVE, 1, AWL_POW(a, b))                                    \
-    X(EQ, "eq", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(a == b))                                         \
-    X(NE, "ne", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(a != b))                                         \
-    X(GT, "gt", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(a > b))                                          \
-    X(GE, "ge", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(a >= b))                                         \
-    X(LT, "lt", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(a < b))                                          \
-    X(LE, "le", AWL_DTYPES_NUMERIC, STEPS, 0, (C)(a <= b))
+/* clang-format off */
+/*  X(OP,       name,       dtypes,              domain,    math, formula) */
+#define AWL_BINARY_OPS(X) \
+    X(ADD,      "add",      AWL_DTYPES_NUMERIC,  REAL,      0, a + b) \
+    X(SUB,      "sub",      AWL_DTYPES_NUMERIC,  REAL,      0, a - b) \
+    X(MUL,      "mul",      AWL_DTYPES_NUMERIC,  REAL,      0, a * b) \
+    X(DIV,      "div",      AWL_DTYPES_FLOAT,    REAL,      0, a / b) \
+    X(MAXIMUM,  "maximum",  AWL_DTYPES_NUMERIC,  REAL,      0, (a > b || a != a) ? a : b) \
+    X(MINIMUM,  "minimum",  AWL_DTYPES_NUMERIC,  REAL,      0, (a < b || a != a) ? a : b) \
+    X(POW,      "pow",      AWL_DTYPES_FLOAT,    POSITIVE,  1, AWL_POW(a, b)) \
+    X(EQ,       "eq",       AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(a == b)) \
+    X(NE,       "ne",       AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(a != b)) \
+    X(GT,       "gt",       AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(a > b)) \
+    X(GE,       "ge",       AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(a >= b)) \
+    X(LT,       "lt",       AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(a < b)) \
+    X(LE,       "le",       AWL_DTYPES_NUMERIC,  STEPS,     0, (C)(a <= b))
+/* clang-format on */
 
 /* ---- reductions along axes ----------------------------------------------------------- */
 
 /* acc starts at `identity` and takes every element x in turn; MEAN divides
  * the sum by the reduced count at the end. Max and min propagate NaN. */
-/*  X(OP,   name,   dtypes,             identity,  combine,                         mean) */
-#define AWL_REDUCE_OPS(X)                                                                          \
-    X(SUM, "sum", AWL_DTYPES_NUMERIC, 0.0, acc + x, 0)                                             \
-    X(MEAN, "mean", AWL_DTYPES_FLOAT, 0.0, acc + x, 1)                                             \
-    X(MAX, "max", AWL_DTYPES_NUMERIC, -INFINITY, (x > acc || x != x) ? x : acc, 0)                 \
-    X(MIN, "min", AWL_DTYPES_NUMERIC, INFINITY, (x < acc || x != x) ? x : acc, 0)
+/* clang-format off */
+/*  X(OP,    name,    dtypes,              identity,   combine, mean) */
+#define AWL_REDUCE_OPS(X) \
+    X(SUM,   "sum",   AWL_DTYPES_NUMERIC,  0.0,        acc + x, 0) \
+    X(MEAN,  "mean",  AWL_DTYPES_FLOAT,    0.0,        acc + x, 1) \
+    X(MAX,   "max",   AWL_DTYPES_NUMERIC,  -INFINITY,  (x > acc || x != x) ? x : acc, 0) \
+    X(MIN,   "min",   AWL_DTYPES_NUMERIC,  INFINITY,   (x < acc || x != x) ? x : acc, 0)
+/* clang-format on */
 
 /* ---- the op codes ------------------------------------------------------------------------ */
 
@@ -174,31 +180,33 @@ typedef enum awl_reduce_op {
  * kernel is defined for (unary, binary and reduce intersect it with the
  * op's own set); `required` what every backend must compute (the rest may
  * be declared unsupported, see backend.h's `supports`). */
-/*  X(KERNEL,            field,               milestone, dtypes,             required) */
-#define AWL_KERNELS(X)                                                                             \
-    X(FILL, fill, 1, AWL_DTYPES_ALL, AWL_DTYPES_ALL)                                               \
-    X(COPY, copy, 1, AWL_DTYPES_ALL, AWL_DTYPES_ALL)                                               \
-    X(UNARY, unary, 2, AWL_DTYPES_NUMERIC, AWL_DTYPES_REQUIRED)                                    \
-    X(BINARY, binary, 2, AWL_DTYPES_NUMERIC, AWL_DTYPES_REQUIRED)                                  \
-    X(WHERE, where, 3, AWL_DTYPES_ALL, AWL_DTYPES_ALL)                                             \
-    X(REDUCE, reduce, 4, AWL_DTYPES_NUMERIC, AWL_DTYPES_REQUIRED)                                  \
-    X(MATMUL, matmul, 5, AWL_DTYPES_FLOAT, AWL_DT(AWL_F32) | AWL_DT(AWL_F64))                      \
-    X(INDEX_SELECT, index_select, 6, AWL_DTYPES_ALL, AWL_DTYPES_REQUIRED)                          \
-    X(INDEX_ADD, index_add, 6, AWL_DTYPES_NUMERIC, AWL_DTYPES_REQUIRED)                            \
-    X(GATHER, gather, 6, AWL_DTYPES_ALL, AWL_DTYPES_REQUIRED)                                      \
-    X(SCATTER_ADD, scatter_add, 6, AWL_DTYPES_NUMERIC, AWL_DTYPES_REQUIRED)                        \
-    X(RANDOM, random, 7, AWL_DTYPES_FLOAT, AWL_DT(AWL_F32) | AWL_DT(AWL_F64))                      \
-    X(SOFTMAX_FORWARD, softmax_forward, 0, AWL_DTYPES_FLOAT, 0)                                    \
-    X(SOFTMAX_BACKWARD, softmax_backward, 0, AWL_DTYPES_FLOAT, 0)                                  \
-    X(LAYERNORM_FORWARD, layernorm_forward, 0, AWL_DTYPES_FLOAT, 0)                                \
-    X(LAYERNORM_BACKWARD, layernorm_backward, 0, AWL_DTYPES_FLOAT, 0)                              \
-    X(CROSS_ENTROPY_FORWARD, cross_entropy_forward, 0, AWL_DTYPES_FLOAT, 0)                        \
-    X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward, 0, AWL_DTYPES_FLOAT, 0)                      \
-    X(ATTENTION_FORWARD, attention_forward, 0, AWL_DTYPES_FLOAT, 0)                                \
-    X(ATTENTION_BACKWARD, attention_backward, 0, AWL_DTYPES_FLOAT, 0)                              \
-    X(MATMUL_BIAS, matmul_bias, 0, AWL_DTYPES_FLOAT, 0)                                            \
-    X(GELU_BACKWARD, gelu_backward, 0, AWL_DTYPES_FLOAT, 0)                                        \
-    X(ADAMW_STEP, adamw_step, 0, AWL_DT(AWL_F32), 0)
+/* clang-format off */
+/*  X(KERNEL,                  field,                   milestone, dtypes,              required) */
+#define AWL_KERNELS(X) \
+    X(FILL,                    fill,                    1,         AWL_DTYPES_ALL,      AWL_DTYPES_ALL) \
+    X(COPY,                    copy,                    1,         AWL_DTYPES_ALL,      AWL_DTYPES_ALL) \
+    X(UNARY,                   unary,                   2,         AWL_DTYPES_NUMERIC,  AWL_DTYPES_REQUIRED) \
+    X(BINARY,                  binary,                  2,         AWL_DTYPES_NUMERIC,  AWL_DTYPES_REQUIRED) \
+    X(WHERE,                   where,                   3,         AWL_DTYPES_ALL,      AWL_DTYPES_ALL) \
+    X(REDUCE,                  reduce,                  4,         AWL_DTYPES_NUMERIC,  AWL_DTYPES_REQUIRED) \
+    X(MATMUL,                  matmul,                  5,         AWL_DTYPES_FLOAT,    AWL_DT(AWL_F32) | AWL_DT(AWL_F64)) \
+    X(INDEX_SELECT,            index_select,            6,         AWL_DTYPES_ALL,      AWL_DTYPES_REQUIRED) \
+    X(INDEX_ADD,               index_add,               6,         AWL_DTYPES_NUMERIC,  AWL_DTYPES_REQUIRED) \
+    X(GATHER,                  gather,                  6,         AWL_DTYPES_ALL,      AWL_DTYPES_REQUIRED) \
+    X(SCATTER_ADD,             scatter_add,             6,         AWL_DTYPES_NUMERIC,  AWL_DTYPES_REQUIRED) \
+    X(RANDOM,                  random,                  7,         AWL_DTYPES_FLOAT,    AWL_DT(AWL_F32) | AWL_DT(AWL_F64)) \
+    X(SOFTMAX_FORWARD,         softmax_forward,         0,         AWL_DTYPES_FLOAT,    0) \
+    X(SOFTMAX_BACKWARD,        softmax_backward,        0,         AWL_DTYPES_FLOAT,    0) \
+    X(LAYERNORM_FORWARD,       layernorm_forward,       0,         AWL_DTYPES_FLOAT,    0) \
+    X(LAYERNORM_BACKWARD,      layernorm_backward,      0,         AWL_DTYPES_FLOAT,    0) \
+    X(CROSS_ENTROPY_FORWARD,   cross_entropy_forward,   0,         AWL_DTYPES_FLOAT,    0) \
+    X(CROSS_ENTROPY_BACKWARD,  cross_entropy_backward,  0,         AWL_DTYPES_FLOAT,    0) \
+    X(ATTENTION_FORWARD,       attention_forward,       0,         AWL_DTYPES_FLOAT,    0) \
+    X(ATTENTION_BACKWARD,      attention_backward,      0,         AWL_DTYPES_FLOAT,    0) \
+    X(MATMUL_BIAS,             matmul_bias,             0,         AWL_DTYPES_FLOAT,    0) \
+    X(GELU_BACKWARD,           gelu_backward,           0,         AWL_DTYPES_FLOAT,    0) \
+    X(ADAMW_STEP,              adamw_step,              0,         AWL_DT(AWL_F32),     0)
+/* clang-format on */
 
 /* The milestones of a new backend, in order (docs/backend-guide.md). */
 /*  X(number, title) */
