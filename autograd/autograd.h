@@ -54,6 +54,12 @@ awl_tensor *awl_detach(awl_tensor *t);
 /* Calls fn(leaf, user) each time a backward pass has finished accumulating
  * into leaf->grad (data-parallel training overlaps communication with it). */
 int awl_register_grad_hook(awl_tensor *leaf, awl_grad_hook_fn fn, void *user);
+/* Removes a hook registered with the same fn and user. */
+int awl_remove_grad_hook(awl_tensor *leaf, awl_grad_hook_fn fn, void *user);
+/* Makes grad (same shape, dtype and device; one more reference) the leaf's
+ * gradient, which later backward passes then add into in place: DDP makes
+ * each gradient a view into a flat communication bucket this way. */
+int awl_set_grad(awl_tensor *leaf, awl_tensor *grad);
 /* Drops a leaf's gradient (sets it to NULL). */
 void awl_clear_grad(awl_tensor *t);
 

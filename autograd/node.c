@@ -244,6 +244,32 @@ int awl_register_grad_hook(awl_tensor *leaf, awl_grad_hook_fn fn, void *user)
     return AWL_OK;
 }
 
+int awl_remove_grad_hook(awl_tensor *leaf, awl_grad_hook_fn fn, void *user)
+{
+    if (!leaf) return AWL_ERR_INVALID;
+    for (int i = 0; i < leaf->n_hooks; i++)
+        if (leaf->hooks[i].fn == fn && leaf->hooks[i].user == user) {
+            leaf->hooks[i] = leaf->hooks[--leaf->n_hooks];
+            return AWL_OK;
+        }
+    return awl_error(AWL_ERR_INVALID, "awl_remove_grad_hook: no such hook on this tensor");
+}
+
+int awl_set_grad(awl_tensor *leaf, awl_tensor *grad)
+{
+    if (!leaf || !grad) return AWL_ERR_INVALID;
+    char a[64], b[64];
+    if (!awl_same_shape(leaf, grad) || leaf->dtype != grad->dtype || !awl_same_device(leaf, grad))
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_set_grad: the gradient %s %s does not match the tensor %s %s",
+                         awl_shape_str(grad, a, sizeof a), awl_dtype_name(grad->dtype),
+                         awl_shape_str(leaf, b, sizeof b), awl_dtype_name(leaf->dtype));
+    awl_retain(grad);
+    awl_release(leaf->grad);
+    leaf->grad = grad;
+    return AWL_OK;
+}
+
 void awl_clear_grad(awl_tensor *t)
 {
     if (!t) return;

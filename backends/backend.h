@@ -23,8 +23,8 @@
  * autograd/ and trains a GPT; awl-check (tools/awl-check) checks each one
  * against a float64 reference.
  *
- * Optional fused kernels: softmax, layernorm, cross-entropy, attention, GELU
- * backward, matmul with a bias, AdamW.
+ * Optional fused kernels: softmax, layernorm, cross-entropy, attention (with
+ * or without dropout), dropout, GELU backward, matmul with a bias, AdamW.
  * A NULL pointer, a dtype the backend's `supports` declines, or a return of
  * AWL_ERR_UNSUPPORTED (for a shape or layout the kernel does not handle; no
  * error message is recorded) makes the framework compose the same
@@ -55,6 +55,7 @@
 #include <stdint.h>
 
 #include "backends/ops.h"
+#include "common/dropout.h"
 #include "common/dtype.h"
 #include "common/error.h"
 
@@ -168,7 +169,10 @@ typedef struct awl_backend {
 
     /* Rows by index (embedding lookup): idx int32 of any shape, src (V, ...);
      * out has shape idx.shape + src.shape[1:]. out[i..., :] = src[idx[i...], :].
-     * Indices are already checked to lie in [0, V). */
+     * Indices are already checked to lie in [0, V) (by the framework, or
+     * by the backend's check_indices, whose report may come later: a
+     * backend with check_indices must then skip an index out of range
+     * rather than touch memory through it, here and in the three below). */
     int (*index_select)(const awl_view *out, const awl_view *src, const awl_view *idx);
     /* The adjoint of index_select: dst[idx[i...], :] += src[i..., :], summing
      * repeated indices in a fixed order (deterministic). */
@@ -196,6 +200,17 @@ typedef struct awl_backend {
      * return AWL_ERR_UNSUPPORTED for a shape or layout it does not handle.
      * awl_backend_supports() below is the question to ask. */
     bool (*supports)(awl_kernel kernel, int op, awl_dtype dtype);
+
+    /* ---- optional: checks ---- */
+
+    /* Starts checking that every index of idx (int32, any strides) lies in
+     * [0, limit), without waiting for the device: the first one that does
+     * not is reported by the next synchronize() or copy_to_host(), a point
+     * a training step waits at anyway (its loss read back), as
+     * AWL_ERR_INVALID with the message "<op>: index <i> out of range for
+     * <limit> <what>" (op and what: string constants). NULL: the framework
+     * copies the indices to the host and checks them there, before the op. */
+    int (*check_indices)(const awl_view *idx, int64_t limit, const char *op, const char *what);
 
     /* ---- optional: settings and statistics (NULL when not meaningful) ---- */
 
@@ -245,19 +260,38 @@ typedef struct awl_backend {
 
     /* Scaled dot-product attention, q, k, v, out (B, H, T, D), possibly
      * strided along B, H and T (D contiguous); lse (B, H, T) float32.
-     * out = softmax(q k^T * scale, causal mask) v. */
+     * out = dropout(softmax(q k^T * scale, causal mask)) v; lse is that of
+     * the weights before dropout.
+     *
+     * dropout: NULL or p == 0 for none; otherwise weight (b, h, i, j) is
+     * kept, and multiplied by 1 / (1 - p), where awl_dropout_keep(seed,
+     * offset, awl_attention_dropout_index(b, h, i, j, H, T, T), threshold)
+     * says so (common/dropout.h): a pure function of the position, which
+     * the backward computes again (no mask is stored) and which is the mask
+     * the composed path draws from the same generator state. A backend
+     * without dropout returns AWL_ERR_UNSUPPORTED for p > 0, and the
+     * framework composes (softmax, awl_dropout, matmul). The backward gets
+     * the forward's arguments. */
     int (*attention_forward)(const awl_view *out, const awl_view *lse, const awl_view *q,
-                             const awl_view *k, const awl_view *v, double scale, bool causal);
+                             const awl_view *k, const awl_view *v, double scale, bool causal,
+                             const awl_dropout_args *dropout);
     int (*attention_backward)(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                               const awl_view *dout, const awl_view *q, const awl_view *k,
                               const awl_view *v, const awl_view *out, const awl_view *lse,
-                              double scale, bool causal);
+                              double scale, bool causal, const awl_dropout_args *dropout);
 
     /* out (M, N) = a (M, K) @ b (K, N) + bias (N) broadcast over the rows: a
      * linear layer's forward, the bias added as the product is written (a
      * GEMM epilogue) rather than in a pass of its own. Same dtype for all. */
     int (*matmul_bias)(const awl_view *out, const awl_view *a, const awl_view *b,
                        const awl_view *bias);
+
+    /* Dropout without a stored mask: out = in * keep_i / (1 - p), keep_i
+     * = awl_dropout_keep(seed, offset, i, threshold) for element i of out in
+     * row-major order (common/dropout.h); 0 < p < 1. out and in have one
+     * shape and dtype (in possibly strided or broadcast). Its backward is
+     * the same call on the gradient. */
+    int (*dropout)(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
     /* dx = dy * gelu'(x) (tanh form), all three the same shape: GELU's
      * backward in one pass instead of gelu' then a multiply. */

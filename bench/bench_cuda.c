@@ -141,6 +141,7 @@ typedef struct views {
     const float *wd;
     int n;
     awl_view *list[4];
+    const awl_dropout_args *drop;
 } views;
 
 static int b_copy(const void *c)
@@ -157,6 +158,11 @@ static int b_binary(const void *c)
 {
     const views *x = c;
     return be->binary(AWL_BINARY_ADD, x->v[0], x->v[1], x->v[2]);
+}
+static int b_dropout(const void *c)
+{
+    const views *x = c;
+    return be->dropout(x->v[0], x->v[1], x->drop);
 }
 static int b_gelu(const void *c)
 {
@@ -202,13 +208,13 @@ static int b_ce_bwd(const void *c)
 static int b_att(const void *c)
 {
     const views *x = c;
-    return be->attention_forward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->d0, true);
+    return be->attention_forward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->d0, true, x->drop);
 }
 static int b_att_bwd(const void *c)
 {
     const views *x = c;
     return be->attention_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
-                                  x->v[7], x->v[8], x->d0, true);
+                                  x->v[7], x->v[8], x->d0, true, x->drop);
 }
 static int b_index_add(const void *c)
 {
@@ -274,6 +280,10 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         report_bytes(name, "add bias broadcast (B*T,4C)", time_ms(b_binary, &vb), 2.0 * x.bytes);
         views vg = {.v = {&o.v, &x.v}};
         report_bytes(name, "gelu (B*T,4C)", time_ms(b_gelu, &vg), 2.0 * x.bytes);
+        const awl_dropout_args d = {0.1, 1, 0};
+        views vd = {.v = {&o.v, &x.v}, .drop = &d};
+        report_bytes(name, "dropout, mask drawn in-kernel (B*T,4C)", time_ms(b_dropout, &vd),
+                     2.0 * x.bytes);
         views vr = {.v = {&bias.v, &x.v}};
         report_bytes(name, "sum over rows (bias grad) (B*T,4C)", time_ms(b_reduce, &vr), x.bytes);
         awl_view col = o.v;
@@ -351,20 +361,25 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
     }
     /* causal attention on every rung: tensor cores (f32 as 3xTF32, TF32
      * mode, bf16), f32's backward in two kernels (split: dK/dV, then dQ)
-     * and CUDA cores (simt); ceiling: the matching GEMM rate */
+     * and CUDA cores (simt); the tensor-core rungs again with dropout 0.1
+     * (the mask drawn in the kernels); ceiling: the matching GEMM rate */
+    const awl_dropout_args att_drop = {0.1, 1, 0};
     static const struct {
         awl_dtype dt;
         const char *env; /* the "attention" setting, or NULL for "auto" */
-        bool tf32;
+        bool tf32, dropout;
         int ceiling; /* index into gemm_tflops */
         const char *suffix;
-    } rungs[] = {{AWL_F32, NULL, false, 0, "f32"},
-                 {AWL_F32, "split", false, 0, "f32 split"},
-                 {AWL_F32, NULL, true, 1, "f32 tf32"},
-                 {AWL_F32, "split", true, 1, "f32 tf32 split"},
-                 {AWL_F32, "simt", false, 0, "f32 simt"},
-                 {AWL_BF16, NULL, false, 2, "bf16"},
-                 {AWL_BF16, "simt", false, 2, "bf16 simt"}};
+    } rungs[] = {{AWL_F32, NULL, false, false, 0, "f32"},
+                 {AWL_F32, "split", false, false, 0, "f32 split"},
+                 {AWL_F32, NULL, true, false, 1, "f32 tf32"},
+                 {AWL_F32, "split", true, false, 1, "f32 tf32 split"},
+                 {AWL_F32, "simt", false, false, 0, "f32 simt"},
+                 {AWL_BF16, NULL, false, false, 2, "bf16"},
+                 {AWL_BF16, "simt", false, false, 2, "bf16 simt"},
+                 {AWL_F32, NULL, false, true, 0, "f32 dropout"},
+                 {AWL_F32, NULL, true, true, 1, "f32 tf32 dropout"},
+                 {AWL_BF16, NULL, false, true, 2, "bf16 dropout"}};
     for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
         awl_dtype dt = rungs[t].dt;
         be->set_option("attention", rungs[t].env ? rungs[t].env : "auto");
@@ -377,11 +392,15 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
              lse = MAKE(AWL_F32, 0, 1, B, H, T), dq = MAKE(dt, -1, 1, B, H, T, D),
              dk = MAKE(dt, -1, 1, B, H, T, D), dv = MAKE(dt, -1, 1, B, H, T, D),
              dout = MAKE(dt, -1, 1, B, H, T, D);
-        views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v}, .d0 = 1.0 / sqrt((double)D)};
+        views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v},
+                   .d0 = 1.0 / sqrt((double)D),
+                   .drop = rungs[t].dropout ? &att_drop : NULL};
         double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
         report_flops(name, fwd_name, time_ms(b_att, &f), flops, rungs[t].ceiling);
-        be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true);
-        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v}, .d0 = f.d0};
+        be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true, f.drop);
+        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v},
+                   .d0 = f.d0,
+                   .drop = f.drop};
         report_flops(name, bwd_name, time_ms(b_att_bwd, &g), 2.5 * flops, rungs[t].ceiling);
         be->set_matmul_fast_fp32(false);
         be->set_option("attention", "auto");

@@ -7,9 +7,12 @@
  * fp32,tf32,bf16
  *
  * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
- * backward, AdamW step (no clipping, dropout 0, constant LR), as the PyTorch
- * peer script (../shared/peers/torch_gpt_*.py) times it; batches are drawn
- * before the timer starts. Reported per run:
+ * backward, AdamW step (no clipping, constant LR; dropout 0 unless
+ * --dropout P, which applies nanoGPT's dropout to the embeddings, the
+ * attention weights and the residual branches, as the PyTorch peer's
+ * --dropout does), as the PyTorch peer script
+ * (../shared/peers/torch_gpt_*.py) times it; batches are drawn before the
+ * timer starts. Reported per run:
  *
  *   ms_per_step   median over the timed steps
  *   tokens_per_s  batch * block / median step time
@@ -42,6 +45,7 @@
 typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
     int steps, warmup, threads, n_layer, batch;
+    double dropout;
 } bench_options;
 
 /* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
@@ -74,7 +78,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     if (tokens && strcmp(config, "gpt2-124m") != 0) cfg.vocab = vocab;
     if (o->n_layer > 0) cfg.n_layer = o->n_layer;
     if (o->batch > 0) cfg.batch = o->batch;
-    cfg.dropout = 0;
+    cfg.dropout = o->dropout;
     bool bf16 = strcmp(precision, "bf16") == 0;
     if (!bf16 && strcmp(precision, "fp32") != 0 && strcmp(precision, "tf32") != 0) {
         fprintf(stderr, "bench_gpt: unknown precision '%s' (fp32, tf32, bf16)\n", precision);
@@ -130,15 +134,17 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         awl_memory_get_stats(o->device, &mem);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("{\"bench\":\"gpt_train\",\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
-               "\"threads\":%d,\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"params\":%lld,"
+        bench_json_begin("gpt_train");
+        printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
+               "\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"dropout\":%g,"
+               "\"params\":%lld,"
                "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"mfu\":%.4f,"
                "\"peak_mb\":%.1f,\"activation_peak_mb\":%.1f,\"rss_mb\":%.1f,"
                "\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
-               config, o->device, precision, awl_get_num_threads(), cfg.n_layer, cfg.batch,
-               cfg.block, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
-               o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
+               config, o->device, precision, cfg.n_layer, cfg.batch, cfg.block, cfg.dropout,
+               (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false", o->steps,
+               median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, (double)mem.peak / 1048576.0,
                (double)(mem.peak - resident) / 1048576.0, (double)ru.ru_maxrss / 1024.0, loss_first,
                loss_last);
@@ -217,17 +223,20 @@ static int parse_args(int argc, char **argv, bench_options *o)
             o->n_layer = atoi(v);
         else if (strcmp(a, "--batch") == 0)
             o->batch = atoi(v);
+        else if (strcmp(a, "--dropout") == 0)
+            o->dropout = atof(v);
         else
             goto usage;
         i++;
     }
-    if (o->steps < 1 || o->warmup < 0) goto usage;
+    if (o->steps < 1 || o->warmup < 0 || !(o->dropout >= 0 && o->dropout < 1)) goto usage;
     return 0;
 usage:
-    fprintf(stderr,
-            "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32,bf16]\n"
-            "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
-            "                 [--threads N] [--n-layer N] [--batch N] [--data PATH]\n");
+    fprintf(
+        stderr,
+        "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32,bf16]\n"
+        "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
+        "                 [--threads N] [--n-layer N] [--batch N] [--dropout P] [--data PATH]\n");
     return -1;
 }
 
@@ -242,7 +251,8 @@ int main(int argc, char **argv)
                        5,
                        2,
                        0,
-                       0};
+                       0,
+                       0.0};
     if (parse_args(argc, argv, &o) < 0) return 2;
     awl_set_num_threads(o.threads);
     run_ctx c = {.o = &o};

@@ -5,7 +5,7 @@
  * repeats after a warm-up, and each comparison interleaves the two sides
  * (ceiling, backend, ceiling, ...) so that a machine shared with other work
  * slows both alike. The ceilings, measured in the same process:
- *   - matmul: cblas_sgemm called directly with the same operands and
+ *   - matmul: BLAS sgemm called directly (awl_blas_sgemm) with the same operands and
  *     transpose flags; the backend should reach >= 0.95x;
  *   - element-wise and reductions: memcpy bandwidth, counting bytes read plus
  *     bytes written for both; add should reach >= 0.6x.
@@ -16,7 +16,6 @@
  *   ./bench_kernels quick           smaller sizes, fewer repeats (a smoke run)
  *   ./bench_kernels full WORD       only the benches whose name contains WORD
  */
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,9 +94,9 @@ typedef struct mm_case {
 static void mm_direct(void *p)
 {
     mm_case *c = p;
-    cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans,
-                (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a, (int)(c->ta ? c->m : c->k), c->b,
-                (int)(c->tb ? c->k : c->n), 0.0f, c->c, (int)c->n);
+    awl_blas_sgemm(c->ta, c->tb, (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a,
+                   (int)(c->ta ? c->m : c->k), c->b, (int)(c->tb ? c->k : c->n), 0.0f, c->c,
+                   (int)c->n);
 }
 
 static void mm_backend(void *p)
@@ -123,11 +122,12 @@ static void bench_matmul(const char *name, int64_t m, int64_t k, int64_t n, bool
     int inner = (int)(2e8 / flops) + 1;
     double td, tb_;
     time_pair(mm_direct, &c, mm_backend, &c, inner, &td, &tb_);
-    printf("{\"bench\":\"matmul\",\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\","
-           "\"b\":\"%s\",\"threads\":%d,\"cblas_gflops\":%.2f,\"backend_gflops\":%.2f,"
+    bench_json_begin("matmul");
+    printf("\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\","
+           "\"b\":\"%s\",\"cblas_gflops\":%.2f,\"backend_gflops\":%.2f,"
            "\"ratio\":%.3f}\n",
            name, (long long)m, (long long)k, (long long)n, ta ? "T" : "N", tb ? "T" : "N",
-           omp_get_max_threads(), flops / td * 1e-9, flops / tb_ * 1e-9, td / tb_);
+           flops / td * 1e-9, flops / tb_ * 1e-9, td / tb_);
     fflush(stdout);
     free(c.a);
     free(c.b);
@@ -146,9 +146,9 @@ static void bmm_direct(void *p)
 {
     bmm_case *c = p;
     for (int64_t i = 0; i < c->batch; i++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->m, (int)c->n, (int)c->k, 1.0f,
-                    c->a + i * c->m * c->k, (int)c->k, c->b + i * c->n * c->k, (int)c->k, 0.0f,
-                    c->c + i * c->m * c->n, (int)c->n);
+        awl_blas_sgemm(false, true, (int)c->m, (int)c->n, (int)c->k, 1.0f, c->a + i * c->m * c->k,
+                       (int)c->k, c->b + i * c->n * c->k, (int)c->k, 0.0f, c->c + i * c->m * c->n,
+                       (int)c->n);
 }
 
 static void bmm_backend(void *p)
@@ -180,9 +180,10 @@ static void bench_batched(int64_t batch, int64_t m, int64_t k, int64_t n)
     double flops = 2.0 * (double)(batch * m * n * k);
     double td, tb;
     time_pair(bmm_direct, &c, bmm_backend, &c, (int)(1e8 / flops) + 1, &td, &tb);
-    printf("{\"bench\":\"matmul_batched\",\"batch\":%lld,\"m\":%lld,\"k\":%lld,\"n\":%lld,"
-           "\"threads\":%d,\"cblas_loop_gflops\":%.2f,\"backend_gflops\":%.2f,\"ratio\":%.3f}\n",
-           (long long)batch, (long long)m, (long long)k, (long long)n, omp_get_max_threads(),
+    bench_json_begin("matmul_batched");
+    printf("\"batch\":%lld,\"m\":%lld,\"k\":%lld,\"n\":%lld,"
+           "\"cblas_loop_gflops\":%.2f,\"backend_gflops\":%.2f,\"ratio\":%.3f}\n",
+           (long long)batch, (long long)m, (long long)k, (long long)n,
            flops / td * 1e-9, flops / tb * 1e-9, td / tb);
     fflush(stdout);
     free(c.a);
@@ -245,9 +246,10 @@ static void bench_memory(const char *name, int kind, int64_t rows, int64_t cols,
     double tm, tk;
     time_pair(run_memcpy, &c, run_kernel, &c, 3, &tm, &tk);
     double memcpy_gbs = 2.0 * (double)c.n * 4 / tm * 1e-9, kernel_gbs = bytes / tk * 1e-9;
-    printf("{\"bench\":\"memory\",\"case\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"threads\":%d,"
+    bench_json_begin("memory");
+    printf("\"case\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
            "\"memcpy_gbs\":%.2f,\"backend_gbs\":%.2f,\"backend_ms\":%.3f,\"ratio\":%.3f}\n",
-           name, (long long)rows, (long long)cols, omp_get_max_threads(), memcpy_gbs, kernel_gbs,
+           name, (long long)rows, (long long)cols, memcpy_gbs, kernel_gbs,
            tk * 1e3, kernel_gbs / memcpy_gbs);
     fflush(stdout);
     free(c.x);
@@ -270,7 +272,8 @@ static void bench_tiny(void)
     c.vz = view2(c.z, 8, 8, 8, 1);
     double tm, tk;
     time_pair(run_memcpy, &c, run_kernel, &c, 100000, &tm, &tk);
-    printf("{\"bench\":\"tiny_add\",\"elements\":64,\"ns_per_call\":%.1f}\n", tk * 1e9);
+    bench_json_begin("tiny_add");
+    printf("\"elements\":64,\"ns_per_call\":%.1f}\n", tk * 1e9);
     free(c.x);
     free(c.y);
     free(c.z);
@@ -285,14 +288,15 @@ typedef struct attn_case {
 static void attn_forward(void *p)
 {
     attn_case *c = p;
-    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true) != AWL_OK) exit(1);
+    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true, NULL) != AWL_OK)
+        exit(1);
 }
 
 static void attn_backward(void *p)
 {
     attn_case *c = p;
     if (B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
-                              &c->lse, 0.125, true) != AWL_OK)
+                              &c->lse, 0.125, true, NULL) != AWL_OK)
         exit(1);
 }
 
@@ -332,10 +336,11 @@ static void bench_attention(const char *config, int64_t Bn, int64_t H, int64_t T
     memcpy(c.lse.strides, lstrides, sizeof lstrides);
     double tf, tb, flops = 4.0 * (double)(Bn * H * T * T * D);
     time_pair(attn_forward, &c, attn_backward, &c, 3, &tf, &tb);
-    printf("{\"bench\":\"attention\",\"config\":\"%s\",\"B\":%lld,\"H\":%lld,\"T\":%lld,"
-           "\"D\":%lld,\"threads\":%d,\"forward_ms\":%.3f,\"forward_gflops\":%.2f,"
+    bench_json_begin("attention");
+    printf("\"config\":\"%s\",\"B\":%lld,\"H\":%lld,\"T\":%lld,"
+           "\"D\":%lld,\"forward_ms\":%.3f,\"forward_gflops\":%.2f,"
            "\"backward_ms\":%.3f,\"backward_gflops\":%.2f}\n",
-           config, (long long)Bn, (long long)H, (long long)T, (long long)D, omp_get_max_threads(),
+           config, (long long)Bn, (long long)H, (long long)T, (long long)D,
            tf * 1e3, flops / tf * 1e-9, tb * 1e3, 2.5 * flops / tb * 1e-9);
     fflush(stdout);
     free(qkv);

@@ -5,7 +5,7 @@
  * measured in the same process, seconds apart, so a noisy shared machine
  * moves both sides together:
  *
- *   matmul       awl_matmul vs a direct cblas_sgemm on the same buffers
+ *   matmul       awl_matmul vs BLAS sgemm called directly on the same buffers
  *                (square 256..2048 and the GPT's shapes, incl. transposed
  *                operands as backward uses them); goal ratio >= 0.95
  *   elementwise  awl_add / awl_mul on 16M floats vs memcpy bandwidth
@@ -15,7 +15,6 @@
  *
  *   ./build/bench_tensor [--threads N] [--quick]
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,10 +63,9 @@ static void run_sgemm(void *p)
 {
     matmul_ctx *m = p;
     const matmul_case *c = m->c;
-    cblas_sgemm(CblasRowMajor, c->a_transposed ? CblasTrans : CblasNoTrans,
-                c->b_transposed ? CblasTrans : CblasNoTrans, (int)c->M, (int)c->N, (int)c->K, 1.0f,
-                m->pa, c->a_transposed ? (int)c->M : (int)c->K, m->pb,
-                c->b_transposed ? (int)c->K : (int)c->N, 0.0f, m->pc, (int)c->N);
+    awl_blas_sgemm(c->a_transposed, c->b_transposed, (int)c->M, (int)c->N, (int)c->K, 1.0f, m->pa,
+                   c->a_transposed ? (int)c->M : (int)c->K, m->pb,
+                   c->b_transposed ? (int)c->K : (int)c->N, 0.0f, m->pc, (int)c->N);
 }
 
 static void bench_matmul(const matmul_case *c, int reps)
@@ -90,7 +88,8 @@ static void bench_matmul(const matmul_case *c, int reps)
     double t_awl = median_time(run_awl_matmul, &m, reps);
     double t_blas2 = median_time(run_sgemm, &m, reps);
     if (t_blas2 < t_blas) t_blas = t_blas2;
-    printf("{\"bench\":\"matmul\",\"case\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
+    bench_json_begin("matmul");
+    printf("\"case\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
            "\"awl_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"ratio\":%.3f}\n",
            c->name, (long long)c->M, (long long)c->N, (long long)c->K, flops / t_awl * 1e-9,
            flops / t_blas * 1e-9, t_blas / t_awl);
@@ -142,7 +141,8 @@ static void bench_elementwise(int reps)
         e.op = ops[i];
         double t = median_time(run_binary, &e, reps);
         double bw = 3.0 * (double)n * 4 / t; /* two reads + one write */
-        printf("{\"bench\":\"elementwise\",\"op\":\"%s\",\"n\":%lld,\"ms\":%.3f,\"gbps\":%.2f,"
+        bench_json_begin("elementwise");
+        printf("\"op\":\"%s\",\"n\":%lld,\"ms\":%.3f,\"gbps\":%.2f,"
                "\"memcpy_gbps\":%.2f,\"ratio\":%.3f}\n",
                awl_binary_op_name(e.op), (long long)n, t * 1e3, bw * 1e-9, copy_bw * 1e-9,
                bw / copy_bw);
@@ -175,7 +175,8 @@ static void bench_overhead(void)
 {
     const int iters = 200000;
     double plain = op_cost(false, iters), recorded = op_cost(true, iters);
-    printf("{\"bench\":\"op_overhead\",\"op\":\"mul\",\"numel\":1,\"no_grad_us\":%.3f,"
+    bench_json_begin("op_overhead");
+    printf("\"op\":\"mul\",\"numel\":1,\"no_grad_us\":%.3f,"
            "\"with_grad_us\":%.3f}\n",
            plain * 1e6, recorded * 1e6);
     fflush(stdout);

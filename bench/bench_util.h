@@ -8,8 +8,11 @@
 #ifndef AWL_BENCH_UTIL_H
 #define AWL_BENCH_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "awl.h"
 
 /* Seconds on a monotonic clock. */
 static inline double bench_now(void)
@@ -30,6 +33,19 @@ static inline double bench_median(double *t, int n)
 {
     qsort(t, (size_t)n, sizeof *t, bench_compare_doubles);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Opens a JSON line with the fields every benchmark line carries: its name,
+ * the BLAS library, the kernels it runs and who chose them, and the thread
+ * count. The caller prints the rest of the object: bench_json_begin("matmul");
+ * printf("\"M\":%d}\n", m); */
+static inline void bench_json_begin(const char *bench)
+{
+    awl_blas_info b;
+    awl_blas_get_info(&b);
+    printf("{\"bench\":\"%s\",\"blas\":\"%s\",\"blas_kernels\":\"%s\",\"kernels_chosen_by\":\"%s\","
+           "\"threads\":%d,",
+           bench, b.library, b.kernels, b.chosen_by, awl_get_num_threads());
 }
 
 #endif

@@ -32,14 +32,18 @@ extern "C" {
 /* Status codes. Every status-returning function returns 0 or one of these. */
 enum {
     AWL_OK = 0,
-    AWL_ERR_INVALID = -1,         /* bad argument: shape, dtype, index, option  */
-    AWL_ERR_OOM = -2,             /* an allocation failed                       */
-    AWL_ERR_DEVICE = -3,          /* the device or its library reported a fault */
-    AWL_ERR_IO = -4,              /* a file could not be read or written        */
-    AWL_ERR_FORMAT = -5,          /* a file is malformed, truncated or corrupt  */
-    AWL_ERR_UNSUPPORTED = -6,     /* a backend lacks an optional kernel; the
-                                     caller falls back, no message is recorded  */
-    AWL_ERR_NOT_IMPLEMENTED = -7, /* a required primitive is not written
+    AWL_ERR_INVALID = -1,     /* bad argument: shape, dtype, index, option  */
+    AWL_ERR_OOM = -2,         /* an allocation failed                       */
+    AWL_ERR_DEVICE = -3,      /* the device or its library reported a fault */
+    AWL_ERR_IO = -4,          /* a file could not be read or written        */
+    AWL_ERR_FORMAT = -5,      /* a file is malformed, truncated or corrupt  */
+    AWL_ERR_UNSUPPORTED = -6, /* a backend lacks an optional kernel; the
+                                 caller falls back, no message is recorded  */
+    AWL_ERR_DIST = -7,        /* a distributed job failed: a peer died, went
+                                 silent, timed out or disagreed (the message
+                                 names the rank, the operation and its
+                                 sequence number)                           */
+    AWL_ERR_NOT_IMPLEMENTED = -8, /* a required primitive is not written
                                      yet (the student backend's stubs); the
                                      message names it and where it goes   */
 };

@@ -459,7 +459,10 @@ static int train(bpe_trainer *t, const uint8_t *text, int32_t len, int32_t *merg
     t->next = malloc((size_t)len * sizeof *t->next);
     if (!t->ids || !t->prev || !t->next)
         return awl_error(AWL_ERR_OOM, "%s: out of memory for %d bytes", TRAIN, len);
-    if (awl_pair_map_init(&t->index, 1 << 16, TRAIN) != 0) return AWL_ERR_OOM;
+    /* sized for the text (at most 64k distinct pairs to start with): a
+     * short text does not pay for clearing a large table */
+    size_t pairs_hint = len < (1 << 16) ? (size_t)len : (size_t)1 << 16;
+    if (awl_pair_map_init(&t->index, pairs_hint, TRAIN) != 0) return AWL_ERR_OOM;
     for (int32_t i = 0; i < len; i++) {
         t->ids[i] = text[i];
         t->prev[i] = i - 1;

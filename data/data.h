@@ -105,6 +105,24 @@ int awl_tokenizer_serialize(const awl_tokenizer *tok, char **buf, size_t *len);
  * awl_tokenizer_free. */
 awl_tokenizer *awl_tokenizer_deserialize(const char *buf, size_t len);
 
+/* ---- corpora ---------------------------------------------------------------- */
+
+/* Reads a training corpus at `path` into *text (malloc'd, NUL-terminated,
+ * *len bytes without the NUL; the caller frees): a file, plain or gzip
+ * (concatenated members allowed), or a directory, whose regular files are
+ * read in name order and concatenated (dot files, "*.dat" files and links
+ * are skipped, which leaves the text of Debian's fortunes package). Every
+ * file must be UTF-8 text: well-formed UTF-8 without NUL bytes.
+ * Fails with AWL_ERR_IO (the path and the system's reason), AWL_ERR_FORMAT
+ * (naming the file and the offset of the first byte that is not text, or
+ * what is wrong with its gzip stream) or AWL_ERR_INVALID (nothing to read);
+ * then *text is NULL and *len 0. */
+int awl_corpus_read(const char *path, char **text, size_t *len);
+
+/* The same for one file's bytes in memory (inflated when they start with
+ * gzip's magic); `name` names them in messages (NULL: "the text"). */
+int awl_corpus_from_bytes(const void *data, size_t n, const char *name, char **text, size_t *len);
+
 /* ---- text datasets ------------------------------------------------------- */
 
 typedef enum awl_data_split { AWL_SPLIT_TRAIN = 0, AWL_SPLIT_VAL = 1 } awl_data_split;
@@ -158,6 +176,14 @@ int awl_text_dataset_block(const awl_text_dataset *ds);
  * On failure *x and *y are NULL and the position is unchanged. */
 int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch,
                            const char *device, awl_tensor **x, awl_tensor **y);
+
+/* The split's k-th batch as the sampler would draw it under `seed`, with
+ * no state read or changed: evaluation draws its batches from a seed of its
+ * own this way, so it never moves the training stream. Otherwise as
+ * awl_text_dataset_batch. */
+int awl_text_dataset_batch_at(const awl_text_dataset *ds, awl_data_split split, uint64_t seed,
+                              uint64_t k, int batch, const char *device, awl_tensor **x,
+                              awl_tensor **y);
 
 /* Reseeds the sampler and rewinds both splits to position 0. */
 void awl_text_dataset_seed(awl_text_dataset *ds, uint64_t seed);

@@ -268,6 +268,21 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch
     if (x) *x = NULL;
     if (y) *y = NULL;
     if (!ds) return AWL_ERR_INVALID;
+    if (!split_ok(split))
+        return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: bad split %d", (int)split);
+    int rc =
+        awl_text_dataset_batch_at(ds, split, ds->seed, ds->position[split], batch, device, x, y);
+    if (rc == 0) ds->position[split]++;
+    return rc;
+}
+
+int awl_text_dataset_batch_at(const awl_text_dataset *ds, awl_data_split split, uint64_t seed,
+                              uint64_t k, int batch, const char *device, awl_tensor **x,
+                              awl_tensor **y)
+{
+    if (x) *x = NULL;
+    if (y) *y = NULL;
+    if (!ds) return AWL_ERR_INVALID;
     if (!x || !y) return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: NULL output");
     if (!split_ok(split))
         return awl_error(AWL_ERR_INVALID, "awl_text_dataset_batch: bad split %d", (int)split);
@@ -288,9 +303,9 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch
     if (!host)
         return awl_error(AWL_ERR_OOM, "awl_text_dataset_batch: out of memory for (%d,%zu)", batch,
                          block);
-    uint64_t k = ds->position[split], n_starts = n - block;
+    uint64_t n_starts = n - block;
     for (int b = 0; b < batch; b++) {
-        awl_philox_block r = awl_philox4x32(ds->seed, k << 32 | (uint32_t)b);
+        awl_philox_block r = awl_philox4x32(seed, k << 32 | (uint32_t)b);
         int w = split == AWL_SPLIT_TRAIN ? 0 : 2;
         uint64_t start = ((uint64_t)r.w[w + 1] << 32 | r.w[w]) % n_starts;
         memcpy(host + (size_t)b * block, tokens + start, block * sizeof *host);
@@ -310,6 +325,5 @@ int awl_text_dataset_batch(awl_text_dataset *ds, awl_data_split split, int batch
     awl_scope_end();
     free(host);
     if (!ok) return awl_last_error_code() < 0 ? awl_last_error_code() : AWL_ERR_INVALID;
-    ds->position[split]++;
     return 0;
 }

@@ -7,8 +7,10 @@
  * the softmax for backward. Fused, the backend's attention kernel computes
  * the output and one log-sum-exp per query row, and its backward recomputes
  * the scores from q, k and the log-sum-exp; no (T, T) matrix is stored.
- * The fused kernel has no dropout, so training with attention dropout takes
- * the composed path.
+ * With dropout, the fused kernel takes the generator's state (seed, offset)
+ * and draws the mask of the composed path's (B, H, T, T) weights from it
+ * (common/dropout.h); the node keeps the state, and the backward (and a
+ * checkpointed block's replay, which resets the generator) draws it again.
  *
  * Layout is where the copies hide. c_attn produces q, k and v side by side,
  * (B, T, 3C); a head is every D-th slice of a third of that. All of these
@@ -35,12 +37,39 @@
 
 #include "autograd/node.h"
 #include "common/alloc.h"
+#include "nn/functional_internal.h"
 
 typedef struct attn_ctx {
     double scale;
     bool causal;
-    int n_head; /* awl_attention_qkv only */
+    int n_head;               /* awl_attention_qkv only */
+    awl_dropout_args dropout; /* p = 0: none */
 } attn_ctx;
+
+/* The kernels' dropout argument: NULL without dropout. */
+static const awl_dropout_args *ctx_dropout(const attn_ctx *c)
+{
+    return c->dropout.p > 0.0 ? &c->dropout : NULL;
+}
+
+/* Draws attention dropout over n weights from the global generator into d;
+ * *before is the offset to give the draw back (give_back_dropout) when the
+ * fused kernel declines and the composed path draws it instead. NULL for
+ * p = 0. */
+static const awl_dropout_args *take_dropout(double p, int64_t n, awl_dropout_args *d,
+                                            uint64_t *before)
+{
+    if (p == 0.0) return NULL;
+    d->p = p;
+    awl_rng_get_state(&d->seed, before);
+    d->offset = awl_rng_reserve((uint64_t)n);
+    return d;
+}
+
+static void give_back_dropout(const awl_dropout_args *d, uint64_t before)
+{
+    if (d) awl_rng_set_state(d->seed, before);
+}
 
 /* ---- the composed computation ------------------------------------------------------ */
 
@@ -78,14 +107,18 @@ static awl_tensor *sdpa_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, do
 }
 
 /* The gradient formula of the header comment, as differentiable ops; each
- * of dq, dk, dv may be NULL when not wanted. */
+ * of dq, dk, dv may be NULL when not wanted. With dropout (mask M, kept
+ * weights scaled by s), dv = (s M P)^T dO and dP = s M (dO v^T); dS keeps
+ * its form, since rowsum(dP * P) is still the dot product the dropped
+ * softmax's backward needs. */
 static void sdpa_grad_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *dout,
-                               double scale, bool causal, awl_tensor **dq, awl_tensor **dk,
-                               awl_tensor **dv)
+                               double scale, bool causal, const awl_dropout_args *drop,
+                               awl_tensor **dq, awl_tensor **dk, awl_tensor **dv)
 {
     awl_tensor *p = attention_weights(q, k, scale, causal);
-    if (dv) *dv = awl_matmul(awl_transpose(p, -2, -1), dout);
+    if (dv) *dv = awl_matmul(awl_transpose(drop ? awl_nn_dropout_at(p, drop) : p, -2, -1), dout);
     awl_tensor *dp = awl_matmul(dout, awl_transpose(v, -2, -1));
+    if (drop) dp = awl_nn_dropout_at(dp, drop);
     awl_tensor *ds = awl_mul(p, awl_sub(dp, awl_sum(awl_mul(dp, p), AWL_DIMS(-1), true)));
     if (dq) *dq = awl_mul_scalar(awl_matmul(ds, k), scale);
     if (dk) *dk = awl_mul_scalar(awl_matmul(awl_transpose(ds, -2, -1), q), scale);
@@ -135,7 +168,7 @@ static int sdpa_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         awl_tensor *qc = rows_contiguous(q), *kc = rows_contiguous(k), *vc = rows_contiguous(v),
                    *dout = rows_contiguous(grad);
         if (!dq || !dk || !dv || !qc || !kc || !vc || !dout) return AWL_ERR_INVALID;
-        awl_attention_args args = {c->scale, c->causal};
+        awl_attention_args args = {c->scale, c->causal, ctx_dropout(c)};
         int status = awl_tensor_attention_backward(dq, dk, dv, dout, qc, kc, vc, out, lse, &args);
         if (status != AWL_ERR_UNSUPPORTED) {
             awl_tensor *all[3] = {dq, dk, dv};
@@ -143,7 +176,7 @@ static int sdpa_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
             return status;
         }
     }
-    sdpa_grad_composed(q, k, v, grad, c->scale, c->causal,
+    sdpa_grad_composed(q, k, v, grad, c->scale, c->causal, ctx_dropout(c),
                        awl_node_needs_grad(node, 0) ? &grads[0] : NULL,
                        awl_node_needs_grad(node, 1) ? &grads[1] : NULL,
                        awl_node_needs_grad(node, 2) ? &grads[2] : NULL);
@@ -151,7 +184,7 @@ static int sdpa_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 }
 
 static awl_tensor *sdpa_fused(awl_tensor *q, awl_tensor *k, awl_tensor *v, double scale,
-                              bool causal, bool *unsupported)
+                              bool causal, const awl_dropout_args *drop, bool *unsupported)
 {
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
     *unsupported = false;
@@ -161,7 +194,7 @@ static awl_tensor *sdpa_fused(awl_tensor *q, awl_tensor *k, awl_tensor *v, doubl
     awl_tensor *lse = awl_tensor_new_on(q, AWL_SHAPE(B, H, T), AWL_F32);
     bool ok = qc && kc && vc && out && lse;
     if (ok) {
-        awl_attention_args args = {scale, causal};
+        awl_attention_args args = {scale, causal, drop};
         int status = awl_tensor_attention_forward(out, lse, qc, kc, vc, &args);
         *unsupported = status == AWL_ERR_UNSUPPORTED;
         ok = status == AWL_OK;
@@ -170,7 +203,8 @@ static awl_tensor *sdpa_fused(awl_tensor *q, awl_tensor *k, awl_tensor *v, doubl
     awl_node *node = awl_node_record(out, "scaled_dot_product_attention", sdpa_backward, 3,
                                      (awl_tensor *[]){q, k, v}, sizeof(attn_ctx));
     if (node) {
-        *(attn_ctx *)awl_node_ctx(node) = (attn_ctx){scale, causal, 0};
+        *(attn_ctx *)awl_node_ctx(node) =
+            (attn_ctx){scale, causal, 0, drop ? *drop : (awl_dropout_args){0}};
         awl_node_save(node, q);
         awl_node_save(node, k);
         awl_node_save(node, v);
@@ -209,11 +243,17 @@ awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_t
     double scale = 1.0 / sqrt((double)q->shape[q->ndim - 1]);
     bool unsupported = true;
     awl_tensor *out = NULL;
-    if (dropout_p == 0.0 && q->ndim == 4 && awl_same_shape(q, k) && awl_same_shape(q, v) &&
+    if (q->ndim == 4 && awl_same_shape(q, k) && awl_same_shape(q, v) &&
         awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, q) &&
         awl_check_same_device(op, q, k) == 0 && awl_check_same_device(op, q, v) == 0 &&
-        q->dtype == k->dtype && q->dtype == v->dtype)
-        out = sdpa_fused(q, k, v, scale, causal, &unsupported);
+        q->dtype == k->dtype && q->dtype == v->dtype) {
+        awl_dropout_args d;
+        uint64_t before;
+        const awl_dropout_args *drop = take_dropout(
+            dropout_p, q->shape[0] * q->shape[1] * q->shape[2] * q->shape[2], &d, &before);
+        out = sdpa_fused(q, k, v, scale, causal, drop, &unsupported);
+        if (!out && unsupported) give_back_dropout(drop, before);
+    }
     if (!out && unsupported) out = sdpa_composed(q, k, v, scale, causal, dropout_p);
     return out;
 }
@@ -254,7 +294,7 @@ static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor *
         awl_tensor *dqkv = awl_tensor_new_on(qkv, qkv->ndim, qkv->shape, qkv->dtype);
         if (!qc || !dout || !dqkv) return AWL_ERR_INVALID;
         int h = c->n_head;
-        awl_attention_args args = {c->scale, c->causal};
+        awl_attention_args args = {c->scale, c->causal, ctx_dropout(c)};
         int status = awl_tensor_attention_backward(
             heads_view(dqkv, h, 0, D), heads_view(dqkv, h, C, D), heads_view(dqkv, h, 2 * C, D),
             heads_view(dout, h, 0, D), heads_view(qc, h, 0, D), heads_view(qc, h, C, D),
@@ -269,15 +309,15 @@ static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor *
     awl_tensor *dout =
         awl_permute(awl_reshape(grad, AWL_SHAPE(grad->shape[0], grad->shape[1], c->n_head, D)),
                     (int[]){0, 2, 1, 3});
-    sdpa_grad_composed(qkv_heads[0], qkv_heads[1], qkv_heads[2], dout, c->scale, c->causal, &d[0],
-                       &d[1], &d[2]);
+    sdpa_grad_composed(qkv_heads[0], qkv_heads[1], qkv_heads[2], dout, c->scale, c->causal,
+                       ctx_dropout(c), &d[0], &d[1], &d[2]);
     for (int i = 0; i < 3; i++) d[i] = merge_heads(d[i]);
     grads[0] = awl_concat(3, d, 2);
     return AWL_OK;
 }
 
 static awl_tensor *attention_qkv_fused(awl_tensor *qkv, int n_head, bool causal, double scale,
-                                       bool *unsupported)
+                                       const awl_dropout_args *drop, bool *unsupported)
 {
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / n_head;
     *unsupported = false;
@@ -287,7 +327,7 @@ static awl_tensor *attention_qkv_fused(awl_tensor *qkv, int n_head, bool causal,
     awl_tensor *lse = awl_tensor_new_on(qkv, AWL_SHAPE(B, n_head, T), AWL_F32);
     bool ok = qc && out && lse;
     if (ok) {
-        awl_attention_args args = {scale, causal};
+        awl_attention_args args = {scale, causal, drop};
         int status = awl_tensor_attention_forward(
             heads_view(out, n_head, 0, D), lse, heads_view(qc, n_head, 0, D),
             heads_view(qc, n_head, C, D), heads_view(qc, n_head, 2 * C, D), &args);
@@ -298,7 +338,8 @@ static awl_tensor *attention_qkv_fused(awl_tensor *qkv, int n_head, bool causal,
     awl_node *node =
         awl_node_record(out, "attention_qkv", attention_qkv_backward, 1, &qkv, sizeof(attn_ctx));
     if (node) {
-        *(attn_ctx *)awl_node_ctx(node) = (attn_ctx){scale, causal, n_head};
+        *(attn_ctx *)awl_node_ctx(node) =
+            (attn_ctx){scale, causal, n_head, drop ? *drop : (awl_dropout_args){0}};
         awl_node_save(node, qkv);
         awl_node_save_output(node, out);
         awl_node_save(node, lse);
@@ -327,9 +368,15 @@ awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double d
     double scale = 1.0 / sqrt((double)(qkv->shape[2] / 3 / n_head));
     bool unsupported = true;
     awl_tensor *out = NULL;
-    if (dropout_p == 0.0 && awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, qkv) &&
-        awl_dtype_is_float(qkv->dtype))
-        out = attention_qkv_fused(qkv, n_head, causal, scale, &unsupported);
+    if (awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, qkv) && awl_dtype_is_float(qkv->dtype)) {
+        awl_dropout_args d;
+        uint64_t before;
+        int64_t T = qkv->shape[1];
+        const awl_dropout_args *drop =
+            take_dropout(dropout_p, qkv->shape[0] * n_head * T * T, &d, &before);
+        out = attention_qkv_fused(qkv, n_head, causal, scale, drop, &unsupported);
+        if (!out && unsupported) give_back_dropout(drop, before);
+    }
     if (out || !unsupported) return out;
     awl_tensor *heads[3];
     if (split_heads(qkv, n_head, heads) < 0) return NULL;

@@ -17,16 +17,22 @@
  */
 #include "nn/checkpoint_io.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "nn/safetensors.h"
 #include "common/alloc.h"
 
 #define FORMAT_NAME "checkpoint"
-#define FORMAT_VERSION "1"
+#define FORMAT_VERSION "2"
+/* version 1 is version 2 without awl.metadata_crc32: still read */
+#define FORMAT_VERSION_OLD "1"
+#define METADATA_CRC_KEY "awl.metadata_crc32"
 
 static char *copy_string(const char *s)
 {
@@ -144,6 +150,72 @@ static void kv_free(kv_list *l)
     free(l->values);
 }
 
+/* ---- the metadata's CRC ------------------------------------------------------------ */
+
+/* CRC-32 of the metadata entries, sorted by key, each as key NUL value NUL,
+ * leaving out the tensors' crc32.* entries (their tensors check them) and
+ * the metadata CRC itself. Sorting makes it independent of header order. */
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(**(char *const *const *)a, **(char *const *const *)b);
+}
+
+static uint32_t metadata_crc(int n, char *const *keys, char *const *values)
+{
+    const char *const **order = awl_xmalloc(((size_t)n + 1) * sizeof *order);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (strncmp(keys[i], "crc32.", 6) != 0 && strcmp(keys[i], METADATA_CRC_KEY) != 0)
+            order[m++] = (const char *const *)&keys[i];
+    qsort(order, (size_t)m, sizeof *order, by_key);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < m; i++) {
+        const char *key = *order[i], *value = values[order[i] - (const char *const *)keys];
+        crc = crc32(crc, (const Bytef *)key, (uInt)strlen(key) + 1);
+        crc = crc32(crc, (const Bytef *)value, (uInt)strlen(value) + 1);
+    }
+    free(order);
+    return (uint32_t)crc;
+}
+
+/* ---- refusing non-finite values ------------------------------------------------------ */
+
+int64_t awl_tensor_first_non_finite(awl_tensor *t, double *value)
+{
+    if (!t || t->dtype == AWL_I32 || awl_numel(t) == 0) return -1;
+    awl_scope_begin();
+    awl_tensor *f = awl_tensor_cast(t, AWL_F64);
+    int64_t n = awl_numel(t), bad = -1;
+    double *host = f ? awl_xmalloc((size_t)n * sizeof *host) : NULL;
+    if (host && awl_to_host(f, host, (size_t)n * sizeof *host) == 0)
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (!isfinite(host[i])) {
+                bad = i;
+                *value = host[i];
+            }
+    free(host);
+    awl_scope_end();
+    return bad;
+}
+
+static int check_finite(int n, const char *const *names, awl_tensor *const *tensors)
+{
+    for (int i = 0; i < n; i++) {
+        double v = 0;
+        int64_t at = awl_tensor_first_non_finite(tensors[i], &v);
+        if (at >= 0)
+            return awl_error(AWL_ERR_INVALID,
+                             "awl_checkpoint_save: tensor %s holds %s at element %lld: a "
+                             "checkpoint never holds non-finite values, nothing was written",
+                             names[i],
+                             isnan(v) ? "NaN"
+                             : v > 0  ? "+inf"
+                                      : "-inf",
+                             (long long)at);
+    }
+    return AWL_OK;
+}
+
 static void add_state_metadata(kv_list *kv, const awl_train_state *s)
 {
     kv_addf(kv, "step", "%lld", (long long)s->step);
@@ -194,8 +266,13 @@ int awl_checkpoint_save(const char *path, const awl_param_list *params, const aw
     kv_add(&kv, copy_string("awl.format_version"), copy_string(FORMAT_VERSION));
     if (state) add_state_metadata(&kv, state);
     if (opt) add_optimizer_metadata(&kv, opt);
+    char crc_text[9];
+    snprintf(crc_text, sizeof crc_text, "%08x", (unsigned)metadata_crc(kv.n, kv.keys, kv.values));
+    kv_add(&kv, copy_string(METADATA_CRC_KEY), copy_string(crc_text));
 
-    int status = awl_safetensors_save(path, n, names, tensors, kv.n, (const char *const *)kv.keys,
+    int status = check_finite(n, names, tensors);
+    if (status == AWL_OK)
+        status = awl_safetensors_save(path, n, names, tensors, kv.n, (const char *const *)kv.keys,
                                       (const char *const *)kv.values);
     kv_free(&kv);
     for (int i = 0; i < n_states; i++) free(state_names[i]);
@@ -266,6 +343,9 @@ static int plan_copy(const awl_safetensors *f, bool ours, const char *name, awl_
                           awl_shape_str(dst, s2, sizeof s2));
     }
     if (ours && !info.has_crc) return load_error(f, "tensor %s has no crc32 entry", name);
+    if (info.float16)
+        return load_error(f, "tensor %s is float16 in the file: a checkpoint holds %s", name,
+                          awl_dtype_name(dst->dtype));
     used[i] = true;
     plan[(*n_plan)++] = (copy_plan){dst, i};
     return AWL_OK;
@@ -324,22 +404,75 @@ static int read_state(const awl_safetensors *f, awl_train_state *s)
     return AWL_OK;
 }
 
+/* awl's format and version, when the file says it is awl's (*ours). */
+static int check_format(const awl_safetensors *f, bool *ours)
+{
+    const char *format = awl_safetensors_metadata_get(f, "awl.format");
+    *ours = format != NULL;
+    if (!format) return AWL_OK;
+    const char *version = awl_safetensors_metadata_get(f, "awl.format_version");
+    if (strcmp(format, FORMAT_NAME) != 0)
+        return load_error(f, "awl.format is \"%.40s\", not \"" FORMAT_NAME "\"", format);
+    if (!version ||
+        (strcmp(version, FORMAT_VERSION) != 0 && strcmp(version, FORMAT_VERSION_OLD) != 0))
+        return load_error(
+            f,
+            "unsupported awl.format_version \"%.20s\" (this build reads " FORMAT_VERSION_OLD
+            " and " FORMAT_VERSION ")",
+            version ? version : "");
+    return AWL_OK;
+}
+
+/* The metadata CRC of an awl file of version 2 matches its metadata. */
+static int check_metadata_crc(const awl_safetensors *f)
+{
+    const char *version = awl_safetensors_metadata_get(f, "awl.format_version");
+    if (!version || strcmp(version, FORMAT_VERSION_OLD) == 0) return AWL_OK;
+    const char *want = awl_safetensors_metadata_get(f, METADATA_CRC_KEY);
+    if (!want) return load_error(f, "metadata " METADATA_CRC_KEY " is missing");
+    int n = awl_safetensors_metadata_count(f);
+    char **keys = awl_xmalloc(((size_t)n + 1) * sizeof *keys);
+    char **values = awl_xmalloc(((size_t)n + 1) * sizeof *values);
+    for (int i = 0; i < n; i++) {
+        keys[i] = (char *)awl_safetensors_metadata_key(f, i);
+        values[i] = (char *)awl_safetensors_metadata_value(f, i);
+    }
+    char have[9];
+    snprintf(have, sizeof have, "%08x", (unsigned)metadata_crc(n, keys, values));
+    free(keys);
+    free(values);
+    if (strcmp(have, want) != 0)
+        return load_error(
+            f, "the metadata is corrupt: its CRC-32 is %s, " METADATA_CRC_KEY " says \"%.20s\"",
+            have, want);
+    return AWL_OK;
+}
+
+int awl_checkpoint_read_state(const awl_safetensors *f, awl_train_state *out)
+{
+    if (!f || !out) return AWL_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    bool ours;
+    int status = check_format(f, &ours);
+    if (status == AWL_OK && !ours)
+        status = load_error(f, "is not an awl checkpoint (metadata awl.format is missing)");
+    awl_train_state state = {0};
+    if (status == AWL_OK) status = read_state(f, &state);
+    if (status == AWL_OK) status = check_metadata_crc(f);
+    if (status == AWL_OK)
+        *out = state;
+    else
+        awl_train_state_clear(&state);
+    return status;
+}
+
 /* Phase one: everything that can be wrong with the file, checked. */
 static int plan_load(const awl_safetensors *f, const awl_param_list *params, awl_optimizer *opt,
                      copy_plan *plan, int *n_plan, int64_t *steps, int64_t *count,
                      awl_train_state *state)
 {
-    const char *format = awl_safetensors_metadata_get(f, "awl.format");
-    bool ours = format != NULL;
-    if (ours) {
-        const char *version = awl_safetensors_metadata_get(f, "awl.format_version");
-        if (strcmp(format, FORMAT_NAME) != 0)
-            return load_error(f, "awl.format is \"%.40s\", not \"" FORMAT_NAME "\"", format);
-        if (!version || strcmp(version, FORMAT_VERSION) != 0)
-            return load_error(
-                f, "unsupported awl.format_version \"%.20s\" (this build reads " FORMAT_VERSION ")",
-                version ? version : "");
-    }
+    bool ours;
+    if (check_format(f, &ours) < 0) return AWL_ERR_FORMAT;
     int n_file = awl_safetensors_count(f);
     bool *used = awl_xcalloc((size_t)n_file + 1, sizeof *used);
     int status = AWL_OK;
@@ -357,6 +490,7 @@ static int plan_load(const awl_safetensors *f, const awl_param_list *params, awl
     }
     free(used);
     if (status >= 0 && state) status = read_state(f, state);
+    if (status >= 0 && ours) status = check_metadata_crc(f);
     return status;
 }
 

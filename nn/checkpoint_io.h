@@ -10,12 +10,17 @@
  *     so `safetensors.torch.load_file` in Python reads the weights;
  *   - the optimizer's state under "optimizer.<param>.exp_avg" and so on;
  *   - metadata (all strings): "awl.format" = "checkpoint",
- *     "awl.format_version" = "1", "step", "rng.seed", "rng.offset",
+ *     "awl.format_version" = "2", "step", "rng.seed", "rng.offset",
  *     "data.seed", "data.position.train", "data.position.val", "tokenizer",
  *     "config", "optimizer" (sgd/adam/adamw), "optimizer.step_count",
  *     "optimizer.step.<param>" (each parameter's update count),
  *     "optimizer.lr" (the learning rate when saved, for reference),
- *     "extra.<key>" for the caller's own entries, and "crc32.<tensor>".
+ *     "extra.<key>" for the caller's own entries, "crc32.<tensor>", and
+ *     "awl.metadata_crc32": the CRC-32 of every other entry (sorted by key,
+ *     each as key NUL value NUL; the crc32.* entries left out, as their
+ *     tensors check them), so an edited or corrupted metadata value is
+ *     caught like a corrupted tensor byte. Version 1 files (the same
+ *     without it) are still read.
  *
  *     awl_train_state st = {0};
  *     st.step = it;
@@ -33,7 +38,9 @@
  *     ...
  *     awl_train_state_clear(&in);
  *
- * Saving is crash-safe (a temporary file, fsync, rename); loading checks
+ * Saving is crash-safe (a temporary file, fsync, rename) and refuses a
+ * tensor holding NaN or infinity (a checkpoint is something to go back to,
+ * and a non-finite weight never trains back); loading checks
  * the whole file first (every offset, dtype, shape and CRC, every name
  * against the model and optimizer) and changes nothing unless all of it is
  * right. A checkpoint resumes bitwise: the same weights, optimizer state,
@@ -46,6 +53,7 @@
 
 #include "nn/optim.h"
 #include "nn/param.h"
+#include "nn/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,8 +86,9 @@ void awl_train_state_clear(awl_train_state *s);
 
 /* Writes params, opt's state (opt may be NULL: weights only) and state
  * (may be NULL) to path, crash-safely: on failure path is unchanged.
- * Returns 0, AWL_ERR_INVALID (bad names or strings), AWL_ERR_IO or a device
- * error. */
+ * Returns 0, AWL_ERR_INVALID (bad names or strings, or a tensor holding NaN
+ * or infinity, named with the element: nothing is written), AWL_ERR_IO or
+ * a device error. */
 int awl_checkpoint_save(const char *path, const awl_param_list *params, const awl_optimizer *opt,
                         const awl_train_state *state);
 
@@ -99,6 +108,20 @@ int awl_checkpoint_save(const char *path, const awl_param_list *params, const aw
  * device error if a copy fails (then some tensors may have been loaded). */
 int awl_checkpoint_load(const char *path, const awl_param_list *params, awl_optimizer *opt,
                         awl_train_state *state_out);
+
+/* The train state of an opened awl checkpoint, without touching any
+ * tensor: what a trainer reads first to learn which model to build. Checks
+ * the format, its version, every metadata value it parses and the
+ * metadata CRC. Returns 0 and fills *out (overwritten, not freed: start
+ * from {0}, free with awl_train_state_clear), or AWL_ERR_FORMAT with a
+ * message naming the file (also when the file is not awl's). */
+int awl_checkpoint_read_state(const awl_safetensors *f, awl_train_state *out);
+
+/* The index (row-major) of the first NaN or infinity of a float tensor on
+ * any device, with the value in *value; -1 when every element is finite
+ * (or t is NULL or int32). What a saver or a trainer names when a value
+ * went bad. */
+int64_t awl_tensor_first_non_finite(awl_tensor *t, double *value);
 
 #ifdef __cplusplus
 }

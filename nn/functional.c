@@ -7,7 +7,10 @@
  *   - linear multiplies all rows in one GEMM, reads the weight through a
  *     transposed view and adds the bias in place into the product, so a
  *     layer allocates exactly its output;
- *   - dropout saves only its mask;
+ *   - dropout saves nothing where the backend has a dropout kernel: the mask
+ *     is a function of the generator state (common/dropout.h), which the
+ *     node keeps, and its backward computes it again; composed, it saves
+ *     only its mask;
  *   - cross-entropy and LayerNorm run the backend's fused kernels forward
  *     and backward, saving only what the kernels need (the log-sum-exp per
  *     row; the mean and 1/std per row).
@@ -31,6 +34,7 @@
 
 #include "autograd/node.h"
 #include "common/alloc.h"
+#include "nn/functional_internal.h"
 
 /* Every axis but the last, for summing a (..., C) gradient down to (C). */
 static awl_tensor *sum_to_last_axis(awl_tensor *g)
@@ -123,12 +127,63 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
     return out;
 }
 
-/* ---- dropout: x (...) -> out (...), mask of x's shape saved ------------------------ */
+/* ---- dropout: x (...) -> out (...) ------------------------------------------------ */
 
+/* The mask of common/dropout.h for draw d: (u < 1 - p) / (1 - p) in x's
+ * dtype and shape, u the uniform stream at (d->seed, d->offset). */
+static awl_tensor *dropout_mask(awl_tensor *x, const awl_dropout_args *d)
+{
+    uint64_t seed, offset;
+    awl_rng_get_state(&seed, &offset);
+    awl_rng_set_state(d->seed, d->offset);
+    awl_tensor *mask = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+    int status = awl_tensor_uniform_(mask, 0.0, 1.0);
+    awl_rng_set_state(seed, offset);
+    if (status == AWL_OK)
+        status = awl_tensor_unary_out(AWL_UNARY_LT_SCALAR, mask, mask, 1.0 - d->p);
+    if (status == AWL_OK)
+        status = awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, mask, mask, awl_dropout_scale(d->p));
+    return status == AWL_OK ? mask : NULL;
+}
+
+/* Composed: the mask is built and saved. */
 static int dropout_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     grads[0] = awl_mul(grad, awl_node_saved(node, 0));
     return AWL_OK;
+}
+
+/* Fused: nothing is saved; the backward is the same dropout of the
+ * gradient (a differentiable op, so gradients of gradients work too). */
+static int dropout_fused_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    grads[0] = awl_nn_dropout_at(grad, awl_node_ctx(node));
+    return AWL_OK;
+}
+
+awl_tensor *awl_nn_dropout_at(awl_tensor *x, const awl_dropout_args *d)
+{
+    if (!x) return NULL;
+    awl_scope_begin();
+    awl_tensor *out = NULL, *mask = NULL;
+    int status = AWL_ERR_UNSUPPORTED;
+    if (awl_fused_available(AWL_KERNEL_DROPOUT, x)) {
+        out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+        status = out ? awl_tensor_dropout(out, x, d) : AWL_ERR_OOM;
+        if (status != AWL_OK) out = NULL;
+    }
+    if (status == AWL_ERR_UNSUPPORTED) {
+        mask = dropout_mask(x, d);
+        out = mask ? awl_tensor_binary(AWL_BINARY_MUL, x, mask) : NULL;
+    }
+    awl_node *node = mask ? awl_node_record(out, "dropout", dropout_backward, 1, &x, 0)
+                          : awl_node_record(out, "dropout", dropout_fused_backward, 1, &x,
+                                            sizeof(awl_dropout_args));
+    if (node && mask) awl_node_save(node, mask);
+    if (node && !mask) *(awl_dropout_args *)awl_node_ctx(node) = *d;
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
 }
 
 awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
@@ -144,20 +199,10 @@ awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
                   awl_dtype_name(x->dtype));
         return NULL;
     }
-    awl_scope_begin();
-    /* mask = (u < 1 - p) / (1 - p), u uniform in [0, 1) from the global stream */
-    awl_tensor *mask = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
-    int status = awl_tensor_uniform_(mask, 0.0, 1.0);
-    if (status == AWL_OK) status = awl_tensor_unary_out(AWL_UNARY_LT_SCALAR, mask, mask, 1.0 - p);
-    if (status == AWL_OK)
-        status =
-            awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, mask, mask, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
-    awl_tensor *out = status == AWL_OK ? awl_tensor_binary(AWL_BINARY_MUL, x, mask) : NULL;
-    awl_node *node = awl_node_record(out, "dropout", dropout_backward, 1, &x, 0);
-    if (node) awl_node_save(node, mask);
-    out = awl_keep(out);
-    awl_scope_end();
-    return out;
+    awl_dropout_args d = {p, 0, 0};
+    awl_rng_get_state(&d.seed, NULL);
+    d.offset = awl_rng_reserve((uint64_t)awl_numel(x));
+    return awl_nn_dropout_at(x, &d);
 }
 
 /* ---- cross-entropy: logits (N, V) or (B, T, V), targets int32 -> scalar ----------- */

@@ -113,9 +113,14 @@ static double product_seconds(const char *device, awl_dtype dtype, int64_t n, in
                               double *best_rate)
 {
     double best = -1;
+    /* the operands are random, but drawing them must not move the global
+     * generator: a trainer probes after restoring it from a checkpoint */
+    uint64_t rng_seed, rng_offset;
+    awl_rng_get_state(&rng_seed, &rng_offset);
     awl_scope_begin();
     awl_tensor *a = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
     awl_tensor *b = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
+    awl_rng_set_state(rng_seed, rng_offset);
     awl_tensor *c = awl_empty(AWL_SHAPE(n, n), dtype, device);
     for (int rep = 0; a && b && c && rep < reps; rep++) {
         awl_synchronize(device);

@@ -23,6 +23,7 @@
 #define AWL_NN_GPT_H
 
 #include "nn/nn.h"
+#include "nn/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,8 +56,24 @@ double awl_gpt_flops_per_token(const awl_gpt_config *cfg);
 /* MFU's denominator: the best FLOP/s of awl's own matmul in dtype on device
  * (an n x n product, n doubled from 256 until one takes 10 ms, at most
  * 8192: 1024 on a laptop's CPU, 8192 on a datacenter GPU), measured now,
- * in this process. 0 when it cannot be measured. */
+ * in this process. 0 when it cannot be measured. The global generator is
+ * left as it was. */
 double awl_gpt_matmul_rate(const char *device, awl_dtype dtype);
+
+/* The configuration as one JSON object (the "config" entry of a
+ * checkpoint, which Python tools read too):
+ *   {"vocab":65,"block":64,"n_layer":4,"n_head":4,"n_embd":128,
+ *    "batch":16,"dropout":0,"bias":true}
+ * written into buf[0..size). Returns 0, or AWL_ERR_INVALID when it does not
+ * fit. */
+int awl_gpt_config_to_json(const awl_gpt_config *cfg, char *buf, size_t size);
+
+/* Parses that object strictly: the keys above, each at most once (vocab,
+ * block, n_layer, n_head and n_embd required; batch 1, dropout 0 and bias
+ * true when absent), integers in [1, 2^31 - 1], dropout in [0, 1), n_embd
+ * a multiple of n_head, nothing after the object. Returns 0 and fills *out,
+ * or AWL_ERR_FORMAT naming the byte offset and the key (*out untouched). */
+int awl_gpt_config_from_json(const char *json, awl_gpt_config *out);
 
 typedef struct awl_gpt awl_gpt;
 
@@ -120,6 +137,29 @@ awl_dtype awl_gpt_get_autocast(const awl_gpt *model);
  * ids written, or negative. */
 int awl_gpt_generate(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_new,
                      double temperature, int top_k, uint64_t seed, int32_t *out);
+
+/* ---- weights from other tools (nn/gpt_io.c) ---------------------------------------- */
+
+/* The architecture of the GPT whose weights f holds, as PyTorch's nanoGPT
+ * names them (a state_dict saved with safetensors, awl's own checkpoints
+ * included): vocab and n_embd from transformer.wte.weight (or
+ * lm_head.weight when only the tied head was kept), block from
+ * transformer.wpe.weight, n_layer from the blocks present, bias from
+ * transformer.ln_f.bias. Names may carry torch.compile's "_orig_mod."
+ * prefix. Shapes cannot tell the number of heads: it comes from the file's
+ * "config" metadata when it has one, else stays cfg->n_head; batch and
+ * dropout stay the caller's. Returns 0 and updates *cfg, or a negative
+ * status with a message naming the file. */
+int awl_gpt_config_from_weights(const awl_safetensors *f, awl_gpt_config *cfg);
+
+/* Copies the weights of f into model, converting float16, bfloat16 and
+ * float64 to the parameters' dtype. A separate lm_head.weight must equal
+ * the embedding (awl ties the head); causal-mask buffers (".attn.bias",
+ * ".attn.masked_bias") and an awl checkpoint's optimizer state are
+ * ignored; any other tensor, a missing parameter or a shape that differs
+ * is an error, and then nothing has been changed. Returns 0 or a negative
+ * status with a message naming the file and the tensor. */
+int awl_gpt_load_weights(awl_gpt *model, const awl_safetensors *f);
 
 #ifdef __cplusplus
 }

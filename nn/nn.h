@@ -260,8 +260,9 @@ awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, 
 /* softmax(q k^T / sqrt(D), causal mask) v with dropout (probability
  * dropout_p) on the attention weights: q (B, H, T, D), k and v (B, H, S, D),
  * out (B, H, T, D). The causal mask lets query i see keys j <= i. Pass
- * dropout_p = 0 outside training. The fused kernel needs dropout_p == 0 and
- * T == S; its output is laid out (B, T, H, D) in memory, so that
+ * dropout_p = 0 outside training. The fused kernel needs T == S; with
+ * dropout it drops the weights the composed path would drop from the same
+ * generator state (common/dropout.h). Its output is laid out (B, T, H, D) in memory, so that
  * awl_transpose(out, 1, 2) followed by awl_reshape to (B, T, H * D) copies
  * nothing. */
 awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_tensor *v,
@@ -277,8 +278,9 @@ awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double d
 
 /* Inverted dropout: in training (p > 0), each element is zeroed with
  * probability p and the rest scaled by 1 / (1 - p); otherwise x itself. The
- * mask is a uniform fill from the global Philox generator, so a
- * checkpointed segment replays it. */
+ * mask is drawn from the global Philox generator (common/dropout.h), so a
+ * checkpointed segment replays it; with the backend's dropout kernel it is
+ * never stored (the backward draws it again). */
 awl_tensor *awl_dropout(awl_tensor *x, double p, bool training);
 
 #ifdef __cplusplus

@@ -25,7 +25,10 @@
  */
 #include "nn/safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
@@ -236,6 +239,40 @@ static int sync_directory(const char *path)
     return status;
 }
 
+/* Removes "<path>.tmp.<pid>" files left by saves whose process is gone
+ * (killed mid-save). A live process's file is its save in progress. */
+static void remove_stale_temporaries(const char *path)
+{
+    char *copy = awl_xmalloc(strlen(path) + 1), *copy2 = awl_xmalloc(strlen(path) + 1);
+    strcpy(copy, path);
+    strcpy(copy2, path);
+    const char *dir_name = dirname(copy), *base = basename(copy2);
+    size_t base_len = strlen(base);
+    DIR *dir = opendir(dir_name);
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, base_len) != 0 || strncmp(name + base_len, ".tmp.", 5) != 0)
+            continue;
+        const char *digits = name + base_len + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (*digits < '1' || *digits > '9' || *end || errno || pid <= 0 || pid > INT_MAX ||
+            pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        size_t size = strlen(dir_name) + strlen(name) + 2;
+        char *full = awl_xmalloc(size);
+        snprintf(full, size, "%s/%s", dir_name, name);
+        unlink(full);
+        free(full);
+    }
+    if (dir) closedir(dir);
+    free(copy);
+    free(copy2);
+}
+
 int awl_safetensors_save(const char *path, int n, const char *const *names,
                          awl_tensor *const *tensors, int n_meta, const char *const *keys,
                          const char *const *values)
@@ -247,6 +284,7 @@ int awl_safetensors_save(const char *path, int n, const char *const *names,
     size_t *crc_at = awl_xcalloc((size_t)n + 1, sizeof *crc_at);
     build_header(&header, n, names, tensors, n_meta, keys, values, crc_at);
 
+    remove_stale_temporaries(path);
     size_t tmp_size = strlen(path) + 32;
     char *tmp = awl_xmalloc(tmp_size);
     snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
@@ -277,10 +315,35 @@ int awl_safetensors_save(const char *path, int n, const char *const *names,
 
 /* ---- reading --------------------------------------------------------------------------- */
 
+/* IEEE binary16 -> binary32, exactly (every half is a float): subnormals
+ * are normalised, infinities and NaNs keep their payload's top bits. */
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | mant << 13;
+    } else if (exp != 0) {
+        bits = sign | (exp + 112) << 23 | mant << 13;
+    } else if (mant == 0) {
+        bits = sign;
+    } else {
+        int shift = 0;
+        while (!(mant & 0x400)) {
+            mant <<= 1;
+            shift++;
+        }
+        bits = sign | (uint32_t)(113 - shift) << 23 | (mant & 0x3ff) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 struct awl_safetensors {
     char *path;
     unsigned char *map; /* the whole file, read-only */
     size_t size;
+    bool mapped;               /* map is an mmap of the file (else borrowed memory) */
     const unsigned char *data; /* the data section */
     awl_st_header h;
     int *by_name;  /* tensor indices sorted by name, for find */
@@ -303,7 +366,7 @@ static int format_error(const char *path, const char *fmt, ...)
 /* Byte length of a tensor from its shape, or false on overflow. */
 static bool tensor_bytes(const awl_st_tensor *t, uint64_t *out)
 {
-    uint64_t n = awl_dtype_size(t->dtype);
+    uint64_t n = t->float16 ? 2 : awl_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++)
         if (__builtin_mul_overflow(n, (uint64_t)t->shape[d], &n)) return false;
     *out = n;
@@ -410,19 +473,10 @@ static int check_crcs(awl_safetensors *f)
     return AWL_OK;
 }
 
-/* Reads the 8-byte length and checks it against the file before mapping. */
-static int check_sizes(const char *path, int fd, size_t size, uint64_t *header_len)
+/* Checks the 8-byte length le[] against the size of the file. */
+static int check_header_length(const char *path, const unsigned char *le, size_t size,
+                               uint64_t *header_len)
 {
-    if (size < 8)
-        return format_error(path, "the file has %zu bytes, fewer than the 8-byte header length",
-                            size);
-    unsigned char le[8];
-    ssize_t r;
-    do r = pread(fd, le, 8, 0);
-    while (r < 0 && errno == EINTR);
-    if (r != 8)
-        return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: cannot read: %s", path,
-                         r < 0 ? strerror(errno) : "short read");
     uint64_t n = 0;
     for (int k = 7; k >= 0; k--) n = (n << 8) | le[k];
     if (n > AWL_SAFETENSORS_MAX_HEADER)
@@ -437,6 +491,27 @@ static int check_sizes(const char *path, int fd, size_t size, uint64_t *header_l
     *header_len = n;
     return AWL_OK;
 }
+
+static int too_short(const char *path, size_t size)
+{
+    return format_error(path, "the file has %zu bytes, fewer than the 8-byte header length", size);
+}
+
+/* Reads the 8-byte length and checks it against the file before mapping. */
+static int check_sizes(const char *path, int fd, size_t size, uint64_t *header_len)
+{
+    if (size < 8) return too_short(path, size);
+    unsigned char le[8];
+    ssize_t r;
+    do r = pread(fd, le, 8, 0);
+    while (r < 0 && errno == EINTR);
+    if (r != 8)
+        return awl_error(AWL_ERR_IO, "awl_safetensors_open: %s: cannot read: %s", path,
+                         r < 0 ? strerror(errno) : "short read");
+    return check_header_length(path, le, size, header_len);
+}
+
+static int check_contents(awl_safetensors *f, uint64_t hlen);
 
 static int open_checked(awl_safetensors *f)
 {
@@ -460,27 +535,54 @@ static int open_checked(awl_safetensors *f)
                                strerror(errno));
         else
             f->map = map;
+        f->mapped = f->map != NULL;
     }
     close(fd);
-    if (status < 0) return status;
+    return status < 0 ? status : check_contents(f, hlen);
+}
 
+/* The header and data of f->map[0..size), whose length field said hlen. */
+static int check_contents(awl_safetensors *f, uint64_t hlen)
+{
     char err[512];
     if (awl_st_header_parse((const char *)f->map + 8, hlen, &f->h, err, sizeof err) < 0)
         return format_error(f->path, "invalid header: %s", err);
     f->data = f->map + 8 + hlen;
     f->by_name = sorted_indices(&f->h, by_name);
     f->has_crc = awl_xcalloc((size_t)f->h.n_tensors + 1, sizeof *f->has_crc);
-    status = check_layout(f, f->size - 8 - hlen);
+    int status = check_layout(f, f->size - 8 - hlen);
     return status < 0 ? status : check_crcs(f);
+}
+
+static awl_safetensors *new_file(const char *path)
+{
+    awl_safetensors *f = awl_xcalloc(1, sizeof *f);
+    f->path = awl_xmalloc(strlen(path) + 1);
+    strcpy(f->path, path);
+    return f;
 }
 
 awl_safetensors *awl_safetensors_open(const char *path)
 {
     if (!path) return NULL;
-    awl_safetensors *f = awl_xcalloc(1, sizeof *f);
-    f->path = awl_xmalloc(strlen(path) + 1);
-    strcpy(f->path, path);
+    awl_safetensors *f = new_file(path);
     if (open_checked(f) < 0) {
+        awl_safetensors_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+awl_safetensors *awl_safetensors_open_memory(const void *data, size_t size, const char *name)
+{
+    if (!data && size > 0) return NULL;
+    awl_safetensors *f = new_file(name ? name : "(memory)");
+    f->map = (unsigned char *)data;
+    f->size = size;
+    uint64_t hlen = 0;
+    int status =
+        size < 8 ? too_short(f->path, size) : check_header_length(f->path, data, size, &hlen);
+    if (status < 0 || check_contents(f, hlen) < 0) {
         awl_safetensors_close(f);
         return NULL;
     }
@@ -490,7 +592,7 @@ awl_safetensors *awl_safetensors_open(const char *path)
 void awl_safetensors_close(awl_safetensors *f)
 {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && f->mapped) munmap(f->map, f->size);
     awl_st_header_clear(&f->h);
     free(f->by_name);
     free(f->has_crc);
@@ -533,6 +635,7 @@ int awl_safetensors_info_at(const awl_safetensors *f, int i, awl_safetensors_inf
     out->begin = t->begin;
     out->end = t->end;
     out->has_crc = f->has_crc[i];
+    out->float16 = t->float16;
     return AWL_OK;
 }
 
@@ -551,7 +654,15 @@ awl_tensor *awl_safetensors_load(const awl_safetensors *f, int i, const char *de
         return NULL;
     }
     const awl_st_tensor *t = &f->h.tensors[i];
-    return awl_from_data(f->data + t->begin, t->ndim, t->shape, t->dtype, device);
+    if (!t->float16) return awl_from_data(f->data + t->begin, t->ndim, t->shape, t->dtype, device);
+    size_t n = (size_t)(t->end - t->begin) / 2;
+    float *host = awl_xmalloc((n ? n : 1) * sizeof *host);
+    const unsigned char *src = f->data + t->begin;
+    for (size_t k = 0; k < n; k++)
+        host[k] = half_to_float((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
+    awl_tensor *out = awl_from_data(host, t->ndim, t->shape, AWL_F32, device);
+    free(host);
+    return out;
 }
 
 int awl_safetensors_metadata_count(const awl_safetensors *f) { return f ? f->h.n_meta : -1; }

@@ -24,7 +24,9 @@
  * Writing is crash-safe: the file is written as "<path>.tmp.<pid>", synced
  * to disk, renamed over `path` (atomic on POSIX file systems) and the
  * directory synced. A failure at any point removes the temporary file and
- * leaves whatever `path` held before untouched.
+ * leaves whatever `path` held before untouched. A process killed while
+ * saving leaves its temporary file behind: the next save to the same path
+ * removes every "<path>.tmp.<pid>" whose process no longer exists.
  *
  * Reading trusts nothing: awl_safetensors_open checks the header length
  * against the file size (and a 100 MB limit) before allocating, parses the
@@ -34,7 +36,8 @@
  * lists. Any problem gives AWL_ERR_FORMAT with the file's name and what is
  * wrong. Files written by other tools (no CRCs) open too.
  *
- * dtypes: F32, F64, I32 and BF16, awl's four (others are rejected as
+ * dtypes: F32, F64, I32 and BF16, awl's four, and, for reading only, F16
+ * (PyTorch's float16), which loads as float32 (others are rejected as
  * unsupported, also with AWL_ERR_FORMAT). Tensors have at most AWL_MAX_DIMS
  * dimensions. The host must be little-endian (checked at compile time).
  */
@@ -72,6 +75,9 @@ typedef struct awl_safetensors awl_safetensors;
  * the file cannot be read, AWL_ERR_FORMAT when it is malformed or corrupt.
  * Close with awl_safetensors_close. */
 awl_safetensors *awl_safetensors_open(const char *path);
+/* The same for a file's bytes in memory, data[0..size), borrowed until
+ * close; `name` (NULL: "(memory)") names it in messages. */
+awl_safetensors *awl_safetensors_open_memory(const void *data, size_t size, const char *name);
 void awl_safetensors_close(awl_safetensors *f);
 
 /* The path given to open (borrowed). */
@@ -84,11 +90,12 @@ int awl_safetensors_find(const awl_safetensors *f, const char *name);
 /* What the header says about tensor i. name points into f. */
 typedef struct awl_safetensors_info {
     const char *name;
-    awl_dtype dtype;
+    awl_dtype dtype; /* what awl_safetensors_load makes (AWL_F32 for float16) */
     int ndim;
     int64_t shape[AWL_MAX_DIMS];
     uint64_t begin, end; /* offsets into the data section */
     bool has_crc;        /* the metadata lists its CRC (checked at open) */
+    bool float16;        /* stored as F16 (2 bytes an element) */
 } awl_safetensors_info;
 
 /* Fills *out for tensor i; AWL_ERR_INVALID when i is out of range. */
@@ -98,8 +105,9 @@ int awl_safetensors_info_at(const awl_safetensors *f, int i, awl_safetensors_inf
  * borrowed until close. NULL when i is out of range. */
 const void *awl_safetensors_data(const awl_safetensors *f, int i);
 
-/* A new tensor on `device` (NULL: "cpu") holding tensor i, owned by the
- * current scope (tensor/tensor.h). */
+/* A new tensor on `device` (NULL: "cpu") holding tensor i (float16
+ * converted to float32 exactly), owned by the current scope
+ * (tensor/tensor.h). */
 awl_tensor *awl_safetensors_load(const awl_safetensors *f, int i, const char *device);
 
 /* The metadata, in header order (crc32 entries included): how many, the

@@ -16,7 +16,8 @@
  * data section). */
 typedef struct awl_st_tensor {
     char *name;
-    awl_dtype dtype;
+    awl_dtype dtype; /* AWL_F32 for a float16 entry */
+    bool float16;    /* stored as IEEE float16 ("F16") */
     int ndim;
     int64_t shape[AWL_MAX_DIMS];
     uint64_t begin, end;

@@ -21,50 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "nn/safetensors_internal.h"
 #include "common/alloc.h"
 
 /* ---- UTF-8 and dtypes -------------------------------------------------------------- */
 
-/* Length of the UTF-8 sequence at s[0..n), or 0 when it is malformed. */
-static size_t utf8_sequence(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0; /* continuation byte, overlong lead (C0, C1) or past F4 */
-    }
-    if (len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
-    return len;
-}
-
-bool awl_st_utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t len = utf8_sequence(u + i, n - i);
-        if (!len) return false;
-        i += len;
-    }
-    return true;
-}
+bool awl_st_utf8_valid(const char *s, size_t n) { return awl_utf8_first_invalid(s, n) == n; }
 
 int awl_st_dtype_parse(const char *name, awl_dtype *out)
 {
@@ -240,7 +203,7 @@ static int parse_string(parser *p, char **out)
             }
             continue;
         }
-        size_t n = utf8_sequence((const unsigned char *)p->s + p->pos, p->len - p->pos);
+        size_t n = awl_utf8_sequence((const unsigned char *)p->s + p->pos, p->len - p->pos);
         if (!n) {
             awl_st_buf_free(&b);
             return fail(p, "invalid UTF-8 in a string");
@@ -312,7 +275,10 @@ static int parse_tensor(parser *p, awl_st_tensor *t)
         if (f == 0) {
             char *dtype;
             if (parse_string(p, &dtype) < 0) return AWL_ERR_FORMAT;
-            int status = awl_st_dtype_parse(dtype, &t->dtype);
+            /* float16 is no awl dtype: such a tensor loads as float32 */
+            t->float16 = strcmp(dtype, "F16") == 0;
+            if (t->float16) t->dtype = AWL_F32;
+            int status = t->float16 ? AWL_OK : awl_st_dtype_parse(dtype, &t->dtype);
             if (status < 0)
                 fail(p, "unsupported dtype \"%.20s\" of tensor \"%.200s\"", dtype, t->name);
             free(dtype);

@@ -7,13 +7,12 @@
 # Three rules, each a list of "file:line: what" on failure:
 #   1. includes point downward: a file includes headers of its own layer
 #      and the layers below it only (common < backends < tensor < autograd
-#      < nn; data and dist sit on tensor, dist also on autograd and
-#      nn/param.h); a backend folder (backends/cpu, ...) includes only
+#      < nn < dist; data sits on tensor); a backend folder (backends/cpu, ...) includes only
 #      itself and backends/*.h; a private header (*_internal.h, *.cuh) only
 #      from its own folder;
 #   2. only tensor/ calls a backend table: nn/, autograd/, data/ and dist/
-#      name no awl_backend, awl_view, awl_tensor_backend, awl_tensor_view or
-#      ->backend (comments do not count);
+#      name no awl_backend, awl_view, awl_tensor_backend, awl_tensor_view and
+#      follow no `backend` pointer (comments do not count);
 #   3. tensor/ names no backend: it iterates the registry.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -32,7 +31,7 @@ allowed_for() {
         autograd) echo "common backends tensor autograd" ;;
         nn) echo "common backends tensor autograd nn" ;;
         data) echo "common backends tensor data" ;;
-        dist) echo "common backends tensor autograd dist nn/param.h" ;;
+        dist) echo "common backends tensor autograd nn dist" ;;
     esac
 }
 
@@ -88,7 +87,7 @@ for layer in nn autograd data dist; do
     [ -d "$layer" ] || continue
     for f in $(find "$layer" -name '*.[ch]' | sort); do
         code_of "$f" |
-            grep -E '\b(awl_backend|awl_backend_[a-z_]+|awl_view|awl_tensor_backend|awl_tensor_view|awl_cpu_backend|awl_cuda_backend)\b|->[[:space:]]*backend\b|\.backend\b' |
+            grep -E '\b(awl_backend|awl_backend_[a-z_]+|awl_view|awl_tensor_backend|awl_tensor_view|awl_cpu_backend|awl_cuda_backend)\b|(->|\.)[[:space:]]*backend[[:space:]]*->' |
             while IFS= read -r hit; do
                 fail "$f:${hit%%:*}: reaches a backend table (only tensor/ may): ${hit#*:}"
             done

@@ -36,18 +36,29 @@
 #          `awl-check --device cuda --perf` (each primitive against the CPU
 #          backend); JSON lines in $OUT/kernels.jsonl;
 #   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
-#          for the pairs in TORCH_COMPILE) on shakespeare-char and gpt2-124m
-#          in fp32, tf32 and bf16; JSON lines in $OUT/bench.jsonl;
-#   train  train_gpt on tinyshakespeare, shakespeare-char with nanoGPT's
+#          for the triples in TORCH_COMPILE) on shakespeare-char and gpt2-124m
+#          in fp32, tf32 and bf16, at each dropout of BENCH_DROPOUT (both
+#          sides get the same --dropout); JSON lines in $OUT/bench.jsonl;
+#   train  two 100-step runs per DET_SETTINGS pair (same seed, same losses?),
+#          then train_gpt on tinyshakespeare, shakespeare-char with nanoGPT's
 #          settings (lr 1e-3 warmup 100 cosine to 1e-4, dropout 0.2, batch
 #          64, block 256, clip 1, wd 0.1) in TRAIN_PRECISION; prints the final
-#          validation loss and the wall time.
+#          validation loss, the wall time, and when the val loss first
+#          reached TARGET_LOSS.
 #
 # Knobs (environment), with their defaults: STAGES=all, BENCH_STEPS=10,
 # BENCH_WARMUP=3, BENCH_CONFIGS="shakespeare-char gpt2-124m",
-# BENCH_PRECISIONS="fp32 tf32 bf16", TORCH_COMPILE="shakespeare-char:bf16
-# gpt2-124m:bf16" ("" for none), TRAIN_STEPS=5000, TRAIN_PRECISION=bf16,
-# EVAL_INTERVAL=1000, EVAL_ITERS=50, TEST_TIMEOUT=150, TIME_BUDGET=560.
+# BENCH_PRECISIONS="fp32 tf32 bf16", BENCH_DROPOUT="shakespeare-char:0,0.2
+# gpt2-124m:0,0.1" (config:dropouts; a config not named runs at 0),
+# TORCH_COMPILE="shakespeare-char:bf16:0.2 gpt2-124m:bf16:0.1
+# gpt2-124m:bf16:0" (config:precision:dropout; "" for none),
+# DET_SETTINGS="bf16:0.2 bf16:0 fp32:0.2 fp32:0" (precision:dropout),
+# TRAIN_STEPS=5000, TRAIN_PRECISION=bf16, EVAL_INTERVAL=250, EVAL_ITERS=50,
+# TARGET_LOSS=1.50, TEST_TIMEOUT=150, TIME_BUDGET=560, SUITES (the suites
+# the tests stage runs, awl-check_cuda and awl-check_cuda_grad among them;
+# default all), CHECK_OP (awl-check's --op in the tests stage, e.g.
+# attention or dropout; default all), CUDA_CASE (test_cuda's group, e.g.
+# fused; default all).
 #
 # Time (H200, the last full call on 2026-11-30, before the CUDA suites ran
 # through awl-check, whose stage is not timed there yet): build 26-37 s,
@@ -71,12 +82,18 @@ BENCH_STEPS=${BENCH_STEPS:-10}
 BENCH_WARMUP=${BENCH_WARMUP:-3}
 BENCH_CONFIGS=${BENCH_CONFIGS:-shakespeare-char gpt2-124m}
 BENCH_PRECISIONS=${BENCH_PRECISIONS:-fp32 tf32 bf16}
-TORCH_COMPILE=${TORCH_COMPILE-shakespeare-char:bf16 gpt2-124m:bf16}
+BENCH_DROPOUT=${BENCH_DROPOUT-shakespeare-char:0,0.2 gpt2-124m:0,0.1}
+TORCH_COMPILE=${TORCH_COMPILE-shakespeare-char:bf16:0.2 gpt2-124m:bf16:0.1 gpt2-124m:bf16:0}
+DET_SETTINGS=${DET_SETTINGS:-bf16:0.2 bf16:0 fp32:0.2 fp32:0}
 TRAIN_STEPS=${TRAIN_STEPS:-5000}
 TRAIN_PRECISION=${TRAIN_PRECISION:-bf16}
-EVAL_INTERVAL=${EVAL_INTERVAL:-1000}
+EVAL_INTERVAL=${EVAL_INTERVAL:-250}
+TARGET_LOSS=${TARGET_LOSS:-1.50}
 EVAL_ITERS=${EVAL_ITERS:-50}
 TEST_TIMEOUT=${TEST_TIMEOUT:-150}
+SUITES=${SUITES:-}
+CHECK_OP=${CHECK_OP:-}
+CUDA_CASE=${CUDA_CASE:-}
 TIME_BUDGET=${TIME_BUDGET:-560}
 JOBS=$(nproc)
 DATA=$D/data/tinyshakespeare.txt
@@ -88,9 +105,10 @@ mkdir -p "$OUT" "$B/obj" "$B/bin" "$B/log"
 elapsed() { echo $(( $(date +%s) - T_START )); }
 row() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
 has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
-# Seconds to keep for the train stage while it is still to run (37 ms a
-# step, start and evaluations).
-train_reserve() { if has_stage train; then echo $(( TRAIN_STEPS * 37 / 1000 + 50 )); else echo 0; fi; }
+# Seconds to keep for the train stage while it is still to run (15 ms a
+# step with dropout in the fused kernels, start and evaluations, and the
+# determinism runs).
+train_reserve() { if has_stage train; then echo $(( TRAIN_STEPS * 15 / 1000 + 90 )); else echo 0; fi; }
 
 for f in include/cblas.h include/check.h include/zlib.h lib/libopenblas.so.0 lib/libcheck.a \
          lib/libz.a data/tinyshakespeare.txt torch_gpt_gpu.py; do
@@ -106,8 +124,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -DAWL_WITH_STUDENT=1
         -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include
         -I$CUDA_HOME/include"
-NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC"
-LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libopenblas.so.0 -l:libz.a -lgomp -lcublas -lcublasLt -lm -lrt
+# --split-compile: the attention kernels' instances (dropout in and out) are
+# the longest compile; their optimisation runs on 4 threads
+NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
+         --split-compile=4"
+# OpenBLAS and cuBLAS are not linked: awl opens them on first use (dlopen,
+# found through LD_LIBRARY_PATH; backends/cpu/cpu_blas.c, the CUDA backend)
+LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libz.a -lgomp -ldl -lm -lrt
       -lpthread"
 
 # Compiles $1 to $B/obj/<path with / as _>.o; a failure leaves $B/FAILED.
@@ -132,7 +155,8 @@ LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c backends/student/*.c tensor/*.
          nn/*.c data/*.c dist/*.c backends/cuda/*.cu)
 TEST_SRC=(tests/test_*.c)
 CHECK_SRC=(tools/awl-check/*.c) # awl-check: main.c and the harness the suites share
-PROG_SRC=(tests/helpers/*.c examples/train_gpt.c bench/bench_gpt.c bench/bench_cuda.c
+TRAIN_GPT_SRC=(examples/train_gpt/*.c)
+PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" bench/bench_gpt.c bench/bench_cuda.c
           "${CHECK_SRC[@]}" "${TEST_SRC[@]}")
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
 rm -f "$B/FAILED"
@@ -153,7 +177,9 @@ link() { # name, objects...
         { echo "link failed: $name"; cat "$B/log/link_$name.log"; touch "$B/FAILED"; }
 }
 if [ ! -e "$B/FAILED" ]; then
-    spawn link train_gpt "$B/obj/examples_train_gpt.c.o"
+    TRAIN_GPT_OBJ=()
+    for src in "${TRAIN_GPT_SRC[@]}"; do TRAIN_GPT_OBJ+=("$B/obj/${src//\//_}.o"); done
+    spawn link train_gpt "${TRAIN_GPT_OBJ[@]}"
     spawn link bench_gpt "$B/obj/bench_bench_gpt.c.o"
     spawn link bench_cuda "$B/obj/bench_bench_cuda.c.o"
     spawn link awl-check "$B/obj/tools_awl-check_main.c.o" "${HARNESS[@]}" "${HELPERS[@]}"
@@ -173,9 +199,11 @@ row "build: $(( $(date +%s) - t0 )) s"
 BIN=$B/bin
 
 # ---- tests ------------------------------------------------------------------------------
-# Runs one suite: name, then env assignments; output to $B/log/run_<name>.log.
+# Runs one suite (unless SUITES names others): name, then env assignments;
+# output to $B/log/run_<name>.log.
 run_suite() {
     local name=$1 t0=$(date +%s); shift
+    [ -n "$SUITES" ] && [[ " $SUITES " != *" $name "* ]] && return
     env OMP_NUM_THREADS=2 CK_FORK=no "$@" timeout "$TEST_TIMEOUT" "$BIN/$name" \
         > "$B/log/run_$name.log" 2>&1
     local rc=$? result=pass
@@ -187,6 +215,7 @@ run_suite() {
 # Runs awl-check under a name for the summary: name, then its arguments.
 run_check() {
     local name=$1 t0=$(date +%s); shift
+    [ -n "$SUITES" ] && [[ " $SUITES " != *" $name "* ]] && return
     env OMP_NUM_THREADS=2 timeout "$TEST_TIMEOUT" "$BIN/awl-check" "$@" > "$B/log/run_$name.log" 2>&1
     local rc=$? result=pass
     [ $rc = 124 ] && result=TIMEOUT
@@ -202,9 +231,9 @@ stage_tests() {
     local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors
         test_student)
     rm -f "$B"/log/result_* "$B"/log/run_*
-    run_check awl-check_cuda --device cuda --strict --quiet &
-    run_check awl-check_cuda_grad --device cuda --grad --quiet &
-    run_suite test_cuda &
+    run_check awl-check_cuda --device cuda --strict --quiet ${CHECK_OP:+--op $CHECK_OP} &
+    run_check awl-check_cuda_grad --device cuda --grad --quiet ${CHECK_OP:+--op $CHECK_OP} &
+    run_suite test_cuda ${CUDA_CASE:+CK_RUN_CASE=$CUDA_CASE} &
     run_suite test_backend AWL_TEST_BACKEND=cuda &
     run_suite test_autocast &
     for s in "${gpu_suites[@]}"; do run_suite "$s" AWL_TEST_DEVICE=cuda:0 & done
@@ -247,7 +276,7 @@ stage_profile() {
     local t0=$(date +%s) pair
     { gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
         nvcc -arch=sm_90 -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
-            "${LIB_OBJ[@]}" -L$D/lib -l:libopenblas.so.0 -l:libz.so.1 -lgomp -lcublas -lcublasLt -lm -lrt \
+            "${LIB_OBJ[@]}" -L$D/lib -l:libz.so.1 -lgomp -ldl -lm -lrt \
             -lpthread; } > "$B/log/profile_build.log" 2>&1 ||
         { row "profile: build failed"; tail -20 "$B/log/profile_build.log"; return; }
     : > "$OUT/profile.txt"
@@ -262,39 +291,53 @@ stage_profile() {
 }
 
 # ---- bench ------------------------------------------------------------------------------
+# The dropouts BENCH_DROPOUT lists for config $1 (spaces between), 0 if none.
+dropouts_of() {
+    local pair
+    for pair in $BENCH_DROPOUT; do
+        [ "${pair%%:*}" = "$1" ] && { echo "${pair#*:}" | tr ',' ' '; return; }
+    done
+    echo 0
+}
+
 stage_bench() {
     echo "== bench: $BENCH_STEPS steps after $BENCH_WARMUP warm-up"
-    local t0=$(date +%s) cfg p
+    local t0=$(date +%s) cfg p drop
     : > "$OUT/bench.jsonl"
     : > "$OUT/bench.log"
     for cfg in $BENCH_CONFIGS; do
-        for p in $BENCH_PRECISIONS; do
-            timeout 120 "$BIN/bench_gpt" --device cuda --configs "$cfg" --precisions "$p" \
-                --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" --data "$DATA" \
-                2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl" ||
-                echo "{\"bench\":\"gpt_train\",\"config\":\"$cfg\",\"precision\":\"$p\",\"error\":\"rc $?\"}" >> "$OUT/bench.jsonl"
+        for drop in $(dropouts_of "$cfg"); do
+            for p in $BENCH_PRECISIONS; do
+                timeout 120 "$BIN/bench_gpt" --device cuda --configs "$cfg" --precisions "$p" \
+                    --dropout "$drop" --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
+                    --data "$DATA" 2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl" ||
+                    echo "{\"bench\":\"gpt_train\",\"config\":\"$cfg\",\"precision\":\"$p\",\"dropout\":$drop,\"error\":\"rc $?\"}" >> "$OUT/bench.jsonl"
+            done
         done
         echo "awl $cfg done at $(elapsed) s"
     done
     local precs=${BENCH_PRECISIONS// /,}
     for cfg in $BENCH_CONFIGS; do
-        PYTHONUNBUFFERED=1 timeout 240 python3 "$D/torch_gpt_gpu.py" --configs "$cfg" \
-            --precisions "$precs" --modes eager --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
-            2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl"
+        for drop in $(dropouts_of "$cfg"); do
+            PYTHONUNBUFFERED=1 timeout 240 python3 "$D/torch_gpt_gpu.py" --configs "$cfg" \
+                --precisions "$precs" --modes eager --dropout "$drop" --steps "$BENCH_STEPS" \
+                --warmup "$BENCH_WARMUP" 2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl"
+        done
         echo "torch eager $cfg done at $(elapsed) s"
     done
-    local pair left
-    for pair in $TORCH_COMPILE; do
+    local triple left
+    for triple in $TORCH_COMPILE; do
         left=$(( TIME_BUDGET - $(elapsed) - $(train_reserve) ))
         [ $left -gt 150 ] && left=150
         if [ $left -lt 60 ]; then
-            row "torch compile $pair: skipped, $left s left of TIME_BUDGET"
+            row "torch compile $triple: skipped, $left s left of TIME_BUDGET"
             continue
         fi
-        PYTHONUNBUFFERED=1 timeout $left python3 "$D/torch_gpt_gpu.py" --configs "${pair%%:*}" \
-            --precisions "${pair##*:}" --modes compile --steps "$BENCH_STEPS" \
+        IFS=: read -r cfg p drop <<< "$triple"
+        PYTHONUNBUFFERED=1 timeout $left python3 "$D/torch_gpt_gpu.py" --configs "$cfg" \
+            --precisions "$p" --modes compile --dropout "${drop:-0}" --steps "$BENCH_STEPS" \
             --warmup "$BENCH_WARMUP" 2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl"
-        echo "torch compile $pair done at $(elapsed) s (limit $left s)"
+        echo "torch compile $triple done at $(elapsed) s (limit $left s)"
     done
     row ""
     python3 - "$OUT/bench.jsonl" <<'EOF' | tee -a "$SUMMARY"
@@ -305,7 +348,7 @@ for line in open(sys.argv[1]):
         r = json.loads(line)
     except ValueError:
         continue
-    key = (r.get("config"), r.get("precision"))
+    key = (r.get("config"), r.get("precision"), float(r.get("dropout") or 0))
     if r.get("peer") == "pytorch":
         torch[key + (r["mode"],)] = r
     elif "tokens_per_s" in r:
@@ -313,13 +356,14 @@ for line in open(sys.argv[1]):
     elif "error" in r and "mode" not in r:
         awl[key] = {"tokens_per_s": 0, "ms_per_step": 0, "mfu": 0, "peak_mb": 0}
 def tok(r): return r.get("tokens_s") or r.get("tokens_per_s") or 0
-print(f"{'config':17} {'prec':5} {'awl tok/s':>10} {'ms/step':>8} {'MFU':>6} {'peak MB':>8} "
-      f"{'torch eager':>11} {'ms':>7} {'compile':>9} {'awl/eager':>9} {'awl/compile':>11}")
-for key in sorted(set(awl) | {k[:2] for k in torch}):
+print(f"{'config':17} {'prec':5} {'drop':>4} {'awl tok/s':>10} {'ms/step':>8} {'MFU':>6} "
+      f"{'peak MB':>8} {'torch eager':>11} {'ms':>7} {'compile':>9} {'awl/eager':>9} "
+      f"{'awl/compile':>11}")
+for key in sorted(set(awl) | {k[:3] for k in torch}):
     a = awl.get(key, {})
     e, c = torch.get(key + ("eager",), {}), torch.get(key + ("compile",), {})
     ratio = lambda t: f"{tok(a) / tok(t):.2f}" if tok(a) and tok(t) else "-"
-    print(f"{key[0]:17} {key[1]:5} {tok(a):>10.0f} {a.get('ms_per_step', 0):>8.2f} "
+    print(f"{key[0]:17} {key[1]:5} {key[2]:>4g} {tok(a):>10.0f} {a.get('ms_per_step', 0):>8.2f} "
           f"{a.get('mfu', 0):>6.3f} {a.get('peak_mb', 0):>8.0f} {tok(e):>11.0f} "
           f"{e.get('ms_step', 0):>7.2f} {tok(c):>9.0f} {ratio(e):>9} {ratio(c):>11}")
 print("(awl MFU: against the matmul rate of its precision measured in-process; "
@@ -330,12 +374,11 @@ EOF
 
 # ---- train ------------------------------------------------------------------------------
 stage_train() {
-    # determinism (issue 4 point 8): two short runs with one seed give the
-    # same losses, step by step; in the training precision with dropout
-    # (composed attention) and in float32 without (the fused kernels,
-    # whose backward sums dQ slices)
+    # determinism (issue 4 point 8, issue 13 point 6): two short runs with
+    # one seed give the same losses, step by step, for each precision:dropout
+    # of DET_SETTINGS (dropout runs draw their masks inside the fused kernels)
     local setting prec drop
-    for setting in "$TRAIN_PRECISION:0.2" "fp32:0"; do
+    for setting in $DET_SETTINGS; do
         prec=${setting%:*} drop=${setting#*:}
         for run in 1 2; do
             "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
@@ -354,12 +397,13 @@ stage_train() {
     "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" \
         --precision "$TRAIN_PRECISION" --steps "$TRAIN_STEPS" --lr 1e-3 --min-lr 1e-4 \
         --warmup 100 --dropout 0.2 --batch 64 --block 256 --grad-clip 1.0 --weight-decay 0.1 \
-        --beta2 0.99 \
+        --beta2 0.99 --target-loss "$TARGET_LOSS" \
         --eval-interval "$EVAL_INTERVAL" --eval-iters "$EVAL_ITERS" --log-interval 250 \
         --log "$OUT/train_log.csv" --sample-tokens 200 --seed 1337 2>&1 | tee "$OUT/train.log"
     local rc=$? wall=$(( $(date +%s) - t0 ))
     row ""
     row "train: rc $rc, wall $wall s; $(grep -h '^done:' "$OUT/train.log")"
+    row "train: $(grep -h '^target:' "$OUT/train.log")"
     row "train: final $(grep -h -E "step $TRAIN_STEPS: train loss" "$OUT/train.log" | tail -1)"
     row "train: $(grep -h -E '^step [0-9]+/' "$OUT/train.log" | tail -1)"
 }

@@ -470,8 +470,9 @@ int awl_tensor_matmul_out(awl_tensor *dst, awl_tensor *a, awl_tensor *b, bool ac
 
 /* ---- indexing ------------------------------------------------------------------------ */
 
-/* Checks every index lies in [0, limit). Indices on another device are
- * copied to the host for the check. */
+/* Checks every index lies in [0, limit): on the device when its backend
+ * can (the report then comes at the next synchronisation), else on the
+ * host, the indices copied there. */
 static int check_indices(const char *op, const awl_tensor *idx, int64_t limit, const char *what)
 {
     if (idx->dtype != AWL_I32)
@@ -479,6 +480,11 @@ static int check_indices(const char *op, const awl_tensor *idx, int64_t limit, c
                          awl_dtype_name(idx->dtype));
     int64_t n = awl_numel(idx);
     if (n == 0) return AWL_OK;
+    const awl_backend *be = backend_of(idx);
+    if (be->check_indices) {
+        awl_view v = awl_tensor_view(idx);
+        return awl_backend_status(op, be->check_indices(&v, limit, op, what));
+    }
     size_t nbytes;
     int32_t *host = to_host_buffer(idx, &nbytes);
     if (!host) return AWL_ERR_DEVICE;

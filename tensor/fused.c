@@ -321,7 +321,8 @@ int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q
     awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(q),
              vk = awl_tensor_view(k), vv = awl_tensor_view(v);
     return kernel_status(op, awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv,
-                                                                      args->scale, args->causal));
+                                                                      args->scale, args->causal,
+                                                                      args->dropout));
 }
 
 int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
@@ -342,9 +343,26 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
     awl_view vdq = awl_tensor_view(dq), vdk = awl_tensor_view(dk), vdv = awl_tensor_view(dv),
              vdo = awl_tensor_view(dout), vq = awl_tensor_view(q), vk = awl_tensor_view(k),
              vv = awl_tensor_view(v), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
-    return kernel_status(op, awl_tensor_backend(q)->attention_backward(&vdq, &vdk, &vdv, &vdo, &vq,
-                                                                       &vk, &vv, &vo, &vl,
-                                                                       args->scale, args->causal));
+    return kernel_status(op, awl_tensor_backend(q)->attention_backward(
+                                 &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl, args->scale,
+                                 args->causal, args->dropout));
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *d)
+{
+    const char *op = "awl_tensor_dropout";
+    if (!out || !in || !d) return AWL_ERR_INVALID;
+    if (check_devices(op, 2, (awl_tensor *[]){in, out}) < 0 ||
+        check_shape(op, "out", out, in) < 0 || check_dtype(op, "out", out, in->dtype) < 0)
+        return AWL_ERR_INVALID;
+    /* the mask's element i is out's i-th in row-major order: out contiguous */
+    if (!awl_fused_available(AWL_KERNEL_DROPOUT, in) || !awl_is_contiguous(out) ||
+        !(d->p > 0.0 && d->p < 1.0) || awl_numel(out) == 0)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(in);
+    return kernel_status(op, awl_tensor_backend(in)->dropout(&vo, &vi, d));
 }
 
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */

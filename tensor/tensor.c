@@ -137,6 +137,8 @@ const awl_backend *awl_tensor_backend(const awl_tensor *t) { return t->storage->
 
 int awl_tensor_device_index(const awl_tensor *t) { return t->storage->device.index; }
 
+bool awl_tensor_is_host(const awl_tensor *t) { return t->storage->device.backend->host_memory; }
+
 bool awl_same_device(const awl_tensor *a, const awl_tensor *b)
 {
     return awl_device_equal(a->storage->device, b->storage->device);
@@ -176,7 +178,7 @@ bool awl_same_shape(const awl_tensor *a, const awl_tensor *b)
 /* ---- creation --------------------------------------------------------------------- */
 
 awl_tensor *awl_tensor_create(const char *op, int ndim, const int64_t *shape, awl_dtype dtype,
-                          const char *device)
+                              const char *device)
 {
     if (ndim > 0 && !shape) {
         awl_error(AWL_ERR_INVALID, "%s: shape is NULL", op);

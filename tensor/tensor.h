@@ -120,6 +120,10 @@ const char *awl_device_name(awl_device device, char *buf, size_t size);
 
 /* A tensor's device, as a name in buf (convenience over awl_device_name). */
 const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size);
+/* Whether t's storage is host memory the CPU reads directly (its backend's
+ * host_memory: the CPU backend's and the student's), so that
+ * t->storage->data may be handed to host code. */
+bool awl_tensor_is_host(const awl_tensor *t);
 
 /* Number of threads CPU kernels use (OpenMP and OpenBLAS together). */
 void awl_set_num_threads(int n);
@@ -331,11 +335,14 @@ int awl_tensor_normal_(awl_tensor *dst, double mean, double std);
 bool awl_fused_available(awl_kernel kernel, const awl_tensor *like);
 
 /* The arguments of the attention kernels beyond the tensors, in a struct so
- * that new ones (dropout's probability and Philox seed and offset, say) are
- * added here and where they are used, not to every caller's argument list. */
+ * that a new one is added here and where it is used, not to every caller's
+ * argument list. */
 typedef struct awl_attention_args {
     double scale; /* applied to q k^T */
     bool causal;
+    /* NULL or p == 0 for none; else the attention weights' dropout, drawn
+     * as backend.h's attention_forward says (the backward gets the same) */
+    const awl_dropout_args *dropout;
 } awl_attention_args;
 
 int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log);
@@ -362,6 +369,9 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
 /* out (M, N) = a (M, K) @ b (K, N) + bias (N). */
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
+/* out = in with draw d's dropout mask applied (common/dropout.h), out and in
+ * of one shape and dtype, out contiguous; 0 < d->p < 1. */
+int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *d);
 /* One AdamW step over params[0..n) with their grads and moments, all of
  * params[0]'s device and dtype. */
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,

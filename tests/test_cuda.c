@@ -64,10 +64,12 @@ CONFORMS(test_layernorm, "layernorm")
 CONFORMS(test_cross_entropy, "cross_entropy")
 CONFORMS(test_matmul_bias, "matmul_bias")
 CONFORMS(test_adamw, "adamw")
+CONFORMS(test_dropout, "dropout")
 
 /* Attention on every rung: tensor cores (float32 as 3xTF32; bfloat16 mma),
  * float32's backward in two kernels where it would take one pass
- * ("split"), the CUDA-core kernels ("simt"); and float32 in TF32 mode,
+ * ("split"), the CUDA-core kernels ("simt"), each with dropout and without
+ * (awl-check's attention cases include dropout); and float32 in TF32 mode,
  * whose single TF32 pass keeps 10 mantissa bits (tolerances x 500). */
 START_TEST(test_attention)
 {
@@ -214,6 +216,7 @@ int main(void)
         {"fused", test_attention},
         {"fused", test_matmul_bias},
         {"fused", test_adamw},
+        {"fused", test_dropout},
     };
     TCase *tc = NULL;
     const char *current = "";

@@ -627,6 +627,78 @@ START_TEST(test_dataset_resume_position)
 }
 END_TEST
 
+/* Evaluation's batches: batch_at is the k-th batch of a seed's stream and
+ * moves no position. */
+START_TEST(test_dataset_batch_at_is_pure)
+{
+    static const char text[] = "abcdefghijklmnopqrstuvwxyz abcdefghijklmnopqrstuvwxyz 0123456789";
+    awl_text_dataset *ds = awl_text_dataset_from_text(text, sizeof text - 1, NULL, 4, 0.5);
+    ck_assert_ptr_nonnull(ds);
+    awl_text_dataset_seed(ds, 5);
+    awl_scope_begin();
+    int32_t want[2][12], got[12];
+    for (int k = 0; k < 2; k++) {
+        awl_tensor *x, *y;
+        ck_assert_int_eq(awl_text_dataset_batch(ds, AWL_SPLIT_TRAIN, 3, "cpu", &x, &y), 0);
+        ck_assert_int_eq(awl_to_host(x, want[k], sizeof want[k]), 0);
+    }
+    ck_assert_uint_eq(awl_text_dataset_get_position(ds, AWL_SPLIT_TRAIN), 2);
+    for (int k = 1; k >= 0; k--) {
+        awl_tensor *x, *y;
+        ck_assert_int_eq(
+            awl_text_dataset_batch_at(ds, AWL_SPLIT_TRAIN, 5, (uint64_t)k, 3, "cpu", &x, &y), 0);
+        ck_assert_int_eq(awl_to_host(x, got, sizeof got), 0);
+        ck_assert_mem_eq(got, want[k], sizeof got);
+    }
+    ck_assert_uint_eq(awl_text_dataset_get_position(ds, AWL_SPLIT_TRAIN), 2);
+    ck_assert_uint_eq(awl_text_dataset_get_position(ds, AWL_SPLIT_VAL), 0);
+    awl_scope_end();
+    awl_text_dataset_free(ds);
+}
+END_TEST
+
+/* The corpus reader: text in, anything else out with the offset. */
+START_TEST(test_corpus_bytes)
+{
+    char *text;
+    size_t len;
+    ck_assert_int_eq(awl_corpus_from_bytes("caf\xc3\xa9\n", 6, "a", &text, &len), 0);
+    ck_assert_uint_eq(len, 6);
+    ck_assert_str_eq(text, "caf\xc3\xa9\n");
+    free(text);
+    ck_assert_int_eq(awl_corpus_from_bytes("ab\0cd", 5, "nul", &text, &len), AWL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "nul holds a NUL byte at offset 2"));
+    ck_assert_ptr_null(text);
+    ck_assert_int_eq(awl_corpus_from_bytes("ab\xe9x", 4, "latin1", &text, &len), AWL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "byte 0xe9 at offset 2 is not valid UTF-8"));
+    ck_assert_int_eq(awl_corpus_from_bytes("", 0, "empty", &text, &len), AWL_ERR_INVALID);
+
+    /* two gzip members are one text; a cut one or trailing junk is refused */
+    unsigned char gz[256];
+    size_t n = 0;
+    const char *parts[2] = {"hello ", "world\n"};
+    for (int i = 0; i < 2; i++) {
+        z_stream z = {0};
+        ck_assert_int_eq(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+        z.next_in = (Bytef *)parts[i];
+        z.avail_in = (uInt)strlen(parts[i]);
+        z.next_out = gz + n;
+        z.avail_out = (uInt)(sizeof gz - n);
+        ck_assert_int_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+        n = sizeof gz - z.avail_out;
+        deflateEnd(&z);
+    }
+    ck_assert_int_eq(awl_corpus_from_bytes(gz, n, "two.gz", &text, &len), 0);
+    ck_assert_str_eq(text, "hello world\n");
+    free(text);
+    ck_assert_int_eq(awl_corpus_from_bytes(gz, n - 3, "cut.gz", &text, &len), AWL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "cut.gz is a truncated gzip file"));
+    gz[n] = 'x';
+    ck_assert_int_eq(awl_corpus_from_bytes(gz, n + 1, "junk.gz", &text, &len), AWL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "1 bytes after the end of the gzip stream"));
+}
+END_TEST
+
 START_TEST(test_dataset_errors)
 {
     make_tmpdir();
@@ -695,6 +767,8 @@ static Suite *data_suite(void)
     tcase_add_test(tok, test_bpe_arbitrary_bytes);
     tcase_add_test(tok, test_serialize_roundtrip);
     tcase_add_test(tok, test_deserialize_rejects);
+    tcase_add_test(tok, test_corpus_bytes);
+    tcase_set_timeout(tok, 60); /* BPE on 20 kB under the sanitizers, on a busy machine */
     suite_add_tcase(s, tok);
     TCase *ds = tcase_create("dataset");
     tcase_add_test(ds, test_dataset_plain_and_gzip);
@@ -703,6 +777,7 @@ static Suite *data_suite(void)
     tcase_add_test(ds, test_dataset_reproducible);
     tcase_add_test(ds, test_dataset_resume_position);
     tcase_add_test(ds, test_dataset_errors);
+    tcase_add_test(ds, test_dataset_batch_at_is_pure);
     suite_add_tcase(s, ds);
     return s;
 }

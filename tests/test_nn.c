@@ -313,6 +313,28 @@ static awl_tensor *call_qkv(awl_tensor *const *in, void *user)
     return awl_attention_qkv(in[0], 2, true, 0.0);
 }
 
+/* Dropout 0.25 from one generator state on every call, so that each run
+ * (fused or composed, first or second order) draws the same mask. */
+static awl_tensor *call_qkv_dropout(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    awl_rng_set_state(42, 3);
+    return awl_attention_qkv(in[0], 2, true, 0.25);
+}
+
+static awl_tensor *call_sdpa_dropout(awl_tensor *const *in, void *user)
+{
+    awl_rng_set_state(43, 1);
+    return awl_scaled_dot_product_attention(in[0], in[1], in[2], *(bool *)user, 0.25);
+}
+
+static awl_tensor *call_dropout(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    awl_rng_set_state(44, 5);
+    return awl_dropout(in[0], 0.3, true);
+}
+
 START_TEST(test_attention)
 {
     awl_gc_begin(5);
@@ -408,6 +430,27 @@ START_TEST(test_fused_vs_composed)
     bool causal = true;
     compare_fused(call_sdpa, &causal, 3, heads, true, "sdpa");
 
+    /* with dropout: the fused kernels drop what the composed path drops from
+     * the same generator state (the second-order run checks the mask the
+     * fused node's create_graph backward draws again) */
+    compare_fused(call_qkv_dropout, NULL, 1, &qkv, true, "attention_qkv dropout");
+    compare_fused(call_sdpa_dropout, &causal, 3, heads, true, "sdpa dropout");
+    bool full = false;
+    compare_fused(call_sdpa_dropout, &full, 3, heads, false, "sdpa dropout, no mask");
+    compare_fused(call_dropout, NULL, 1, &qkv, false, "dropout");
+    {
+        awl_scope_begin();
+        int64_t n = awl_numel(qkv);
+        double *plain = awl_gc_values(awl_attention_qkv(qkv, 2, true, 0.0));
+        double *dropped = awl_gc_values(call_qkv_dropout(&qkv, NULL));
+        int64_t same = 0;
+        for (int64_t i = 0; i < n / 3; i++) same += plain[i] == dropped[i];
+        ck_assert_msg(same < n / 3, "attention dropout changed nothing");
+        free(plain);
+        free(dropped);
+        awl_scope_end();
+    }
+
     /* the fused path really is one node, and the composed path is not */
     ck_assert_str_eq(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
     ck_assert_str_eq(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
@@ -418,8 +461,8 @@ START_TEST(test_fused_vs_composed)
     ck_assert_str_ne(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
     ck_assert_str_ne(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
     awl_set_fused_kernels(true);
-    /* attention dropout in training needs the composed path */
-    ck_assert_str_ne(awl_attention_qkv(qkv, 2, true, 0.1)->grad_fn->name, "attention_qkv");
+    /* attention dropout in training stays on the fused path */
+    ck_assert_str_eq(awl_attention_qkv(qkv, 2, true, 0.1)->grad_fn->name, "attention_qkv");
     ck_assert(awl_gc_end());
 }
 END_TEST

@@ -11,6 +11,7 @@
  * and optimizer keep every bit they had.
  */
 #include <check.h>
+#include <math.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -354,7 +355,8 @@ START_TEST(test_file_layout)
     ck_assert_uint_eq(strncmp(header, "{\"__metadata__\":{", 17), 0);
     ck_assert_int_eq(header[strlen(header) - 1], '}');
     ck_assert_ptr_nonnull(strstr(header, "\"awl.format\":\"checkpoint\""));
-    ck_assert_ptr_nonnull(strstr(header, "\"awl.format_version\":\"1\""));
+    ck_assert_ptr_nonnull(strstr(header, "\"awl.format_version\":\"2\""));
+    ck_assert_ptr_nonnull(strstr(header, "\"awl.metadata_crc32\":\""));
     ck_assert_ptr_nonnull(strstr(header, "\"optimizer\":\"adamw\""));
     ck_assert_ptr_nonnull(strstr(header, "\"optimizer.step.w\":\"2\""));
 
@@ -572,7 +574,8 @@ START_TEST(test_malformed_files_rejected)
     /* header edits: (from, to, expected words in the message) */
     const char *edits[][3] = {
         {"{\"__metadata__\"", "[\"__metadata__\"", "expected '{'"},
-        {"\"dtype\":\"F32\"", "\"dtype\":\"F16\"", "unsupported dtype"},
+        {"\"dtype\":\"F32\"", "\"dtype\":\"F8\"", "unsupported dtype"},
+        {"\"dtype\":\"F32\"", "\"dtype\":\"F16\"", "need 12"},
         {"\"dtype\":\"F32\"", "\"dtype\":\"Q99\"", "unsupported dtype"},
         {"\"dtype\":\"F32\"", "\"dtype\":F32", "expected a string"},
         {"\"shape\":[2,3]", "\"shape\":[3,3]", "need 36"},
@@ -595,7 +598,9 @@ START_TEST(test_malformed_files_rejected)
         {"\"step\":\"1234\"", "\"step\":\"12x4\"", "not an integer"},
         {"\"step\":\"1234\"", "\"step\":\"99999999999999999999\"", "not an integer"},
         {"\"step\":\"1234\"", "\"step\":1234", "expected a string"},
-        {"\"awl.format_version\":\"1\"", "\"awl.format_version\":\"2\"", "format_version"},
+        {"\"awl.format_version\":\"2\"", "\"awl.format_version\":\"3\"", "format_version"},
+        {"\"step\":\"1234\"", "\"step\":\"1235\"", "the metadata is corrupt"},
+        {"\"extra.note\"", "\"extra.nota\"", "the metadata is corrupt"},
         {"\"optimizer\":\"adamw\"", "\"optimizer\":\"sgd\"", "sgd optimizer state"},
         {"\"optimizer.step.b\":\"2\"", "\"optimizer.stepx.b\":\"2\"",
          "optimizer.step.b is missing"},
@@ -726,6 +731,75 @@ START_TEST(test_foreign_file)
 }
 END_TEST
 
+/* What train_gpt relies on besides the format: a non-finite tensor is never
+ * saved, a killed save's temporary file goes away with the next save, and
+ * PyTorch's float16 reads as float32. */
+START_TEST(test_non_finite_stale_and_float16)
+{
+    model m;
+    model_init(&m, 21, 1);
+    const char *path = path_in_dir("finite.safetensors");
+    ck_assert_int_eq(awl_checkpoint_save(path, &m.params, m.opt, NULL), 0);
+    size_t n0;
+    unsigned char *before = read_all(path, &n0);
+    awl_tensor *b = m.params.items[1].tensor;
+    float values[3];
+    ck_assert_int_eq(awl_to_host(b, values, sizeof values), 0);
+    values[2] = NAN;
+    awl_scope_begin();
+    ck_assert_int_eq(awl_tensor_copy_(b, awl_from_data(values, AWL_SHAPE(3), AWL_F32, "cpu")), 0);
+    awl_scope_end();
+    double bad = 0;
+    ck_assert_int_eq(awl_tensor_first_non_finite(b, &bad), 2);
+    ck_assert(isnan(bad));
+    ck_assert_int_eq(awl_tensor_first_non_finite(m.params.items[0].tensor, &bad), -1);
+    ck_assert_int_eq(awl_checkpoint_save(path, &m.params, m.opt, NULL), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "tensor b holds NaN at element 2"));
+    size_t n1;
+    unsigned char *after = read_all(path, &n1);
+    ck_assert_uint_eq(n0, n1);
+    ck_assert_mem_eq(before, after, n0); /* nothing written */
+    free(after);
+
+    /* a dead process's temporary file is removed, a live one's kept */
+    char stale[4200], live[4200];
+    snprintf(stale, sizeof stale, "%s.tmp.99999999", path);
+    snprintf(live, sizeof live, "%s.tmp.%ld", path, (long)getppid());
+    write_all(stale, "x", 1);
+    write_all(live, "x", 1);
+    ck_assert_int_eq(awl_safetensors_save(path, 0, NULL, NULL, 0, NULL, NULL), 0);
+    ck_assert_int_eq(access(stale, F_OK), -1);
+    ck_assert_int_eq(access(live, F_OK), 0);
+    unlink(live);
+
+    /* float16 from memory: 1, -2, 0.5, the smallest subnormal, inf */
+    const char header[] = "{\"h\":{\"dtype\":\"F16\",\"shape\":[5],\"data_offsets\":[0,10]}}";
+    size_t hlen = sizeof header - 1;
+    unsigned char file[128] = {0};
+    file[0] = (unsigned char)hlen;
+    memcpy(file + 8, header, hlen);
+    uint16_t halves[5] = {0x3c00, 0xc000, 0x3800, 0x0001, 0x7c00};
+    memcpy(file + 8 + hlen, halves, sizeof halves);
+    awl_safetensors *f = awl_safetensors_open_memory(file, 8 + hlen + sizeof halves, "mem");
+    ck_assert_ptr_nonnull(f);
+    awl_safetensors_info info;
+    ck_assert_int_eq(awl_safetensors_info_at(f, 0, &info), 0);
+    ck_assert(info.float16);
+    ck_assert_int_eq(info.dtype, AWL_F32);
+    awl_scope_begin();
+    float got[5];
+    ck_assert_int_eq(awl_to_host(awl_safetensors_load(f, 0, "cpu"), got, sizeof got), 0);
+    awl_scope_end();
+    ck_assert(got[0] == 1.0f && got[1] == -2.0f && got[2] == 0.5f);
+    ck_assert(got[3] == ldexpf(1.0f, -24) && isinf(got[4]));
+    awl_safetensors_close(f);
+    ck_assert_ptr_null(awl_safetensors_open_memory(file, 8 + hlen + 9, "mem"));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "mem"));
+    free(before);
+    model_free(&m);
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -737,6 +811,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, test_failed_save_keeps_old_file);
     tcase_add_test(tc, test_malformed_files_rejected);
     tcase_add_test(tc, test_foreign_file);
+    tcase_add_test(tc, test_non_finite_stale_and_float16);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -26,6 +26,17 @@
  * are summed column by column once all rows are done. The loops run over
  * ROWS query rows at a time (see ROWS below).
  *
+ * Dropout (p > 0) multiplies weight j of row r by m_j, 1 / (1 - p) where
+ * common/dropout.h keeps it and 0 where it drops it, recomputed in the
+ * backward from the generator state the forward got (one row of m sits in
+ * the scratch):
+ *
+ *   forward:          out_r = sum_j p_j m_j v_j       (lse_r as without)
+ *   backward:         dv_j += p_j m_j dO_r,   ds_j = p_j (m_j dp_j - dO_r . out_r) scale
+ *
+ * (dO_r . out_r is still sum_j p_j m_j dp_j, the dot product the dropped
+ * softmax's backward needs.)
+ *
  * Why not three BLAS calls per head: at a GPT's head sizes (T = 64..256,
  * D = 32..64) each product is tiny, BLAS spends its time packing operands
  * and zeroing outputs, and it cannot skip the masked half. These loops are
@@ -39,6 +50,7 @@
 
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_math.h"
+#include "common/dropout.h"
 
 /* A (B, H, T, D) float32 view: base pointer and strides along B, H, T (D is
  * contiguous). */
@@ -172,6 +184,25 @@ static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n
         }
 }
 
+/* A row's dropout multipliers: m[j] = scale where element first + j of the
+ * mask keeps, 0 where it drops, for j < n; each Philox block computed once. */
+static void dropout_row(float *m, int64_t n, const awl_dropout_args *d, uint32_t threshold,
+                        float scale, uint64_t first)
+{
+    for (int64_t j = 0; j < n;) {
+        uint64_t e = first + (uint64_t)j;
+        awl_philox_block blk = awl_philox4x32(d->seed, d->offset + e / 4);
+        for (unsigned w = (unsigned)(e % 4); w < 4 && j < n; w++, j++)
+            m[j] = (blk.w[w] >> 8) < threshold ? scale : 0.0f;
+    }
+}
+
+/* The attention's dropout, or NULL when there is none. */
+static const awl_dropout_args *active(const awl_dropout_args *d)
+{
+    return d && d->p > 0.0 ? d : NULL;
+}
+
 /* Threads for B*H problems of cost T*T*D each, and the scratch they need. */
 static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, int *nt)
 {
@@ -182,8 +213,10 @@ static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, in
 }
 
 int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
-                              const awl_view *k, const awl_view *v, double scale, bool causal)
+                          const awl_view *k, const awl_view *v, double scale, bool causal,
+                          const awl_dropout_args *dropout)
 {
+    const awl_dropout_args *drop = active(dropout);
     const int64_t *shape = q->shape;
     heads hq, hk, hv, ho;
     lse_view hl;
@@ -193,8 +226,11 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    /* k transposed, a tile of scores, a zero row and a sink row */
-    const int64_t per_head = D * Tp + ROWS * Tp + 2 * D;
+    /* k transposed, a tile of scores, a zero row, a sink row and a row of
+     * dropout multipliers */
+    const int64_t per_head = D * Tp + ROWS * Tp + 2 * D + Tp;
+    const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
+    const float keep_scale = drop ? (float)awl_dropout_scale(drop->p) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory (%d x %lld floats)",
@@ -203,7 +239,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *S = kt + D * Tp;
-        float *zeros = S + ROWS * Tp, *sink = zeros + D;
+        float *zeros = S + ROWS * Tp, *sink = zeros + D, *mrow = sink + D;
         transpose_head(&hk, b, i, T, D, (float)scale, kt);
         for (int64_t r0 = 0; r0 < T; r0 += ROWS) {
             /* the keys the tile's last row sees; rows past T score 0 */
@@ -225,8 +261,15 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                 }
                 *lse_at(&hl, b, i, r) = m + logf(sum);
                 const float inv = 1.0f / sum;
+                if (drop) {
+                    dropout_row(mrow, nr, drop, threshold, keep_scale,
+                                awl_attention_dropout_index(b, i, r, 0, H, T, T));
 #pragma omp simd
-                for (int64_t j = 0; j < nr; j++) p[j] *= inv;
+                    for (int64_t j = 0; j < nr; j++) p[j] *= inv * mrow[j];
+                } else {
+#pragma omp simd
+                    for (int64_t j = 0; j < nr; j++) p[j] *= inv;
+                }
                 for (int64_t j = nr; j < n; j++) p[j] = 0.0f; /* masked */
             }
             tile_weighted_rows(S, Tp, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
@@ -237,10 +280,11 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
 }
 
 int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
-                               const awl_view *dout, const awl_view *q, const awl_view *k,
-                               const awl_view *v, const awl_view *out, const awl_view *lse,
-                               double scale, bool causal)
+                           const awl_view *dout, const awl_view *q, const awl_view *k,
+                           const awl_view *v, const awl_view *out, const awl_view *lse,
+                           double scale, bool causal, const awl_dropout_args *dropout)
 {
+    const awl_dropout_args *drop = active(dropout);
     const int64_t *shape = q->shape;
     heads hq, hk, hv, ho, hdq, hdk, hdv, hdo;
     lse_view hl;
@@ -254,8 +298,11 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     int nt;
     /* k and v transposed; P and dS (Tr x Tp each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
-     * by column after all rows are done; a zero row and a sink row */
-    const int64_t per_head = 2 * D * Tp + 2 * Tr * Tp + 2 * D;
+     * by column after all rows are done; a zero row, a sink row and a row
+     * of dropout multipliers */
+    const int64_t per_head = 2 * D * Tp + 2 * Tr * Tp + 2 * D + Tp;
+    const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
+    const float keep_scale = drop ? (float)awl_dropout_scale(drop->p) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM,
@@ -267,6 +314,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * Tp;
         float *P = vt + D * Tp, *dS = P + Tr * Tp, *zeros = dS + Tr * Tp, *sink = zeros + D;
+        float *mrow = sink + D;
         float *in[ROWS], *grads[ROWS], *outs[ROWS];
         transpose_head(&hk, b, i, T, D, sc, kt);
         transpose_head(&hv, b, i, T, D, 1.0f, vt);
@@ -284,10 +332,21 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 float *p = P + r * Tp, *ds = dS + r * Tp, delta = 0.0f;
 #pragma omp simd reduction(+ : delta)
                 for (int64_t d = 0; d < D; d++) delta += gr[d] * orow[d];
+                if (drop) {
+                    dropout_row(mrow, nr, drop, threshold, keep_scale,
+                                awl_attention_dropout_index(b, i, r, 0, H, T, T));
 #pragma omp simd
-                for (int64_t j = 0; j < nr; j++) {
-                    p[j] = cpu_expf(p[j] - l);
-                    ds[j] = p[j] * (ds[j] - delta) * sc;
+                    for (int64_t j = 0; j < nr; j++) {
+                        const float e = cpu_expf(p[j] - l);
+                        ds[j] = e * (mrow[j] * ds[j] - delta) * sc;
+                        p[j] = e * mrow[j];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t j = 0; j < nr; j++) {
+                        p[j] = cpu_expf(p[j] - l);
+                        ds[j] = p[j] * (ds[j] - delta) * sc;
+                    }
                 }
                 /* masked: the column tiles below read up to ROWS - 1 past
                  * the diagonal */
@@ -296,7 +355,8 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             tile_rows(&hdq, b, i, r0, T, sink, outs);
             tile_weighted_rows(dS + r0 * Tp, Tp, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
         }
-        /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r over
+        /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r (P
+         * dropped) over
          * the rows that see key j, ROWS columns at a time */
         for (int64_t j0 = 0; j0 < T; j0 += ROWS) {
             const int64_t r0 = causal ? j0 : 0;

@@ -9,11 +9,11 @@
  * shares the OpenMP thread pool and runs single-threaded when called inside a
  * parallel region. set_num_threads sets both, so one call bounds all work.
  */
-#include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_internal.h"
 
 static int cpu_device_count(void) { return 1; }
@@ -35,7 +35,7 @@ static void cpu_set_num_threads(int n)
 {
     if (n < 1) n = 1;
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    awl_blas_set_num_threads(n);
 }
 
 /* bfloat16 is a storage type here: moved (fill, copy, where, index_select,
@@ -49,7 +49,8 @@ static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_WHERE:
     case AWL_KERNEL_INDEX_SELECT:
     case AWL_KERNEL_GATHER:
-    case AWL_KERNEL_RANDOM: return true;
+    case AWL_KERNEL_RANDOM:
+    case AWL_KERNEL_DROPOUT: return true;
     case AWL_KERNEL_UNARY:
     case AWL_KERNEL_BINARY:
     case AWL_KERNEL_REDUCE:
@@ -94,6 +95,7 @@ static const awl_backend cpu_backend = {
     .cross_entropy_backward = awl_cpu_cross_entropy_backward,
     .attention_forward = awl_cpu_attention_forward,
     .attention_backward = awl_cpu_attention_backward,
+    .dropout = awl_cpu_dropout,
     .gelu_backward = awl_cpu_gelu_backward,
     .adamw_step = awl_cpu_adamw_step,
 };

@@ -18,14 +18,16 @@
  *
  * Random: element e of the fill uses Philox block offset + e / 4, word e % 4
  * (common/philox.h). A segment computes each block once and uses all of its
- * words that fall inside the segment, so threads may split anywhere.
+ * words that fall inside the segment, so threads may split anywhere. Dropout
+ * draws its mask the same way (common/dropout.h) and multiplies as it goes,
+ * so no mask is ever stored.
  */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "common/philox.h"
+#include "common/dropout.h"
 
 #define SEGMENT_ARGS int64_t n, int64_t flat, char *const *p, const int64_t *s, const void *ctx
 
@@ -246,11 +248,16 @@ int awl_cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, cons
 
 /* ---- random ------------------------------------------------------------------------ */
 
+/* A random fill (kind uniform or normal: a, b as awl_cpu_random's), or
+ * dropout of operand 1 (dropout: threshold and scale as awl_cpu_dropout's). */
 typedef struct random_ctx {
     awl_random_kind kind;
+    bool dropout;
     awl_dtype dtype;
     uint64_t seed, offset;
     double a, b;
+    uint32_t threshold;
+    double scale; /* 1 / (1 - p) rounded to the dtype, as the composed mask holds it */
 } random_ctx;
 
 /* Word w of a block as a standard normal: the same arithmetic as
@@ -273,9 +280,14 @@ static void random_segment(SEGMENT_ARGS)
         uint64_t e = (uint64_t)(flat + i);
         awl_philox_block blk = awl_philox4x32(c->seed, c->offset + e / 4);
         for (unsigned w = (unsigned)(e % 4); w < 4 && i < n; w++, i++) {
-            double v = c->kind == AWL_RANDOM_UNIFORM
-                           ? c->a + (c->b - c->a) * awl_philox_uniform(blk.w[w])
-                           : c->a + c->b * normal_from_block(&blk, w);
+            double v;
+            if (c->dropout)
+                v = (blk.w[w] >> 8) < c->threshold ? cpu_load(c->dtype, p[1], i * s[1]) * c->scale
+                                                   : 0.0;
+            else if (c->kind == AWL_RANDOM_UNIFORM)
+                v = c->a + (c->b - c->a) * awl_philox_uniform(blk.w[w]);
+            else
+                v = c->a + c->b * normal_from_block(&blk, w);
             cpu_store(c->dtype, p[0], i * s[0], v);
         }
     }
@@ -289,10 +301,33 @@ int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uin
                          awl_dtype_name(out->dtype));
     if (kind != AWL_RANDOM_UNIFORM && kind != AWL_RANDOM_NORMAL)
         return awl_error(AWL_ERR_INVALID, "awl_cpu random: unknown kind %d", (int)kind);
-    random_ctx c = {kind, out->dtype, seed, offset, a, b};
+    random_ctx c = {
+        .kind = kind, .dtype = out->dtype, .seed = seed, .offset = offset, .a = a, .b = b};
     const awl_view *views[1] = {out};
     cpu_iter it;
     awl_cpu_iter_init(&it, 1, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_COSTLY, random_segment, &c);
+    return AWL_OK;
+}
+
+/* ---- dropout ----------------------------------------------------------------------- */
+
+/* out = in * scale where the mask (the uniform stream's words) keeps, else
+ * 0: random_segment with operand 1. */
+int awl_cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
+{
+    if (!awl_dtype_is_float(out->dtype) || in->dtype != out->dtype) return AWL_ERR_UNSUPPORTED;
+    random_ctx c = {.dropout = true,
+                    .dtype = out->dtype,
+                    .seed = args->seed,
+                    .offset = args->offset,
+                    .threshold = awl_dropout_threshold(args->p)};
+    char scale[8];
+    cpu_store(out->dtype, scale, 0, awl_dropout_scale(args->p));
+    c.scale = cpu_load(out->dtype, scale, 0);
+    const awl_view *views[2] = {out, in};
+    cpu_iter it;
+    awl_cpu_iter_init(&it, 2, views);
     awl_cpu_iter_run(&it, CPU_GRAIN_COSTLY, random_segment, &c);
     return AWL_OK;
 }

@@ -130,14 +130,18 @@ int awl_cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
 
 /* cpu_matmul.c */
 int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
+/* Loads OpenBLAS once (cpu_blas.c); an error naming `caller` when it cannot
+ * be loaded. Call it on the thread that reports errors, before any gemm. */
+int awl_cpu_blas_load(const char *caller);
 
 /* cpu_index.c */
 int awl_cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx);
 int awl_cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src);
 int awl_cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
 int awl_cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
-int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
-                   double a, double b);
+int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
+               double b);
+int awl_cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
 /* cpu_fused.c */
 int awl_cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log);
@@ -159,10 +163,11 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
 
 /* cpu_attention.c */
 int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
-                              const awl_view *k, const awl_view *v, double scale, bool causal);
+                          const awl_view *k, const awl_view *v, double scale, bool causal,
+                          const awl_dropout_args *dropout);
 int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
-                               const awl_view *dout, const awl_view *q, const awl_view *k,
-                               const awl_view *v, const awl_view *out, const awl_view *lse,
-                               double scale, bool causal);
+                           const awl_view *dout, const awl_view *q, const awl_view *k,
+                           const awl_view *v, const awl_view *out, const awl_view *lse,
+                           double scale, bool causal, const awl_dropout_args *dropout);
 
 #endif

@@ -2,7 +2,7 @@
  * backends/cpu/cpu_matmul.c - (batched) matrix products through OpenBLAS.
  *
  * out (..., M, N) = a (..., M, K) @ b (..., K, N), or += when accumulating
- * (beta = 1). Every operand is passed to cblas_?gemm in place whenever BLAS
+ * (beta = 1). Every operand is passed to BLAS ?gemm (cpu_blas.c) in place whenever BLAS
  * can describe its layout: a row-major matrix whose column stride is 1 and
  * whose row stride is at least its row length is NoTrans with ld = row stride;
  * one whose row stride is 1 (a transposed view, as backward passes produce)
@@ -20,11 +20,11 @@
  * threads never wait for each other inside the product. At a GPT's shapes
  * on 2 threads that measured 1.1-1.9x faster (bench_kernels matmul).
  */
-#include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_internal.h"
 
 /* A batch of matrices: rows x cols with strides (rs, cs) in elements. */
@@ -105,17 +105,17 @@ static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
                    (size_t)j->elsize);
 }
 
-/* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's gemm. */
+/* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's gemm
+ * (awl_cpu_matmul has made sure the library is loaded). */
 static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
-    enum CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
     if (dtype == AWL_F32)
-        cblas_sgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
-                    (float)beta, c, (int)ldc);
+        awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
+                       (float)beta, c, (int)ldc);
     else
-        cblas_dgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb,
-                    beta, c, (int)ldc);
+        awl_blas_dgemm(ta, tb, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, beta, c,
+                       (int)ldc);
 }
 
 /* Rows (or columns) per band of a product split between threads: a
@@ -217,6 +217,8 @@ int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bo
     if (out->dtype != AWL_F32 && out->dtype != AWL_F64)
         return awl_error(AWL_ERR_INVALID, "awl_cpu matmul: %s is not supported (float32, float64)",
                          awl_dtype_name(out->dtype));
+    int status = awl_cpu_blas_load("awl_cpu matmul");
+    if (status < 0) return status;
     gemm_job j;
     j.dtype = out->dtype;
     j.elsize = (int64_t)awl_dtype_size(out->dtype);

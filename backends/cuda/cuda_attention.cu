@@ -39,6 +39,11 @@
  * two kernels; "auto" is the default, and AWL_CUDA_ATTENTION, read once when
  * the backend starts, can change it). D up to 128 (tiles padded to 64 or 128
  * columns); other dtypes AWL_ERR_UNSUPPORTED.
+ *
+ * Dropout: every kernel multiplies weight (query, key) by its multiplier
+ * from common/dropout.h (att_dropout), recomputed wherever the weight is:
+ * P before P V in the forward, P for dV and dP = M (dO V^T) in the
+ * backward (see cuda_attention_mma.cu).
  */
 #include <atomic>
 #include <stdlib.h>
@@ -201,6 +206,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             for (int j = 0; j < 4; j++) {
                 float p = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - mn);
                 rs += p;
+                if (a.dropout) p *= att_dropout(a, b, h, qi, k0 + tc + 16 * j);
                 Ps[(tr + 16 * i) * (TILE + PAD) + tc + 16 * j] = p;
             }
             l[i] = l[i] * alpha + row_sum16(rs);
@@ -290,8 +296,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
             for (int j = 0; j < 4; j++) {
                 int key = tr + 16 * i, qr = tc + 16 * j;
                 float p = att_visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
-                Pt[key * (TILE + PAD) + qr] = p;
-                dSt[key * (TILE + PAD) + qr] = p * (dp[i][j] - ds[qr]);
+                float m = a.dropout ? att_dropout(a, b, h, q0 + qr, k0 + key) : 1.0f;
+                Pt[key * (TILE + PAD) + qr] = p * m;
+                dSt[key * (TILE + PAD) + qr] = p * (m * dp[i][j] - ds[qr]);
             }
         __syncthreads();
         tile_accumulate<DP>(Pt, dOs, tr, tc, gv);
@@ -340,7 +347,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
             for (int j = 0; j < 4; j++) {
                 int qr = tr + 16 * i, key = tc + 16 * j;
                 float p = att_visible(q0 + qr, k0 + key, a) ? expf(s[i][j] - ls[qr]) : 0.0f;
-                dS[qr * (TILE + PAD) + key] = p * (dp[i][j] - ds[qr]);
+                float m = a.dropout ? att_dropout(a, b, h, q0 + qr, k0 + key) : 1.0f;
+                dS[qr * (TILE + PAD) + key] = p * (m * dp[i][j] - ds[qr]);
             }
         __syncthreads();
         tile_accumulate<DP>(dS, Ks, tr, tc, g);
@@ -394,12 +402,23 @@ template <typename K> int allow_smem(K kernel, size_t bytes)
     return AWL_OK;
 }
 
-bool dims_ok(const int64_t *shape, att_dims *a, double scale, bool causal)
+bool dims_ok(const int64_t *shape, att_dims *a, double scale, bool causal,
+             const awl_dropout_args *drop)
 {
     if (shape[3] < 1 || shape[3] > 128 || shape[2] > INT32_MAX / 2 || shape[0] * shape[1] > 65535 ||
         shape[0] * shape[1] * shape[2] > ((int64_t)1 << 40))
         return false;
-    *a = {(int)shape[0], (int)shape[1], (int)shape[2], (int)shape[3], (float)scale, causal};
+    *a = att_dims{};
+    a->B = (int)shape[0], a->H = (int)shape[1], a->T = (int)shape[2], a->D = (int)shape[3];
+    a->scale = (float)scale;
+    a->causal = causal;
+    if (drop && drop->p > 0.0) {
+        a->dropout = true;
+        a->keep_threshold = awl_dropout_threshold(drop->p);
+        a->drop_scale = (float)awl_dropout_scale(drop->p);
+        a->seed = drop->seed;
+        a->offset = drop->offset;
+    }
     return true;
 }
 
@@ -480,12 +499,13 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
 } // namespace
 
 int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
-                           const awl_view *k, const awl_view *v, double scale, bool causal)
+                           const awl_view *k, const awl_view *v, double scale, bool causal,
+                           const awl_dropout_args *dropout)
 {
     const int64_t *shape = q->shape;
     att_dims a;
     lse_ref l;
-    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal) || !lse_of(lse, shape, &l))
+    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal, dropout) || !lse_of(lse, shape, &l))
         return AWL_ERR_UNSUPPORTED;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
@@ -507,12 +527,12 @@ int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_v
 int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                             const awl_view *dout, const awl_view *q, const awl_view *k,
                             const awl_view *v, const awl_view *out, const awl_view *lse,
-                            double scale, bool causal)
+                            double scale, bool causal, const awl_dropout_args *dropout)
 {
     const int64_t *shape = q->shape;
     att_dims a;
     lse_ref l;
-    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal) || !lse_of(lse, shape, &l))
+    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal, dropout) || !lse_of(lse, shape, &l))
         return AWL_ERR_UNSUPPORTED;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;

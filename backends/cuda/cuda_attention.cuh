@@ -10,6 +10,7 @@
 #define AWL_BACKENDS_CUDA_ATTENTION_CUH
 
 #include "backends/cuda/cuda_common.cuh"
+#include "common/dropout.h"
 
 /* A (B, H, T, D) tensor: base pointer and strides along B, H, T. */
 template <typename T> struct heads {
@@ -23,10 +24,16 @@ struct lse_ref {
     int64_t sb, sh, st;
 };
 
+/* Dropout (when `dropout`): weight (b, h, i, j) is multiplied by
+ * drop_scale = 1 / (1 - p) where common/dropout.h keeps it, else by 0. */
 struct att_dims {
     int B, H, T, D;
     float scale;
     bool causal;
+    bool dropout;
+    uint32_t keep_threshold;
+    float drop_scale;
+    uint64_t seed, offset;
 };
 
 template <typename T>
@@ -38,6 +45,23 @@ static __device__ __forceinline__ const T *row_ptr(const heads<T> &x, int b, int
 static __device__ __forceinline__ bool att_visible(int q, int k, const att_dims &a)
 {
     return k < a.T && q < a.T && (!a.causal || k <= q);
+}
+
+/* The dropout multiplier of weight (b, h, query, key): drop_scale or 0. */
+static __device__ __forceinline__ float att_dropout(const att_dims &a, int b, int h, int query,
+                                                    int key)
+{
+    uint64_t e = awl_attention_dropout_index(b, h, query, key, a.H, a.T, a.T);
+    return awl_dropout_keep(a.seed, a.offset, e, a.keep_threshold) ? a.drop_scale : 0.0f;
+}
+
+/* Keep bits of weights (b, h, query, key + u), u < 4 (bit u): one Philox
+ * block when T and key are multiples of 4. */
+static __device__ __forceinline__ unsigned att_keep4(const att_dims &a, int b, int h, int query,
+                                                     int key)
+{
+    uint64_t e = awl_attention_dropout_index(b, h, query, key, a.H, a.T, a.T);
+    return awl_dropout_keep4(a.seed, a.offset, e, a.keep_threshold);
 }
 
 /* Forward on tensor cores (cuda_attention_mma.cu): bfloat16 on bf16 mma,

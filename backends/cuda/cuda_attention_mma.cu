@@ -55,6 +55,19 @@
  * tiles that cross the causal diagonal or the end of the sequence evaluate
  * the mask. Scores are scaled by scale * log2(e) so that exp2 does the
  * exponentials; lse is stored in natural-log units like the float kernels'.
+ *
+ * Dropout (a.dropout; a template parameter DROP of every kernel, so that
+ * the kernels without it are what they were) needs no memory: each lane computes the multipliers
+ * of the weights it holds from common/dropout.h. The forward multiplies
+ * the weights after their row sums are taken (lse stays that of the whole
+ * softmax) and before they meet V; the backward recomputes the same
+ * multipliers M for dV += (M P)^T dO and dP = M (dO V^T), and dS = P (dP -
+ * D) keeps its form (D = rowsum(dO O) is still rowsum(P dP)). A Philox
+ * block is four neighbouring keys of one query; the lanes of a warp draw
+ * each block of their tile once, one a lane, and hand each other the keep
+ * bits by shuffles (drop_rows; drop_bits_t where the dK/dV walk holds
+ * queries along the fragment's columns), so a weight costs a quarter of a
+ * Philox block in each kernel that needs it.
  */
 #include <cuda_bf16.h>
 
@@ -378,6 +391,50 @@ __device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
     }
 }
 
+/* Multiplies a warp's 16 x 64 tile w of weights (C fragments: lane (g, t)
+ * holds query rows row and row + 8, keys key0 + nb * 8 + 2 t and + 1, row
+ * = the warp's first row + g) by their dropout multipliers. A column
+ * block's four Philox blocks per quad (rows row, row + 8 by keys nb * 8 +
+ * 0..3, 4..7) are one per lane: lane t draws row + 8 (t & 1), keys
+ * 4 (t >> 1) on, and two shuffles bring each lane its bits. */
+__device__ __forceinline__ void drop_rows(float w[8][4], const att_dims &a, int b, int h, int row,
+                                          int key0, int lane)
+{
+    int t = lane % 4, quad = lane - t;
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+        unsigned mine = att_keep4(a, b, h, row + 8 * (t & 1), key0 + nb * 8 + 4 * (t >> 1));
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            unsigned bits =
+                __shfl_sync(0xffffffffu, mine, quad + 2 * (t >> 1) + i) >> (2 * (t & 1));
+            w[nb][2 * i] *= bits & 1u ? a.drop_scale : 0.0f;
+            w[nb][2 * i + 1] *= bits & 2u ? a.drop_scale : 0.0f;
+        }
+    }
+}
+
+/* The keep bits of a lane's four weights in column block nb of a dK/dV
+ * tile (lane (g, t): keys key0 + g + 8 i, queries qb + 2 t + j, as bit
+ * 2 i + j of the C fragment). The block's 8 queries x 16 keys are 32
+ * Philox blocks of four keys: lane (g, t) draws query qb + 2 t + (g & 1),
+ * keys key0 + 4 (g >> 1) on, and four shuffles bring each lane its bits. */
+__device__ __forceinline__ unsigned drop_bits_t(const att_dims &a, int b, int h, int qb, int key0,
+                                                int lane)
+{
+    int g = lane / 4, t = lane % 4;
+    unsigned mine = att_keep4(a, b, h, qb + 2 * t + (g & 1), key0 + 4 * (g >> 1));
+    unsigned bits = 0;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            unsigned src = __shfl_sync(0xffffffffu, mine, (2 * (g / 4 + 2 * i) + j) * 4 + t);
+            bits |= (src >> (g % 4) & 1u) << (2 * i + j);
+        }
+    return bits;
+}
+
 __device__ __forceinline__ float quad_max(float v)
 {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -390,7 +447,7 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <typename M, int DP>
+template <typename M, int DP, bool DROP>
 __global__ void __launch_bounds__(THREADS)
     fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
                heads<typename M::elem> k, heads<typename M::elem> v, att_dims a)
@@ -458,6 +515,7 @@ __global__ void __launch_bounds__(THREADS)
                 s[nb][e] = p;
                 rs[e / 2] += p;
             }
+        if (DROP) drop_rows(s, a, b, h, q0 + r0 + g, k0, lane);
 #pragma unroll
         for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + quad_sum(rs[i]);
 #pragma unroll
@@ -521,15 +579,16 @@ __device__ void load_query_tile(typename M::word *qd, float *st, const heads<typ
 }
 
 /* One (key tile, query tile) pair of the backward, for the warp's keys
- * k0 + r0 + g (+ 8), given their K and V fragments: S^T = K Q^T,
- * P^T = exp2(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D) (left in dst);
- * dV += P^T dO, dK += dS^T Q. ls and ds: the query tile's statistics. */
-template <typename M, int DP>
+ * k0 + r0 + g (+ 8) of head (b, h), given their K and V fragments: S^T =
+ * K Q^T, P^T = exp2(S^T - lse), dP^T = M^T (V dO^T), dS^T = P^T (dP^T - D)
+ * (left in dst); dV += (M P)^T dO, dK += dS^T Q, M the dropout multipliers
+ * (1 without dropout). ls and ds: the query tile's statistics. */
+template <typename M, int DP, bool DROP>
 __device__ __forceinline__ void
 dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
           const uint32_t kf[DP / M::KS][4], const uint32_t vf[DP / M::KS][4],
           const typename M::word *Qs, const typename M::word *dOs, const float *ls, const float *ds,
-          int q0, int k0, int r0, const att_dims &a, int lane)
+          int b, int h, int q0, int k0, int r0, const att_dims &a, int lane)
 {
     int g = lane / 4, t = lane % 4;
     const float sl2 = a.scale * LOG2E;
@@ -538,15 +597,18 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
     M::template scores<DP>(dst, vf, dOs, lane); /* dP^T */
     bool mask = needs_mask(q0, k0, a);
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++)
+    for (int nb = 0; nb < 8; nb++) {
+        unsigned keep = DROP ? drop_bits_t(a, b, h, q0 + nb * 8, k0 + r0, lane) : 15u;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
             float pv =
                 !mask || att_visible(q0 + qc, key, a) ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
-            p[nb][e] = pv;
-            dst[nb][e] = pv * (dst[nb][e] - ds[qc]);
+            float m = !DROP ? 1.0f : keep >> e & 1u ? a.drop_scale : 0.0f;
+            p[nb][e] = pv * m;
+            dst[nb][e] = pv * (m * dst[nb][e] - ds[qc]);
         }
+    }
     M::template accumulate<DP>(gv, p, dOs, lane);
     M::template accumulate<DP>(gk, dst, Qs, lane);
 }
@@ -554,7 +616,7 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
  * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
-template <typename M, int DP>
+template <typename M, int DP, bool DROP>
 __global__ void __launch_bounds__(THREADS)
     dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
                 heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
@@ -600,7 +662,7 @@ __global__ void __launch_bounds__(THREADS)
         M::template load_a<DP>(kf, Ks, r0, g, t);
         M::template load_a<DP>(vf, Vs, r0, g, t);
         float ds_t[8][4];
-        dkdv_pair<M, DP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, q0, k0, r0, a, lane);
+        dkdv_pair<M, DP, DROP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, k0, r0, a, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
@@ -608,9 +670,9 @@ __global__ void __launch_bounds__(THREADS)
     store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
 }
 
-/* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = dO V^T,
- * dS = P (dP - D), dQ += dS K. */
-template <typename M, int DP>
+/* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = M (dO V^T),
+ * dS = P (dP - D), dQ += dS K (M: dropout multipliers, or none). */
+template <typename M, int DP, bool DROP>
 __global__ void __launch_bounds__(THREADS)
     dq_kernel(heads<typename M::elem> dq, heads<typename M::elem> dout, heads<typename M::elem> q,
               heads<typename M::elem> k, heads<typename M::elem> v, lse_ref lse, const float *Dv,
@@ -658,6 +720,7 @@ __global__ void __launch_bounds__(THREADS)
         float p[8][4], dp[8][4];
         M::template scores<DP>(p, qf, Ks, lane);
         M::template scores<DP>(dp, of, Vs, lane);
+        if (DROP) drop_rows(dp, a, b, h, q0 + r0 + g, k0, lane); /* dP = M (dO V^T) */
         bool mask = needs_mask(q0, k0, a);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
@@ -692,7 +755,7 @@ __global__ void __launch_bounds__(THREADS)
  * Shared memory: [K Q0 dO0 Q1 dO1 dS^T] and the row statistics; V passes
  * through the dS^T tile into registers (each warp needs only its own 16
  * rows of V), so that two blocks fit on an SM. */
-template <int P>
+template <int P, bool DROP>
 __global__ void __launch_bounds__(THREADS)
     bwd_fused_kernel(float *dq_acc, heads<float> dk, heads<float> dv, heads<float> dout,
                      heads<float> q, heads<float> k, heads<float> v, lse_ref lse, const float *Dv,
@@ -740,7 +803,8 @@ __global__ void __launch_bounds__(THREADS)
             {
                 uint32_t kf[DP / M::KS][4];
                 M::template load_a<DP>(kf, Ks, r0, g, t);
-                dkdv_pair<M, DP>(dp, gk, gv, kf, vf, Qs, dOs, ls, ds, q0, k0, r0, a, lane);
+                dkdv_pair<M, DP, DROP>(dp, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, k0, r0, a,
+                                       lane);
             }
 #pragma unroll
             for (int nb = 0; nb < 8; nb++)
@@ -809,19 +873,19 @@ template <typename M, int DP> size_t tiles(int n)
     return (size_t)(n * BR * (DP + M::PAD)) * sizeof(typename M::word);
 }
 
-template <typename M, int DP>
+template <typename M, int DP, bool DROP>
 int forward(const heads<typename M::elem> &out, const lse_ref &lse,
             const heads<typename M::elem> &q, const heads<typename M::elem> &k,
             const heads<typename M::elem> &v, const att_dims &a)
 {
     size_t smem = tiles<M, DP>(4);
-    AWLC_TRY_STATUS(allow(fwd_kernel<M, DP>, smem));
+    AWLC_TRY_STATUS(allow(fwd_kernel<M, DP, DROP>, smem));
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
-    fwd_kernel<M, DP><<<grid, THREADS, smem>>>(out, lse, q, k, v, a);
+    fwd_kernel<M, DP, DROP><<<grid, THREADS, smem>>>(out, lse, q, k, v, a);
     return awlc_check_launch("attention_forward (tensor cores)");
 }
 
-template <typename M, int DP>
+template <typename M, int DP, bool DROP>
 int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
              const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
              const heads<typename M::elem> &q, const heads<typename M::elem> &k,
@@ -830,12 +894,12 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
 {
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
     size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP>, s1));
-    dkdv_kernel<M, DP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
+    dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
     size_t s2 = tiles<M, DP>(6);
-    AWLC_TRY_STATUS(allow(dq_kernel<M, DP>, s2));
-    dq_kernel<M, DP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
+    AWLC_TRY_STATUS(allow(dq_kernel<M, DP, DROP>, s2));
+    dq_kernel<M, DP, DROP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
     return awlc_check_launch("attention_backward dq (tensor cores)");
 }
 
@@ -865,16 +929,16 @@ int fused_slices(int bh, int ntiles, int slots)
 /* The one-pass float32 backward: bwd_fused_kernel on fused_slices slices,
  * then their sum; the slices take that many times dq's size in float32
  * scratch. */
-template <int P>
+template <int P, bool DROP>
 int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<float> &dv,
                    const heads<float> &dout, const heads<float> &q, const heads<float> &k,
                    const heads<float> &v, const lse_ref &lse, const float *Dv, const att_dims &a)
 {
     size_t smem = tiles<tf32_mma<P>, 64>(6) + 4 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(bwd_fused_kernel<P>, smem));
+    AWLC_TRY_STATUS(allow(bwd_fused_kernel<P, DROP>, smem));
     static int per_sm = 0; /* blocks per SM: the same on every call */
     if (per_sm == 0)
-        AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<P>,
+        AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<P, DROP>,
                                                                THREADS, smem),
                  "attention_backward occupancy");
     int ntiles = (a.T + BR - 1) / BR, bh = a.B * a.H;
@@ -882,7 +946,7 @@ int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<f
     size_t n = (size_t)bh * a.T * a.D, bytes = (size_t)nsplit * n * sizeof(float);
     float *acc = (float *)awlc_scratch_alloc(bytes);
     if (!acc) return AWL_ERR_OOM;
-    bwd_fused_kernel<P>
+    bwd_fused_kernel<P, DROP>
         <<<dim3(nsplit, bh), THREADS, smem>>>(acc, dk, dv, dout, q, k, v, lse, Dv, a, nsplit);
     int st = awlc_check_launch("attention_backward (tensor cores, one pass)");
     if (st == AWL_OK) {
@@ -893,14 +957,19 @@ int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<f
     return st;
 }
 
-/* D padded to 64 or 128. */
+/* D padded to 64 or 128; dropout compiled in or out (a kernel with the
+ * branch in it would keep more registers live without dropout too). */
 template <typename M>
 int forward_d(const heads<typename M::elem> &out, const lse_ref &lse,
               const heads<typename M::elem> &q, const heads<typename M::elem> &k,
               const heads<typename M::elem> &v, const att_dims &a)
 {
     if (a.D > 128) return AWL_ERR_UNSUPPORTED;
-    return a.D <= 64 ? forward<M, 64>(out, lse, q, k, v, a) : forward<M, 128>(out, lse, q, k, v, a);
+    if (a.dropout)
+        return a.D <= 64 ? forward<M, 64, true>(out, lse, q, k, v, a)
+                         : forward<M, 128, true>(out, lse, q, k, v, a);
+    return a.D <= 64 ? forward<M, 64, false>(out, lse, q, k, v, a)
+                     : forward<M, 128, false>(out, lse, q, k, v, a);
 }
 
 template <typename M>
@@ -911,8 +980,21 @@ int backward_d(const heads<typename M::elem> &dq, const heads<typename M::elem> 
                const att_dims &a)
 {
     if (a.D > 128) return AWL_ERR_UNSUPPORTED;
-    return a.D <= 64 ? backward<M, 64>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                     : backward<M, 128>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    if (a.dropout)
+        return a.D <= 64 ? backward<M, 64, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                         : backward<M, 128, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    return a.D <= 64 ? backward<M, 64, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                     : backward<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+}
+
+/* The one-pass float32 backward in P passes, dropout compiled in or out. */
+template <int P>
+int backward_fused_p(const heads<float> &dq, const heads<float> &dk, const heads<float> &dv,
+                     const heads<float> &dout, const heads<float> &q, const heads<float> &k,
+                     const heads<float> &v, const lse_ref &lse, const float *Dv, const att_dims &a)
+{
+    return a.dropout ? backward_fused<P, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                     : backward_fused<P, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
 
 } // namespace
@@ -947,8 +1029,8 @@ int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
 {
     bool fast = awlc_matmul_fast_fp32();
     if (a.D <= 64 && !awlc_attention_split()) {
-        return fast ? backward_fused<1>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                    : backward_fused<3>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+        return fast ? backward_fused_p<1>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                    : backward_fused_p<3>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     }
     return fast ? backward_d<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
                 : backward_d<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);

@@ -112,14 +112,14 @@ static int cuda_copy_to_host(int device, void *dst, const void *src, size_t nbyt
     if (nbytes == 0) return AWL_OK;
     AWLC_TRY_STATUS(awlc_set_device(device));
     AWLC_TRY(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost), "copy_to_host");
-    return AWL_OK;
+    return awlc_index_faults(device);
 }
 
 static int cuda_synchronize(int device)
 {
     AWLC_TRY_STATUS(awlc_set_device(device));
     AWLC_TRY(cudaDeviceSynchronize(), "synchronize");
-    return AWL_OK;
+    return awlc_index_faults(device);
 }
 
 /* ---- what it computes ------------------------------------------------------------------ */
@@ -192,6 +192,8 @@ static awl_backend make_table(void)
     t.cross_entropy_backward = awlc_cross_entropy_backward;
     t.attention_forward = awlc_attention_forward;
     t.attention_backward = awlc_attention_backward;
+    t.dropout = awlc_dropout;
+    t.check_indices = awlc_check_indices;
     t.adamw_step = awlc_adamw_step;
     return t;
 }

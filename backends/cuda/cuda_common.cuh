@@ -469,6 +469,7 @@ int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const 
 int awlc_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b);
 int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
                 double b);
+int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
 /* cuda_reduce.cu */
 int awlc_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
@@ -485,6 +486,11 @@ int awlc_index_select(const awl_view *out, const awl_view *src, const awl_view *
 int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src);
 int awlc_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
 int awlc_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
+int awlc_check_indices(const awl_view *idx, int64_t limit, const char *op, const char *what);
+/* Reports (AWL_ERR_INVALID) the first index out of range that a check on
+ * this device found since the last report; call once the device has
+ * finished the work queued before (after a synchronisation). */
+int awlc_index_faults(int device);
 
 /* cuda_softmax.cu (softmax and cross-entropy: both are row-wise logsumexp) */
 int awlc_softmax_forward(const awl_view *out, const awl_view *in, bool log);
@@ -508,11 +514,12 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
  * two kernels). */
 int awlc_attention_set_rung(const char *value);
 int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
-                           const awl_view *k, const awl_view *v, double scale, bool causal);
+                           const awl_view *k, const awl_view *v, double scale, bool causal,
+                           const awl_dropout_args *dropout);
 int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                             const awl_view *dout, const awl_view *q, const awl_view *k,
                             const awl_view *v, const awl_view *out, const awl_view *lse,
-                            double scale, bool causal);
+                            double scale, bool causal, const awl_dropout_args *dropout);
 
 /* cuda_adamw.cu */
 int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,

@@ -1,6 +1,6 @@
 /*
- * backends/cuda/cuda_elementwise.cu - fill, copy/cast, unary, binary, where
- * and random fill.
+ * backends/cuda/cuda_elementwise.cu - fill, copy/cast, unary, binary, where,
+ * random fill and dropout.
  *
  * Two paths for every op:
  *   - contiguous: after coalescing (cuda_common.cuh) every operand is one
@@ -25,7 +25,8 @@
  * a + (b - a) u uses explicitly rounded double operations (__dmul_rn,
  * __dadd_rn) so the compiler cannot fuse them into an FMA: the CPU computes
  * the same expression with two roundings, and uniform draws must agree bit
- * for bit.
+ * for bit. Dropout draws its mask from the same stream (common/dropout.h)
+ * inside the multiply, so no mask is written.
  */
 #include "backends/cuda/cuda_common.cuh"
 #include "common/philox.h"
@@ -236,6 +237,41 @@ template <typename T> struct random_fn {
     }
 };
 
+/* out = in * 1 / (1 - p) where element i keeps (common/dropout.h), else 0.
+ * The product is taken in double, which is exact for two float32 (or two
+ * bf16) factors, so the one rounding gives the dtype's own product. */
+template <typename T> struct dropout_fn {
+    T *out;
+    const T *in;
+    uint64_t seed, offset;
+    uint32_t threshold;
+    double scale; /* rounded to T */
+    __device__ void operator()(int64_t i, const int64_t *off) const
+    {
+        bool keep = awl_dropout_keep(seed, offset, (uint64_t)i, threshold);
+        out[off[0]] = awlc_cast<T>(keep ? awlc_cast<double>(in[off[1]]) * scale : 0.0);
+    }
+};
+
+/* Contiguous dropout: thread j takes elements 4 j .. 4 j + 3, one Philox
+ * block (element i uses block offset + i / 4, word i % 4). */
+template <typename T>
+__global__ void dropout4_kernel(T *out, const T *in, int64_t n, uint64_t seed, uint64_t offset,
+                                uint32_t threshold, double scale)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j * 4 < n;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        unsigned keep =
+            awl_dropout_block_bits(awl_philox4x32(seed, offset + (uint64_t)j), threshold);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int64_t i = 4 * j + u;
+            if (i < n)
+                out[i] = awlc_cast<T>(keep >> u & 1u ? awlc_cast<double>(in[i]) * scale : 0.0);
+        }
+    }
+}
+
 } // namespace
 
 /* ---- entries ------------------------------------------------------------------------- */
@@ -383,6 +419,31 @@ int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64
         typedef decltype(tag) T;
         random_fn<T> f = {awlc_ptr<T>(out), (int)kind, seed, offset, a, b};
         return awlc_launch_strided<1>(L, n, f, "random");
+    };
+    return AWLC_DISPATCH_FLOAT(out->dtype, run);
+}
+
+int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
+{
+    if (in->dtype != out->dtype) return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[2] = {out, in};
+    awlc_layout<2> L;
+    int64_t n = awlc_coalesce<2>(&L, views);
+    if (n == 0) return AWL_OK;
+    bool contiguous = awlc_layout_contiguous<2>(&L);
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        dropout_fn<T> f = {awlc_ptr<T>(out),
+                           awlc_ptr<T>(in),
+                           args->seed,
+                           args->offset,
+                           awl_dropout_threshold(args->p),
+                           awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p)))};
+        if (!contiguous) return awlc_launch_strided<2>(L, n, f, "dropout");
+        dropout4_kernel<T><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
+            f.out, f.in, n, f.seed, f.offset, f.threshold, f.scale);
+        return awlc_check_launch("dropout");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
 }

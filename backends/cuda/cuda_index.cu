@@ -25,8 +25,18 @@
  *     only on its length: the result is the same on every run (not the
  *     serial loop's rounding for long runs, but as close). The sort costs
  *     two short launches and R * 16 bytes of scratch.
+ *
+ * Index checks (check_indices) run on the device too, so that no indices
+ * are copied to the host: a kernel compares each index with its limit and
+ * the first one out of range goes into a small per-device record, which a
+ * copy queued after the check mirrors into pinned host memory. The
+ * backend's next synchronize or copy_to_host, once the device has caught
+ * up, reads the mirror and reports it (awlc_index_faults). The four kernels
+ * above skip an index out of range (index_select and gather write 0) in the
+ * meantime, so bad indices never reach memory they do not own.
  */
 #include <algorithm>
+#include <mutex>
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -51,10 +61,11 @@ template <typename T> struct select_fn {
     T *out;
     const int32_t *idx;
     const T *src;
-    int64_t src_row_stride;
+    int64_t src_row_stride, rows;
     __device__ void operator()(int64_t, const int64_t *off) const
     {
-        out[off[0]] = src[(int64_t)idx[off[1]] * src_row_stride + off[2]];
+        int64_t r = idx[off[1]];
+        out[off[0]] = r >= 0 && r < rows ? src[r * src_row_stride + off[2]] : awlc_cast<T>(0.0f);
     }
 };
 
@@ -66,7 +77,7 @@ template <typename T> struct run_args {
     T *dst;
     const T *src;
     const int32_t *keys, *vals;
-    int64_t R, inner;
+    int64_t R, inner, V; /* V: dst's rows (a key outside [0, V) is skipped) */
     int64_t dst_row_stride;
     awlc_layout<2> cols; /* inner columns: dst and src strides */
     awlc_layout<1> rows; /* src rows (idx's shape): src strides */
@@ -128,7 +139,7 @@ __global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
     int lane = threadIdx.x % ADD_COLS;
     for (int64_t p = (int64_t)blockIdx.x * ADD_GROUPS + threadIdx.x / ADD_COLS; p < a.R;
          p += (int64_t)gridDim.x * ADD_GROUPS) {
-        if (p > 0 && a.keys[p - 1] == a.keys[p]) continue;
+        if ((p > 0 && a.keys[p - 1] == a.keys[p]) || a.keys[p] < 0 || a.keys[p] >= a.V) continue;
         int64_t end = run_end(a.keys, p, a.R);
         if (end - p >= LONG_RUN) {
             if (lane == 0) {
@@ -192,10 +203,11 @@ template <typename T> struct gather_fn {
     T *out;
     const int32_t *idx;
     const T *in;
-    int64_t axis_stride;
+    int64_t axis_stride, limit;
     __device__ void operator()(int64_t, const int64_t *off) const
     {
-        out[off[0]] = in[off[2] + (int64_t)idx[off[1]] * axis_stride];
+        int64_t j = idx[off[1]];
+        out[off[0]] = j >= 0 && j < limit ? in[off[2] + j * axis_stride] : awlc_cast<T>(0.0f);
     }
 };
 
@@ -204,16 +216,63 @@ template <typename T> struct scatter_fn {
     T *out;
     const int32_t *idx;
     const T *src;
-    int64_t J, out_axis, idx_axis, src_axis;
+    int64_t J, out_axis, idx_axis, src_axis, limit;
     __device__ void operator()(int64_t, const int64_t *off) const
     {
         typedef typename Compute<T>::type A;
         for (int64_t j = 0; j < J; j++) {
-            T *o = out + off[0] + (int64_t)idx[off[1] + j * idx_axis] * out_axis;
+            int64_t k = idx[off[1] + j * idx_axis];
+            if (k < 0 || k >= limit) continue;
+            T *o = out + off[0] + k * out_axis;
             *o = awlc_cast<T>(awlc_cast<A>(*o) + awlc_cast<A>(src[off[2] + j * src_axis]));
         }
     }
 };
+
+/* ---- index checks ---- */
+
+/* The first index out of range since the last report: site 0 for none,
+ * else 1 + the call site's slot in `sites`. */
+struct index_fault {
+    int site;
+    int index;
+    long long limit;
+};
+
+struct check_fn {
+    const int32_t *idx;
+    int64_t limit;
+    int site;
+    index_fault *fault;
+    __device__ void operator()(int64_t, const int64_t *off) const
+    {
+        int32_t v = idx[off[0]];
+        if ((v < 0 || v >= limit) && atomicCAS(&fault->site, 0, site) == 0) {
+            fault->index = v;
+            fault->limit = limit;
+        }
+    }
+};
+
+const int MAX_SITES = 16;
+std::mutex check_mu;
+index_fault *fault_dev[AWLC_MAX_DEVICES], *fault_host[AWLC_MAX_DEVICES];
+bool checked[AWLC_MAX_DEVICES];  /* a check ran since the last report */
+const char *sites[MAX_SITES][2]; /* op, what */
+int n_sites;
+
+/* The slot (1-based) of (op, what), added when new; the last slot is
+ * shared once the table is full. Under check_mu. */
+int site_of(const char *op, const char *what)
+{
+    for (int i = 0; i < n_sites; i++)
+        if (sites[i][0] == op && sites[i][1] == what) return i + 1;
+    if (n_sites < MAX_SITES) {
+        sites[n_sites][0] = op, sites[n_sites][1] = what;
+        n_sites++;
+    }
+    return n_sites;
+}
 
 int bits_for(int64_t v)
 {
@@ -239,7 +298,7 @@ int awlc_index_select(const awl_view *out, const awl_view *src, const awl_view *
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
         select_fn<T> f = {awlc_ptr<T>(out), awlc_ptr<int32_t>(idx), awlc_ptr<T>(src),
-                          src->strides[0]};
+                          src->strides[0], src->shape[0]};
         return awlc_launch_strided<3>(L, n, f, "index_select");
     };
     return AWLC_DISPATCH(out->dtype, run);
@@ -312,6 +371,7 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             a.vals = v_out;
             a.R = R;
             a.inner = inner;
+            a.V = dst->shape[0];
             a.dst_row_stride = dst->strides[0];
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
@@ -343,7 +403,7 @@ int awlc_gather(const awl_view *out, const awl_view *in, int axis, const awl_vie
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
         gather_fn<T> f = {awlc_ptr<T>(out), awlc_ptr<int32_t>(idx), awlc_ptr<T>(in),
-                          in->strides[axis]};
+                          in->strides[axis], in->shape[axis]};
         return awlc_launch_strided<3>(L, n, f, "gather");
     };
     return AWLC_DISPATCH(out->dtype, run);
@@ -364,9 +424,53 @@ int awlc_scatter_add(const awl_view *out, int axis, const awl_view *idx, const a
     if (n == 0 || J == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        scatter_fn<T> f = {awlc_ptr<T>(out),   awlc_ptr<int32_t>(idx), awlc_ptr<T>(src),  J,
-                           out->strides[axis], idx->strides[axis],     src->strides[axis]};
+        scatter_fn<T> f = {
+            awlc_ptr<T>(out),   awlc_ptr<int32_t>(idx), awlc_ptr<T>(src),   J,
+            out->strides[axis], idx->strides[axis],     src->strides[axis], out->shape[axis]};
         return awlc_launch_strided<3>(L, n, f, "scatter_add");
     };
     return AWLC_DISPATCH(out->dtype, run);
+}
+
+int awlc_check_indices(const awl_view *idx, int64_t limit, const char *op, const char *what)
+{
+    AWLC_TRY_STATUS(awlc_enter(idx->data));
+    int device = 0;
+    AWLC_TRY(cudaGetDevice(&device), "cudaGetDevice");
+    const awl_view *views[1] = {idx};
+    awlc_layout<1> L;
+    int64_t n = awlc_coalesce<1>(&L, views);
+    if (n == 0) return AWL_OK;
+    int site;
+    {
+        std::lock_guard<std::mutex> lock(check_mu);
+        if (!fault_dev[device]) {
+            AWLC_TRY(cudaMalloc(&fault_dev[device], sizeof(index_fault)), "index check record");
+            AWLC_TRY(cudaMallocHost(&fault_host[device], sizeof(index_fault)),
+                     "index check mirror");
+            AWLC_TRY(cudaMemset(fault_dev[device], 0, sizeof(index_fault)), "index check record");
+            fault_host[device]->site = 0;
+        }
+        site = site_of(op, what);
+        checked[device] = true;
+    }
+    check_fn f = {awlc_ptr<int32_t>(idx), limit, site, fault_dev[device]};
+    AWLC_TRY_STATUS(awlc_launch_strided<1>(L, n, f, "check_indices"));
+    AWLC_TRY(cudaMemcpyAsync(fault_host[device], fault_dev[device], sizeof(index_fault),
+                             cudaMemcpyDeviceToHost, 0),
+             "index check mirror");
+    return AWL_OK;
+}
+
+int awlc_index_faults(int device)
+{
+    std::lock_guard<std::mutex> lock(check_mu);
+    if (device < 0 || device >= AWLC_MAX_DEVICES || !checked[device]) return AWL_OK;
+    checked[device] = false;
+    index_fault f = *fault_host[device];
+    if (f.site == 0) return AWL_OK;
+    fault_host[device]->site = 0;
+    AWLC_TRY(cudaMemset(fault_dev[device], 0, sizeof(index_fault)), "index check record");
+    return awl_error(AWL_ERR_INVALID, "%s: index %d out of range for %lld %s", sites[f.site - 1][0],
+                     f.index, f.limit, sites[f.site - 1][1]);
 }

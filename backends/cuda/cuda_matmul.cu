@@ -26,10 +26,19 @@
  * cuBLASLt instead, whose bias epilogue adds the bias as the product is
  * written: no pass to broadcast the bias into the output first, and no read
  * of it back (beta = 0).
+ *
+ * The two libraries are opened with dlopen when the first handle is made,
+ * not linked: linked, they are mapped and relocated into every process of
+ * a CUDA build at start, CPU runs included (150 MB more resident memory for
+ * a CPU training run); opened on first use, a process that never multiplies
+ * on a GPU never loads them. Their headers give the types; `api` holds the
+ * functions this file calls, looked up once.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <dlfcn.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mutex>
@@ -39,13 +48,89 @@
 namespace
 {
 
+/* The functions used, with the library (0: cuBLASLt, 1: cuBLAS) that has
+ * them; cublasGemmStridedBatchedEx, which C++ overloads, apart. */
+#define BLAS_FUNCTIONS(X)                                                                          \
+    X(0, cublasLtCreate)                                                                           \
+    X(0, cublasLtMatmul)                                                                           \
+    X(0, cublasLtMatmulAlgoGetHeuristic)                                                           \
+    X(0, cublasLtMatmulDescCreate)                                                                 \
+    X(0, cublasLtMatmulDescDestroy)                                                                \
+    X(0, cublasLtMatmulDescSetAttribute)                                                           \
+    X(0, cublasLtMatmulPreferenceCreate)                                                           \
+    X(0, cublasLtMatmulPreferenceDestroy)                                                          \
+    X(0, cublasLtMatmulPreferenceSetAttribute)                                                     \
+    X(0, cublasLtMatrixLayoutCreate)                                                               \
+    X(0, cublasLtMatrixLayoutDestroy)                                                              \
+    X(1, cublasCreate_v2)                                                                          \
+    X(1, cublasGetStatusString)
+
+typedef cublasStatus_t (*gemm_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                  int, const void *, const void *, cudaDataType, int, long long,
+                                  const void *, cudaDataType, int, long long, const void *, void *,
+                                  cudaDataType, int, long long, int, cublasComputeType_t,
+                                  cublasGemmAlgo_t);
+
+struct blas_api {
+#define BLAS_MEMBER(lib, fn) decltype(&::fn) fn;
+    BLAS_FUNCTIONS(BLAS_MEMBER)
+#undef BLAS_MEMBER
+    gemm_fn cublasGemmStridedBatchedEx;
+};
+
+blas_api api;
+bool api_loaded;
+
 std::mutex handle_mu;
 cublasHandle_t handles[AWLC_MAX_DEVICES];
 bool fast_fp32 = false;
 
+#define BLAS_STR2(x) #x
+#define BLAS_STR(x) BLAS_STR2(x)
+
+/* Opens a library by its soname (that of the cuBLAS these headers are
+ * from: the loader's search path, then the toolkit's directory the build
+ * names in AWL_CUBLAS_DIR) or else its unversioned name. */
+void *open_lib(const char *soname, const char *plain)
+{
+    void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+#ifdef AWL_CUBLAS_DIR
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", AWL_CUBLAS_DIR, soname);
+    if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+#endif
+    return lib ? lib : dlopen(plain, RTLD_NOW | RTLD_LOCAL);
+}
+
+/* Opens the libraries and fills api; under handle_mu. */
+int load_api(void)
+{
+    if (api_loaded) return AWL_OK;
+    static const char *const names[2][2] = {
+        {"libcublasLt.so." BLAS_STR(CUBLAS_VER_MAJOR), "libcublasLt.so"},
+        {"libcublas.so." BLAS_STR(CUBLAS_VER_MAJOR), "libcublas.so"}};
+    void *lib[2];
+    for (int l = 0; l < 2; l++) {
+        lib[l] = open_lib(names[l][0], names[l][1]);
+        if (!lib[l])
+            return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul: cannot open %s: %s", names[l][0],
+                             dlerror());
+    }
+#define BLAS_LOOKUP(l, fn)                                                                         \
+    api.fn = (decltype(api.fn))dlsym(lib[l], #fn);                                                 \
+    if (!api.fn)                                                                                   \
+        return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul: %s has no %s", names[l][0], #fn);
+    BLAS_FUNCTIONS(BLAS_LOOKUP)
+    BLAS_LOOKUP(1, cublasGemmStridedBatchedEx)
+#undef BLAS_LOOKUP
+    api_loaded = true;
+    return AWL_OK;
+}
+
 int blas_fail(cublasStatus_t st, const char *what)
 {
-    return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul: %s: %s", what, cublasGetStatusString(st));
+    return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul: %s: %s", what,
+                     api.cublasGetStatusString(st));
 }
 
 int get_handle(cublasHandle_t *out)
@@ -53,8 +138,9 @@ int get_handle(cublasHandle_t *out)
     int device = 0;
     AWLC_TRY(cudaGetDevice(&device), "cudaGetDevice");
     std::lock_guard<std::mutex> lock(handle_mu);
+    AWLC_TRY_STATUS(load_api());
     if (!handles[device]) {
-        cublasStatus_t st = cublasCreate(&handles[device]);
+        cublasStatus_t st = api.cublasCreate_v2(&handles[device]);
         if (st != CUBLAS_STATUS_SUCCESS) {
             handles[device] = NULL;
             return blas_fail(st, "cublasCreate");
@@ -197,7 +283,7 @@ int run_gemm(const awl_view *out, const awl_view *a, const awl_view *b, bool acc
         char *pc = (char *)out->data + (out->offset + offs[0]) * plan.esize;
         const char *p1 = (const char *)x1->data + (x1->offset + offs[1]) * plan.esize;
         const char *p2 = (const char *)x2->data + (x2->offset + offs[2]) * plan.esize;
-        cublasStatus_t st = cublasGemmStridedBatchedEx(
+        cublasStatus_t st = api.cublasGemmStridedBatchedEx(
             h, o1.op, o2.op, (int)m, (int)n, (int)K, alpha, p1, plan.type, (int)o1.ld, s1, p2,
             plan.type, (int)o2.ld, s2, beta, pc, plan.type, (int)oc.ld, so, (int)count,
             plan.compute, CUBLAS_GEMM_DEFAULT);
@@ -268,15 +354,16 @@ const size_t LT_WORKSPACE = (size_t)32 << 20;
 int lt_fail(cublasStatus_t st, const char *what)
 {
     return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul_bias: %s: %s", what,
-                     cublasGetStatusString(st));
+                     api.cublasGetStatusString(st));
 }
 
 int get_lt_handle(cublasLtHandle_t *out, int *device)
 {
     AWLC_TRY(cudaGetDevice(device), "cudaGetDevice");
     std::lock_guard<std::mutex> lock(handle_mu);
+    AWLC_TRY_STATUS(load_api());
     if (!lt_handles[*device]) {
-        cublasStatus_t st = cublasLtCreate(&lt_handles[*device]);
+        cublasStatus_t st = api.cublasLtCreate(&lt_handles[*device]);
         if (st != CUBLAS_STATUS_SUCCESS) {
             lt_handles[*device] = NULL;
             return lt_fail(st, "cublasLtCreate");
@@ -322,10 +409,10 @@ struct lt_problem {
 
 void lt_destroy(lt_problem *p)
 {
-    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
-    if (p->l1) cublasLtMatrixLayoutDestroy(p->l1);
-    if (p->l2) cublasLtMatrixLayoutDestroy(p->l2);
-    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->desc) api.cublasLtMatmulDescDestroy(p->desc);
+    if (p->l1) api.cublasLtMatrixLayoutDestroy(p->l1);
+    if (p->l2) api.cublasLtMatrixLayoutDestroy(p->l2);
+    if (p->lc) api.cublasLtMatrixLayoutDestroy(p->lc);
 }
 
 #define LT_TRY(call, what)                                                                         \
@@ -338,22 +425,25 @@ int lt_describe(lt_problem *p, const void *bias)
 {
     const lt_key &k = p->key;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    LT_TRY(cublasLtMatmulDescCreate(&p->desc, k.compute, CUDA_R_32F), "desc");
-    LT_TRY(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k.op1, sizeof k.op1),
-        "transa");
-    LT_TRY(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &k.op2, sizeof k.op2),
-        "transb");
-    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+    LT_TRY(api.cublasLtMatmulDescCreate(&p->desc, k.compute, CUDA_R_32F), "desc");
+    LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k.op1,
+                                              sizeof k.op1),
+           "transa");
+    LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &k.op2,
+                                              sizeof k.op2),
+           "transb");
+    LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                              sizeof epi),
            "epilogue");
-    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                          sizeof bias),
+    LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias),
            "bias pointer");
     bool n1 = k.op1 == CUBLAS_OP_N, n2 = k.op2 == CUBLAS_OP_N;
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->l1, k.type, n1 ? k.m : k.k, n1 ? k.k : k.m, k.ld1), "a");
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->l2, k.type, n2 ? k.k : k.n, n2 ? k.n : k.k, k.ld2), "b");
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, k.type, k.m, k.n, k.ldc), "c");
+    LT_TRY(api.cublasLtMatrixLayoutCreate(&p->l1, k.type, n1 ? k.m : k.k, n1 ? k.k : k.m, k.ld1),
+           "a");
+    LT_TRY(api.cublasLtMatrixLayoutCreate(&p->l2, k.type, n2 ? k.k : k.n, n2 ? k.n : k.k, k.ld2),
+           "b");
+    LT_TRY(api.cublasLtMatrixLayoutCreate(&p->lc, k.type, k.m, k.n, k.ldc), "c");
     return AWL_OK;
 }
 
@@ -370,25 +460,25 @@ int lt_algo(cublasLtHandle_t h, const lt_problem *p, cublasLtMatmulAlgo_t *algo)
             }
     }
     cublasLtMatmulPreference_t pref;
-    LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    LT_TRY(api.cublasLtMatmulPreferenceCreate(&pref), "preference");
     uint64_t ws = LT_WORKSPACE;
     uint32_t al[3] = {(uint32_t)p->key.align[0], (uint32_t)p->key.align[1],
                       (uint32_t)p->key.align[2]};
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0],
-                                         sizeof al[0]);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1],
-                                         sizeof al[1]);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2],
-                                         sizeof al[2]);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2],
-                                         sizeof al[2]);
+    api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws);
+    api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &al[0], sizeof al[0]);
+    api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &al[1], sizeof al[1]);
+    api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &al[2], sizeof al[2]);
+    api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &al[2], sizeof al[2]);
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->l1, p->l2, p->lc, p->lc, pref,
-                                                       1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    cublasStatus_t st = api.cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->l1, p->l2, p->lc, p->lc,
+                                                           pref, 1, &result, &found);
+    api.cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) return AWL_ERR_UNSUPPORTED;
     *algo = result.algo;
     std::lock_guard<std::mutex> lock(handle_mu);
@@ -450,8 +540,8 @@ int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
     if (st == AWL_OK && !ws) st = AWL_ERR_OOM;
     if (st == AWL_OK) {
         float one = 1.0f, zero = 0.0f;
-        cublasStatus_t s = cublasLtMatmul(h, p.desc, &one, p1, p.l1, p2, p.l2, &zero, pc, p.lc, pc,
-                                          p.lc, &algo, ws, LT_WORKSPACE, 0);
+        cublasStatus_t s = api.cublasLtMatmul(h, p.desc, &one, p1, p.l1, p2, p.l2, &zero, pc, p.lc,
+                                              pc, p.lc, &algo, ws, LT_WORKSPACE, 0);
         if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(s, "cublasLtMatmul");
     }
     if (ws) awlc_scratch_free(ws, LT_WORKSPACE);

@@ -337,20 +337,26 @@ static void cross_entropy_cases(ac_list *l)
 /* ---- attention ----------------------------------------------------------------------------------
  */
 
+/* The dropout the kernels get: NULL for none. */
+static const awl_dropout_args *dropout_of(const ac_args *a)
+{
+    return a->dropout.p > 0 ? &a->dropout : NULL;
+}
+
 /* forward: out, lse, q, k, v; backward: dq, dk, dv, dout, q, k, v, out, lse. */
 static int call_att(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
-    return b->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->flag);
+    return b->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->flag, dropout_of(a));
 }
 
 static int call_att_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
     return b->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], a->scale,
-                                 a->flag);
+                                 a->flag, dropout_of(a));
 }
 
-/* The log-sum-exp of each row of scaled, masked scores (B, H, T). */
-static awl_tensor *attention_lse(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+/* Scaled, masked scores (B, H, T, T). */
+static awl_tensor *attention_scores(awl_tensor *q, awl_tensor *k, double scale, bool causal)
 {
     int64_t T = q->shape[2];
     awl_tensor *s = awl_mul_scalar(awl_matmul(q, awl_transpose(k, -2, -1)), scale);
@@ -361,15 +367,50 @@ static awl_tensor *attention_lse(awl_tensor *q, awl_tensor *k, double scale, boo
         s = awl_masked_fill(s, awl_from_data(m, AWL_SHAPE(T, T), AWL_F64, "cpu"), -INFINITY);
         free(m);
     }
-    return awl_logsumexp(s, -1, false);
+    return s;
+}
+
+/* The log-sum-exp of each row of scaled, masked scores (B, H, T). */
+static awl_tensor *attention_lse(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+{
+    return awl_logsumexp(attention_scores(q, k, scale, causal), -1, false);
+}
+
+/* The dropout mask of the (B, H, T, T) weights as a float64 CPU tensor:
+ * 1 / (1 - p) where common/dropout.h keeps weight (b, h, i, j), else 0. */
+static awl_tensor *attention_dropout_mask(const awl_dropout_args *d, const int64_t *s)
+{
+    const int64_t B = s[0], H = s[1], T = s[2], n = B * H * T * T;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    double *m = awl_xmalloc((size_t)n * sizeof *m);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t j = 0; j < T; j++) {
+                    uint64_t e = awl_attention_dropout_index(b, h, i, j, H, T, T);
+                    m[e] = awl_dropout_keep(d->seed, d->offset, e, threshold)
+                               ? awl_dropout_scale(d->p)
+                               : 0.0;
+                }
+    awl_tensor *t = awl_from_data(m, AWL_SHAPE(B, H, T, T), AWL_F64, "cpu");
+    free(m);
+    return t;
+}
+
+/* The composed attention of the case's arguments: softmax, the dropout
+ * mask of its arguments (none for p = 0), a product with v. */
+static awl_tensor *attention_of(const ac_args *a, awl_tensor *q, awl_tensor *k, awl_tensor *v)
+{
+    if (!dropout_of(a)) return awl_scaled_dot_product_attention(q, k, v, a->flag, 0.0);
+    awl_tensor *p = awl_softmax(attention_scores(q, k, a->scale, a->flag), -1);
+    return awl_matmul(awl_mul(p, attention_dropout_mask(&a->dropout, q->shape)), v);
 }
 
 static int ref_att(const ac_case *c, double *const *in, double **ref)
 {
     awl_tensor *q = ac_cpu_tensor(c, in, 2), *k = ac_cpu_tensor(c, in, 3),
                *v = ac_cpu_tensor(c, in, 4);
-    int rc = ac_values(awl_scaled_dot_product_attention(q, k, v, c->args.flag, 0.0), ref[0],
-                       ac_numel(4, c->op[0].shape));
+    int rc = ac_values(attention_of(&c->args, q, k, v), ref[0], ac_numel(4, c->op[0].shape));
     if (rc == 0)
         rc = ac_values(attention_lse(q, k, c->args.scale, c->args.flag), ref[1],
                        ac_numel(3, c->op[1].shape));
@@ -379,8 +420,7 @@ static int ref_att(const ac_case *c, double *const *in, double **ref)
 static int ref_att_bwd(const ac_case *c, double *const *in, double **ref)
 {
     awl_tensor *inputs[3] = {leaf(c, in, 4), leaf(c, in, 5), leaf(c, in, 6)}, *grads[3];
-    awl_tensor *out =
-        awl_scaled_dot_product_attention(inputs[0], inputs[1], inputs[2], c->args.flag, 0.0);
+    awl_tensor *out = attention_of(&c->args, inputs[0], inputs[1], inputs[2]);
     awl_backward_options opts = {.grad = ac_cpu_tensor(c, in, 3)};
     if (!out || awl_grad(out, 3, inputs, grads, &opts) < 0) return AWL_ERR_INVALID;
     int rc = 0;
@@ -396,8 +436,7 @@ static void init_att_bwd(const ac_case *c, double **in)
     bool fused = awl_set_fused_kernels(false);
     awl_tensor *q = ac_cpu_tensor(c, in, 4), *k = ac_cpu_tensor(c, in, 5),
                *v = ac_cpu_tensor(c, in, 6);
-    ac_values(awl_scaled_dot_product_attention(q, k, v, c->args.flag, 0.0), in[7],
-              ac_numel(4, c->op[7].shape));
+    ac_values(attention_of(&c->args, q, k, v), in[7], ac_numel(4, c->op[7].shape));
     ac_values(attention_lse(q, k, c->args.scale, c->args.flag), in[8], ac_numel(3, c->op[8].shape));
     awl_set_fused_kernels(fused);
     awl_scope_end();
@@ -436,38 +475,92 @@ static void attention_cases(ac_list *l)
 {
     static const int64_t shapes[][4] = {{2, 3, 7, 4},    {2, 2, 64, 16},   {1, 2, 37, 20},
                                         {2, 3, 100, 64}, {1, 2, 256, 128}, {1, 1, 130, 80}};
+    /* dropout 0.3 from a stream starting at offset 5: with T = 7 and 37,
+     * rows of weights start inside a Philox block */
+    const awl_dropout_args drop = {0.3, 0x1234abcdull, 5};
     for (int t = 0; t < 3; t++)
         for (int s = 0; s < COUNT(shapes); s++)
-            for (int causal = 0; causal < 2; causal++) {
-                awl_dtype dt = FLOATS[t];
-                const int64_t *sh = shapes[s], bht[3] = {sh[0], sh[1], sh[2]};
-                bool packed = s % 2 == 0;
-                char layout[56];
-                snprintf(layout, sizeof layout, "%s%s", causal ? "causal" : "full",
-                         packed ? ", packed qkv" : "");
-                ac_case f =
-                    ac_case_new(AWL_KERNEL_ATTENTION_FORWARD, "", dt, layout, call_att, ref_att);
-                f.args.flag = causal;
-                f.args.scale = 1 / sqrt((double)sh[3]);
-                f.tol = tol_of(dt, 1e-5, 3e-2);
-                ac_add(&f, heads_transposed("out", AC_OUT, dt, sh));
-                ac_add(&f, ac_operand_new("lse", AC_OUT, AWL_F32, 3, bht, AC_CONTIG));
-                const char *names[3] = {"q", "k", "v"};
-                for (int w = 0; w < 3; w++) ac_add(&f, heads(names[w], AC_IN, dt, sh, w, packed));
-                ac_push(l, &f);
-                ac_case b = ac_case_new(AWL_KERNEL_ATTENTION_BACKWARD, "", dt, layout, call_att_bwd,
-                                        ref_att_bwd);
-                b.args = f.args;
-                b.init = init_att_bwd;
-                b.tol = tol_of(dt, 1e-4, 8e-2);
-                const char *dnames[3] = {"dq", "dk", "dv"};
-                for (int w = 0; w < 3; w++) ac_add(&b, heads(dnames[w], AC_OUT, dt, sh, w, packed));
-                ac_add(&b, heads_transposed("dout", AC_IN, dt, sh));
-                for (int w = 0; w < 3; w++) ac_add(&b, heads(names[w], AC_IN, dt, sh, w, packed));
-                ac_add(&b, heads_transposed("out", AC_IN, dt, sh));
-                ac_add(&b, ac_operand_new("lse", AC_IN, AWL_F32, 3, bht, AC_CONTIG));
-                ac_push(l, &b);
-            }
+            for (int causal = 0; causal < 2; causal++)
+                for (int d = 0; d < 2; d++) {
+                    awl_dtype dt = FLOATS[t];
+                    const int64_t *sh = shapes[s], bht[3] = {sh[0], sh[1], sh[2]};
+                    bool packed = s % 2 == 0;
+                    if (d && s != 0 && s != 2 && s != 3) continue; /* dropout: three shapes */
+                    char layout[56];
+                    snprintf(layout, sizeof layout, "%s%s%s", causal ? "causal" : "full",
+                             packed ? ", packed qkv" : "", d ? ", dropout 0.3" : "");
+                    ac_case f = ac_case_new(AWL_KERNEL_ATTENTION_FORWARD, "", dt, layout, call_att,
+                                            ref_att);
+                    f.args.flag = causal;
+                    f.args.scale = 1 / sqrt((double)sh[3]);
+                    if (d) f.args.dropout = drop;
+                    f.tol = tol_of(dt, 1e-5, 3e-2);
+                    ac_add(&f, heads_transposed("out", AC_OUT, dt, sh));
+                    ac_add(&f, ac_operand_new("lse", AC_OUT, AWL_F32, 3, bht, AC_CONTIG));
+                    const char *names[3] = {"q", "k", "v"};
+                    for (int w = 0; w < 3; w++)
+                        ac_add(&f, heads(names[w], AC_IN, dt, sh, w, packed));
+                    ac_push(l, &f);
+                    ac_case b = ac_case_new(AWL_KERNEL_ATTENTION_BACKWARD, "", dt, layout,
+                                            call_att_bwd, ref_att_bwd);
+                    b.args = f.args;
+                    b.init = init_att_bwd;
+                    b.tol = tol_of(dt, 1e-4, 8e-2);
+                    const char *dnames[3] = {"dq", "dk", "dv"};
+                    for (int w = 0; w < 3; w++)
+                        ac_add(&b, heads(dnames[w], AC_OUT, dt, sh, w, packed));
+                    ac_add(&b, heads_transposed("dout", AC_IN, dt, sh));
+                    for (int w = 0; w < 3; w++)
+                        ac_add(&b, heads(names[w], AC_IN, dt, sh, w, packed));
+                    ac_add(&b, heads_transposed("out", AC_IN, dt, sh));
+                    ac_add(&b, ac_operand_new("lse", AC_IN, AWL_F32, 3, bht, AC_CONTIG));
+                    ac_push(l, &b);
+                }
+}
+
+/* ---- dropout ------------------------------------------------------------------------------------
+ */
+
+/* out, in */
+static int call_dropout(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->dropout(v[0], v[1], &a->dropout);
+}
+
+/* out = in * M, M = 1 / (1 - p) rounded to the dtype where common/dropout.h
+ * keeps element e of out (row-major), else 0. */
+static int ref_dropout(const ac_case *c, double *const *in, double **ref)
+{
+    const awl_dropout_args *d = &c->args.dropout;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    double scale = awl_dropout_scale(d->p);
+    if (c->dtype == AWL_F32) scale = (float)scale;
+    if (c->dtype == AWL_BF16) scale = awl_bf16_to_float(awl_float_to_bf16((float)scale));
+    int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape);
+    for (int64_t e = 0; e < n; e++)
+        ref[0][e] =
+            awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold) ? in[1][e] * scale : 0.0;
+    return 0;
+}
+
+static void dropout_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{1, 37}, {300, 129}, {64, 384}};
+    static const ac_layout layouts[] = {AC_CONTIG, AC_TRANSPOSED, AC_BCAST0};
+    static const char *const names[] = {"contiguous", "transposed in", "broadcast in"};
+    /* p = 0.3 from a stream starting at an odd offset */
+    const awl_dropout_args d = {0.3, 0x9e3779b97f4a7c15ull, 7};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++) {
+            awl_dtype dt = FLOATS[t];
+            ac_case c =
+                ac_case_new(AWL_KERNEL_DROPOUT, "", dt, names[s], call_dropout, ref_dropout);
+            c.args.dropout = d;
+            c.tol = tol_of(dt, 1e-6, 0);
+            ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+            ac_add(&c, ac_operand_new("in", AC_IN, dt, 2, shapes[s], layouts[s]));
+            ac_push(l, &c);
+        }
 }
 
 /* ---- matmul with a bias, GELU backward, AdamW --------------------------------------------------
@@ -587,5 +680,6 @@ void ac_fused_cases(ac_list *l)
     layernorm_cases(l);
     cross_entropy_cases(l);
     attention_cases(l);
+    dropout_cases(l);
     other_cases(l);
 }

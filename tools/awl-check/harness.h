@@ -58,6 +58,7 @@ typedef struct ac_args {
     int count; /* adamw: parameters (4 operands each)               */
     float wd[4];
     awl_adamw_args adam;
+    awl_dropout_args dropout; /* attention, dropout; p = 0: none */
 } ac_args;
 
 typedef struct ac_case ac_case;

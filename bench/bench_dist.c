@@ -1,0 +1,384 @@
+/*
+ * bench/bench_dist.c - the TCP process group against the wire it runs on,
+ * and DDP training steps; one JSON line per measurement (rank 0 prints).
+ *
+ *     ./build/bench_dist                                 # 2 and 4 ranks, 4 KiB .. 256 MiB
+ *     ./build/bench_dist --ranks 2 --max-bytes 16777216
+ *     ./build/bench_dist --no-allreduce --ddp cpu-medium --ddp-ranks 1,4 --threads 4
+ *
+ * It forks the ranks itself (one process each, on loopback, each pinned to
+ * `threads` cores of its own when the machine has enough), or, started by
+ * awlrun, is one rank of the job awlrun made.
+ *
+ * allreduce  For each size, alternated rounds of
+ *              - a raw TCP ring: every rank sends the bytes to its right
+ *                neighbour while receiving as many from its left, over plain
+ *                sockets opened for this, with no framing and no reduction:
+ *                what the wire can carry, the ceiling (ring_GBs per link);
+ *              - awl_dist_allreduce (sum, float32) of the same bytes.
+ *            busbw = size / time * 2(n-1)/n, the bytes each link carries per
+ *            second (NCCL's definition), so it is comparable with ring_GBs:
+ *            ratio = busbw / ring_GBs. Medians over the rounds.
+ * latency    4-byte and 4 KiB allreduces, median of 500.
+ * ddp_step   a training step of a GPT (--ddp CONFIG) on each --ddp-ranks
+ *            count, with buckets overlapping backward ("overlap"), sent at
+ *            the end ("at_end"), and with no communication at all ("none":
+ *            each rank trains alone, the ceiling the machine's cores allow):
+ *            ms per step, global tokens/s, the communication thread's time
+ *            for the buckets (comm_ms), the time awl_ddp_wait blocked
+ *            (wait_ms), and hidden = 1 - wait/comm (at least 0), the share
+ *            of communication that backward hid. --bucket-mb sets both DDP
+ *            bucket caps.
+ * ddp_scaling  with --ddp-rounds R, the rank counts run alternated R times
+ *            (1, 4, 1, 4, ...) and each count's median tokens/s, with the
+ *            speedup over the first count.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "awl.h"
+#include "bench/bench_ranks.h"
+#include "bench/bench_util.h"
+#include "dist/net.h"
+
+typedef struct bench_options {
+    const char *ranks, *ddp, *ddp_ranks;
+    int64_t min_bytes, max_bytes;
+    int rounds, threads, ddp_steps, ddp_rounds;
+    bool allreduce, latency;
+    double bucket_mb; /* 0: DDP's default caps */
+} bench_options;
+
+/* Tokens/s of each DDP run, [round][rank count][mode], shared with the
+ * forked ranks (rank 0 writes), for the scaling summary. */
+#define MAX_ROUNDS 8
+#define MAX_COUNTS 8
+static double (*ddp_results)[MAX_COUNTS][3];
+static int ddp_round, ddp_count_index;
+
+/* How a DDP step communicates: buckets during backward, all at the end,
+ * or not at all (each rank trains alone: the compute-only ceiling). */
+typedef enum ddp_mode { DDP_OVERLAP, DDP_AT_END, DDP_NONE } ddp_mode;
+
+/* ---- the raw ring ---------------------------------------------------------------------------- */
+
+typedef struct ring {
+    int right, left; /* sockets */
+} ring;
+
+static int ring_open(awl_process_group *pg, ring *r)
+{
+    int rank = awl_dist_rank(pg), n = awl_dist_world_size(pg);
+    awl_store *store = awl_dist_store(pg);
+    char err[256], key[64], addr[64], host[64];
+    int lfd = net_listen("127.0.0.1", 0, err, sizeof err);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", net_local_port(lfd));
+    snprintf(key, sizeof key, "bench/ring/%d", rank);
+    awl_store_set(store, key, addr, strlen(addr) + 1);
+    snprintf(key, sizeof key, "bench/ring/%d", (rank + 1) % n);
+    void *value;
+    if (awl_store_get(store, key, &value, NULL, 30) < 0) return -1;
+    int port;
+    net_split_address(value, host, sizeof host, &port, 0);
+    free(value);
+    r->right = net_connect(host, port, net_now() + 30, err, sizeof err);
+    r->left = net_accept(lfd, net_now() + 30, err, sizeof err);
+    close(lfd);
+    if (r->right < 0 || r->left < 0) return -1;
+    net_set_nonblocking(r->right, true);
+    net_set_nonblocking(r->left, true);
+    return 0;
+}
+
+/* Sends n bytes right while receiving n from the left; seconds taken. */
+static double ring_pass(ring *r, char *out, char *in, size_t n)
+{
+    double t0 = bench_now();
+    size_t sent = 0, got = 0;
+    while (sent < n || got < n) {
+        bool moved = false;
+        if (sent < n) {
+            ssize_t k = send(r->right, out + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) sent += (size_t)k, moved = true;
+        }
+        if (got < n) {
+            ssize_t k = recv(r->left, in + got, n - got, MSG_DONTWAIT);
+            if (k > 0) got += (size_t)k, moved = true;
+            if (k == 0) return -1;
+        }
+        if (!moved) {
+            struct pollfd p[2] = {{r->right, sent < n ? POLLOUT : 0, 0}, {r->left, got < n ? POLLIN : 0, 0}};
+            poll(p, 2, 1000);
+        }
+    }
+    return bench_now() - t0;
+}
+
+/* ---- one rank's measurements ----------------------------------------------------------------- */
+
+static void allreduce_sizes(awl_process_group *pg, const bench_options *o)
+{
+    int n = awl_dist_world_size(pg);
+    ring r;
+    if (ring_open(pg, &r) < 0) {
+        fprintf(stderr, "bench_dist: cannot open the raw ring\n");
+        return;
+    }
+    for (int64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
+        int64_t count = bytes / 4;
+        int reps = (int)(64.0 * 1048576 / (double)bytes);
+        reps = reps < 2 ? 2 : reps > 100 ? 100 : reps;
+        awl_scope_begin();
+        awl_tensor *t = awl_ones(AWL_SHAPE(count), AWL_F32, "cpu");
+        char *out = malloc((size_t)bytes), *in = malloc((size_t)bytes);
+        memset(out, 1, (size_t)bytes);
+        double ring_t[16], ar_t[16];
+        awl_dist_allreduce(pg, t, AWL_DIST_SUM); /* warm up both paths */
+        ring_pass(&r, out, in, (size_t)bytes);
+        for (int round = 0; round < o->rounds; round++) {
+            awl_dist_barrier(pg);
+            double s = 0;
+            for (int i = 0; i < reps; i++) s += ring_pass(&r, out, in, (size_t)bytes);
+            ring_t[round] = s / reps;
+            awl_dist_barrier(pg);
+            double t0 = bench_now();
+            for (int i = 0; i < reps; i++) awl_dist_allreduce(pg, t, AWL_DIST_SUM);
+            ar_t[round] = (bench_now() - t0) / reps;
+        }
+        double tr = bench_median(ring_t, o->rounds), ta = bench_median(ar_t, o->rounds);
+        double ring_bw = (double)bytes / tr, busbw = (double)bytes / ta * 2.0 * (n - 1) / n;
+        if (awl_dist_rank(pg) == 0) {
+            bench_json_begin("allreduce");
+            printf("\"transport\":\"tcp\",\"ranks\":%d,\"bytes\":%lld,\"us\":%.1f,\"algbw_GBs\":%.3f,"
+                   "\"busbw_GBs\":%.3f,\"ring_GBs\":%.3f,\"ratio\":%.3f}\n",
+                   n, (long long)bytes, ta * 1e6, (double)bytes / ta * 1e-9, busbw * 1e-9,
+                   ring_bw * 1e-9, busbw / ring_bw);
+            fflush(stdout);
+        }
+        free(out);
+        free(in);
+        awl_scope_end();
+    }
+    close(r.left);
+    close(r.right);
+}
+
+static void latency(awl_process_group *pg)
+{
+    int64_t sizes[2] = {1, 1024};
+    for (int s = 0; s < 2; s++) {
+        awl_scope_begin();
+        awl_tensor *t = awl_ones(AWL_SHAPE(sizes[s]), AWL_F32, "cpu");
+        enum { N = 500 };
+        double times[N];
+        for (int i = 0; i < 20; i++) awl_dist_allreduce(pg, t, AWL_DIST_SUM);
+        for (int i = 0; i < N; i++) {
+            double t0 = bench_now();
+            awl_dist_allreduce(pg, t, AWL_DIST_SUM);
+            times[i] = bench_now() - t0;
+        }
+        if (awl_dist_rank(pg) == 0) {
+            bench_json_begin("allreduce_latency");
+            printf("\"transport\":\"tcp\",\"ranks\":%d,\"bytes\":%lld,\"median_us\":%.1f}\n",
+                   awl_dist_world_size(pg), (long long)sizes[s] * 4, bench_median(times, N) * 1e6);
+            fflush(stdout);
+        }
+        awl_scope_end();
+    }
+}
+
+/* Median step of a GPT under DDP in the given mode. */
+static void ddp_steps(awl_process_group *pg, const bench_options *o, ddp_mode mode)
+{
+    awl_gpt_config cfg;
+    if (awl_gpt_config_named(o->ddp, &cfg) < 0) {
+        fprintf(stderr, "bench_dist: %s\n", awl_last_error());
+        return;
+    }
+    cfg.dropout = 0;
+    awl_gpt *model = awl_gpt_new(&cfg, "cpu", 1337);
+    awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
+    awl_ddp_options dopt = {.no_overlap = mode == DDP_AT_END};
+    if (o->bucket_mb > 0) dopt.bucket_cap_bytes = dopt.first_bucket_bytes = (int64_t)(o->bucket_mb * 1048576);
+    awl_ddp *ddp = mode == DDP_NONE ? NULL : awl_ddp_new(pg, awl_gpt_parameters(model), &dopt);
+    int steps = o->ddp_steps, warm = 3;
+    double *step_t = calloc((size_t)steps, sizeof *step_t), *comm = calloc((size_t)steps, sizeof *comm),
+           *wait = calloc((size_t)steps, sizeof *wait);
+    int status = ddp || mode == DDP_NONE ? 0 : -1;
+    for (int s = 0; s < steps + warm && status == 0; s++) {
+        awl_scope_begin();
+        int64_t B = cfg.batch, T = cfg.block;
+        int32_t *ids = malloc((size_t)(B * T) * sizeof *ids);
+        for (int64_t i = 0; i < B * T; i++)
+            ids[i] = (int32_t)((i * 7919 + s * 104729 + awl_dist_rank(pg) * 31) % cfg.vocab);
+        awl_tensor *x = awl_from_data(ids, AWL_SHAPE(B, T), AWL_I32, "cpu");
+        awl_tensor *y = awl_from_data(ids, AWL_SHAPE(B, T), AWL_I32, "cpu");
+        free(ids);
+        awl_dist_barrier(pg);
+        double t0 = bench_now();
+        awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));
+        awl_scope_end();
+        status = loss ? awl_backward(loss) : -1;
+        if (status == 0 && ddp) status = awl_ddp_wait(ddp);
+        if (status == 0) status = awl_optimizer_step(opt);
+        if (status == 0) status = ddp ? awl_ddp_zero_grad(ddp) : awl_optimizer_zero_grad(opt);
+        awl_release(loss);
+        if (s >= warm) {
+            awl_ddp_stats st = {0};
+            awl_ddp_get_stats(ddp, &st);
+            step_t[s - warm] = bench_now() - t0;
+            comm[s - warm] = st.comm_s;
+            wait[s - warm] = st.wait_s;
+        }
+    }
+    if (status) fprintf(stderr, "bench_dist: ddp: %s\n", awl_last_error());
+    if (status == 0 && awl_dist_rank(pg) == 0) {
+        static const char *const mode_names[] = {"overlap", "at_end", "none"};
+        awl_ddp_stats st = {0};
+        awl_ddp_get_stats(ddp, &st);
+        double ms = bench_median(step_t, steps), c = bench_median(comm, steps), w = bench_median(wait, steps);
+        int n = awl_dist_world_size(pg);
+        bench_json_begin("ddp_step");
+        printf("\"config\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
+               "\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,\"comm_ms\":%.2f,\"wait_ms\":%.2f,"
+               "\"hidden\":%.3f}\n",
+               o->ddp, n, mode_names[mode], st.n_buckets, st.bucket_bytes / 1048576.0,
+               ms * 1e3, (double)cfg.batch * cfg.block * n / ms, c * 1e3, w * 1e3,
+               c > 0 && w < c ? 1.0 - w / c : 0.0);
+        fflush(stdout);
+        if (ddp_results)
+            ddp_results[ddp_round][ddp_count_index][mode] = (double)cfg.batch * cfg.block * n / ms;
+    }
+    free(step_t);
+    free(comm);
+    free(wait);
+    awl_ddp_free(ddp);
+    awl_optimizer_free(opt);
+    awl_gpt_free(model);
+}
+
+static void one_rank(const bench_options *o, const awl_dist_options *dopt, bool collectives,
+                     bool ddp)
+{
+    awl_set_num_threads(o->threads > 0 ? o->threads : 1);
+    awl_process_group *pg = awl_dist_init(dopt);
+    if (!pg) {
+        fprintf(stderr, "bench_dist: %s\n", awl_last_error());
+        return;
+    }
+    if (collectives && awl_dist_world_size(pg) > 1) {
+        if (o->latency) latency(pg);
+        if (o->allreduce) allreduce_sizes(pg, o);
+    }
+    if (ddp && o->ddp) {
+        ddp_steps(pg, o, DDP_OVERLAP);
+        if (awl_dist_world_size(pg) > 1) {
+            ddp_steps(pg, o, DDP_AT_END);
+            ddp_steps(pg, o, DDP_NONE);
+        }
+    }
+    awl_dist_destroy(pg);
+}
+
+/* ---- launching the ranks --------------------------------------------------------------------- */
+
+typedef struct world_job {
+    const bench_options *o;
+    bool collectives, ddp;
+} world_job;
+
+static void world_body(const awl_dist_options *d, void *arg)
+{
+    const world_job *j = arg;
+    one_rank(j->o, d, j->collectives, j->ddp);
+}
+
+static void run_world(const bench_options *o, int n, bool collectives, bool ddp)
+{
+    world_job j = {o, collectives, ddp};
+    bench_run_ranks(n, o->threads, world_body, &j);
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_dist [--ranks 2,4] [--min-bytes 4096] [--max-bytes 268435456]\n"
+            "                  [--rounds 3] [--threads 1] [--no-allreduce] [--no-latency]\n"
+            "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10] [--ddp-rounds 1]\n"
+            "                  [--bucket-mb X]\n");
+}
+
+int main(int argc, char **argv)
+{
+    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, 1, true, true, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-allreduce") == 0) o.allreduce = false;
+        else if (strcmp(a, "--no-latency") == 0) o.latency = false;
+        else if (!v) { usage(); return 2; }
+        else if (strcmp(a, "--ranks") == 0) o.ranks = v, i++;
+        else if (strcmp(a, "--min-bytes") == 0) o.min_bytes = atoll(v), i++;
+        else if (strcmp(a, "--max-bytes") == 0) o.max_bytes = atoll(v), i++;
+        else if (strcmp(a, "--rounds") == 0) o.rounds = atoi(v), i++;
+        else if (strcmp(a, "--threads") == 0) o.threads = atoi(v), i++;
+        else if (strcmp(a, "--ddp") == 0) o.ddp = v, i++;
+        else if (strcmp(a, "--ddp-ranks") == 0) o.ddp_ranks = v, i++;
+        else if (strcmp(a, "--ddp-steps") == 0) o.ddp_steps = atoi(v), i++;
+        else if (strcmp(a, "--bucket-mb") == 0) o.bucket_mb = atof(v), i++;
+        else if (strcmp(a, "--ddp-rounds") == 0) o.ddp_rounds = atoi(v), i++;
+        else { usage(); return 2; }
+    }
+    if (o.rounds < 1 || o.rounds > 16 || o.min_bytes < 4 || o.ddp_steps < 1 || o.ddp_rounds < 1 ||
+        o.ddp_rounds > MAX_ROUNDS) {
+        usage();
+        return 2;
+    }
+    awl_set_num_threads(o.threads > 0 ? o.threads : 1);
+    if (getenv("WORLD_SIZE")) { /* one rank of an awlrun job */
+        one_rank(&o, NULL, true, true);
+        return 0;
+    }
+    bool collectives = o.allreduce || o.latency;
+    for (const char *p = o.ranks; collectives && *p;) {
+        run_world(&o, atoi(p), true, false);
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+    }
+    /* DDP: the rank counts alternated, round after round, so a noisy
+     * machine moves all of them alike; then the medians and the speedups
+     * over the first count */
+    int counts[MAX_COUNTS], n_counts = 0;
+    for (const char *p = o.ddp_ranks; o.ddp && *p && n_counts < MAX_COUNTS;) {
+        counts[n_counts++] = atoi(p);
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+    }
+    if (!n_counts) return 0;
+    ddp_results = mmap(NULL, sizeof(double[MAX_ROUNDS][MAX_COUNTS][3]), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    for (ddp_round = 0; ddp_round < o.ddp_rounds; ddp_round++)
+        for (ddp_count_index = 0; ddp_count_index < n_counts; ddp_count_index++)
+            run_world(&o, counts[ddp_count_index], false, true);
+    static const char *const mode_names[] = {"overlap", "at_end", "none"};
+    double base = 0;
+    for (int k = 0; k < n_counts; k++)
+        for (int m = 0; m < 3; m++) {
+            if (counts[k] == 1 && m > 0) continue;
+            double v[MAX_ROUNDS];
+            for (int r = 0; r < o.ddp_rounds; r++) v[r] = ddp_results[r][k][m];
+            double median = bench_median(v, o.ddp_rounds);
+            if (k == 0 && m == 0) base = median;
+            bench_json_begin("ddp_scaling");
+            printf("\"config\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"rounds\":%d,"
+                   "\"median_tokens_per_s\":%.0f,\"speedup_vs_%d_rank%s\":%.3f}\n",
+                   o.ddp, counts[k], mode_names[m], o.ddp_rounds, median, counts[0],
+                   counts[0] > 1 ? "s" : "", base > 0 ? median / base : 0);
+        }
+    return 0;
+}

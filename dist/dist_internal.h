@@ -1,0 +1,186 @@
+/*
+ * dist/dist_internal.h - what the process group (process_group.c) and its
+ * transports (tcp.c, ring.c) share: the transport table, the work item,
+ * fingerprints and the flight ring.
+ *
+ * The split mirrors backends/: process_group.c is the part every transport
+ * has in common (options from the environment, staging tensors into
+ * contiguous host buffers, sequence numbers, the work queue and its
+ * communication thread, the flight ring, failure bookkeeping), and a
+ * transport is a table of four functions that moves the bytes. A second
+ * transport (NCCL, MPI) fills the same table.
+ *
+ * Threads: the user's thread starts work (awl_dist_*_async) and waits for
+ * it; one communication thread per group runs the work in order, calling
+ * the transport. Only the user's thread touches awl tensors (reference
+ * counts are not atomic); the communication thread sees raw host buffers.
+ */
+#ifndef AWL_DIST_INTERNAL_H
+#define AWL_DIST_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dist/dist.h"
+#include "dist/store.h"
+
+typedef enum dist_op {
+    DIST_OP_ALLREDUCE = 1,
+    DIST_OP_BROADCAST,
+    DIST_OP_ALLGATHER,
+    DIST_OP_REDUCE_SCATTER,
+    DIST_OP_BARRIER,
+    DIST_OP_SEND,
+    DIST_OP_RECV,
+} dist_op;
+
+/* What identifies one operation on every rank. Collectives number 1, 2, ...
+ * in the order they are started, and all ranks must agree on every field;
+ * point-to-point operations number each (sender, receiver) pair's messages
+ * separately. */
+typedef struct dist_fingerprint {
+    uint8_t op;     /* dist_op */
+    uint8_t dtype;  /* awl_dtype */
+    uint8_t reduce; /* awl_dist_reduce (reductions), else 0 */
+    int32_t root;   /* broadcast's root; send's receiver, recv's sender; the
+                       digest of the shares of the _v collectives; else -1 */
+    uint64_t seq;
+    uint64_t count; /* elements per rank (allgather: of in; reduce_scatter: of out) */
+} dist_fingerprint;
+
+/* "allreduce #12 (sum, float32, 1000 elements)" */
+const char *dist_describe(const dist_fingerprint *fp, char *buf, size_t size);
+bool dist_fingerprint_equal(const dist_fingerprint *a, const dist_fingerprint *b);
+
+/* One started operation. Buffers are contiguous host memory; in/out alias
+ * for in-place collectives. */
+struct awl_work {
+    awl_process_group *pg;
+    dist_fingerprint fp;
+    void *in, *out;
+    int64_t in_count, out_count;
+    /* allgather and reduce_scatter: rank c's share is elements
+     * [bounds[c], bounds[c+1]) of the whole (world + 1 entries) */
+    int64_t *bounds;
+
+    /* the caller's tensors and their host staging copies (NULL when the
+     * caller's memory is used directly); user thread only */
+    awl_tensor *user_in, *user_out, *stage_in, *stage_out;
+
+    /* set by the communication thread, under pg->lock */
+    bool done;
+    int status;
+    char message[2048];
+    double start, end;
+    int flight_slot;
+    struct awl_work *next;
+};
+
+/* The flight ring: the last DIST_FLIGHT_SLOTS operations, printed on every
+ * distributed error and on SIGUSR1. */
+#define DIST_FLIGHT_SLOTS 32
+typedef struct dist_flight {
+    dist_fingerprint fp;
+    double start, end; /* seconds since the group was made; end 0: running */
+    int status;
+    int64_t bytes;
+} dist_flight;
+
+typedef struct dist_transport {
+    const char *name;
+    /* Rendezvous done (pg->store is up): connects this rank to the others.
+     * Returns 0, or negative after awl_error (the user's thread). */
+    int (*connect)(awl_process_group *pg);
+    /* Runs one operation to its end on the communication thread. On failure
+     * writes w->message and returns negative; the transport has already told
+     * the peers it could reach. */
+    int (*run)(awl_process_group *pg, awl_work *w);
+    /* Between operations: waits up to `seconds` for pg->wake, keeping the
+     * connections alive (heartbeats, peers that close, strangers at the
+     * door). Reports a fault with dist_fail. */
+    void (*idle)(awl_process_group *pg, double seconds);
+    /* The communication thread has stopped: says goodbye (when clean) and
+     * closes everything. */
+    void (*shutdown)(awl_process_group *pg, bool clean);
+} dist_transport;
+
+extern const dist_transport dist_tcp_transport;
+
+struct awl_process_group {
+    int rank, world, local_rank;
+    /* sub-groups (awl_dist_split): the id every member agrees on (0 for the
+     * job's group), the prefix of its keys in the store, each member's rank
+     * in the job's group (for messages), and whether it owns the store */
+    uint32_t group_id;
+    char key_prefix[64];
+    int *global_rank;
+    bool owns_store;
+    int splits; /* how many sub-groups have been made from this one */
+    char master_addr[256];
+    int master_port;
+    char token[64];
+    double timeout, peer_timeout, init_timeout;
+    int64_t segment_bytes;
+    double t0; /* net_now() at creation */
+
+    const dist_transport *transport;
+    void *tx; /* the transport's state */
+    store_server *server;
+    awl_store *store;
+
+    /* user thread only */
+    uint64_t next_seq;
+    uint64_t *send_seq, *recv_seq; /* per peer */
+
+    /* the queue and the communication thread */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    awl_work *head, *tail;
+    bool stop;
+    int wake[2]; /* a pipe: new work, SIGUSR1, shutdown */
+    volatile sig_atomic_t dump_requested;
+
+    /* under lock */
+    bool failed;
+    char failure[2048];
+    dist_flight flight[DIST_FLIGHT_SLOTS];
+    int flight_next;
+    awl_dist_stats stats;
+};
+
+/* This rank's number in the job's group: what messages call it. */
+static inline int dist_me(const awl_process_group *pg)
+{
+    return pg->global_rank ? pg->global_rank[pg->rank] : pg->rank;
+}
+
+/* Records the group's first failure (later ones are dropped), prints it and
+ * the flight ring to stderr. Any thread. */
+void dist_fail(awl_process_group *pg, const char *message);
+bool dist_failed(awl_process_group *pg, char *message, size_t size);
+/* Drains pg->wake and prints the flight ring when SIGUSR1 asked for it. The
+ * transport calls it whenever pg->wake was readable. */
+void dist_service_wake(awl_process_group *pg);
+/* Adds to the byte counters (communication thread). */
+void dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received);
+/* Seconds since the group was made. */
+double dist_elapsed(const awl_process_group *pg);
+
+/* awl_work_wait that also says how long the communication thread spent on
+ * the work (DDP's statistics). */
+int dist_work_wait(awl_work *w, double *busy_s);
+
+/* ---- element-wise reductions (reduce.c) ------------------------------------------------- */
+
+/* dst = a (op) b over n elements; dst may be a. AVG adds (the division is
+ * dist_scale's). */
+void dist_reduce(awl_dtype dtype, awl_dist_reduce op, void *dst, const void *a, const void *b,
+                 int64_t n);
+/* dst /= divisor (float dtypes). */
+void dist_scale(awl_dtype dtype, void *dst, int64_t n, int divisor);
+
+#endif

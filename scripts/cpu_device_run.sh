@@ -1,0 +1,116 @@
+#!/bin/bash
+# scripts/cpu_device_run.sh - awl's CPU figures on the lent machine's 16
+# cores (the `device` tool), with the CPU backend only.
+#
+#     STAGES=dist bash scripts/cpu_device_run.sh        # run(carry=[".cudadev"])
+#
+# The machine has gcc, python3 with PyTorch 2.11, and no Debian packages,
+# so the build is gcc on every .c file against what .cudadev carries from
+# a dev machine (scripts/make_cudadev.sh; also copy ../shared/peers's
+# torch_gloo_allreduce.py there). OpenBLAS is found through
+# LD_LIBRARY_PATH; awl picks its kernels (backends/cpu/cpu_blas.c).
+#
+# Stages (STAGES, comma-separated; JSON lines under $OUT):
+#   dist  bench_dist: allreduce busbw beside a raw TCP ring and latency, 2
+#         and 4 ranks; PyTorch's gloo allreduce for 2 and 4 ranks; a DDP step
+#         of cpu-medium on 1, 2 and 4 ranks of 4 threads each (DDP_CONFIG,
+#         DDP_RANKS, DDP_THREADS, DDP_STEPS, DDP_ROUNDS: the counts alternated
+#         that many times), for each of DDP_SETTINGS;
+#   ddp   only the DDP steps;
+#   cpu   bench_gpt against PyTorch (the device's python3: torch 2.11, MKL) on
+#         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
+#         16 (CPU_STEPS), alternated: awl, then PyTorch, CPU_ROUNDS times per count;
+#   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
+#         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS).
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+D=$ROOT/.cudadev
+OUT=${OUT:-$ROOT/cpu_out}
+B=${AWL_CPU_BUILD:-/tmp/awl-cpu}
+STAGES=${STAGES:-dist}
+mkdir -p "$B/obj" "$B/bin" "$OUT"
+export LD_LIBRARY_PATH=$D/lib:$LD_LIBRARY_PATH
+lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c 1-200 | tee "$OUT/machine.txt"
+
+CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -fopenmp -Wall -Wextra
+        -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include"
+shopt -s nullglob
+LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c)
+compile() {
+    local src=$1 obj=$B/obj/${1//\//_}.o extra=""
+    case $src in backends/cpu/*) extra="-fno-trapping-math -fno-math-errno" ;; esac
+    gcc $CFLAGS $extra -c "$src" -o "$obj" 2>> "$B/build.log" || echo "compile failed: $src"
+}
+export -f compile
+export CFLAGS B
+t0=$(date +%s)
+: > "$B/build.log"
+printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c \
+    tests/dist/dist_worker.c |
+    xargs -P "$(nproc)" -I{} bash -c 'compile {}'
+LIB_OBJ=()
+for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
+LIBS="-L$D/lib -l:libz.a -lgomp -lm -ldl -lpthread"
+for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c tests/dist/dist_worker.c; do
+    name=$(basename "$prog" .c)
+    gcc -fopenmp -o "$B/bin/$name" "$B/obj/${prog//\//_}.o" "${LIB_OBJ[@]}" $LIBS >> "$B/build.log" 2>&1 ||
+        echo "link failed: $name"
+done
+gcc $CFLAGS -o "$B/bin/awlrun" dist/launcher/awlrun.c >> "$B/build.log" 2>&1 || echo "link failed: awlrun"
+echo "build: $(( $(date +%s) - t0 )) s"
+grep -E "error|warning" "$B/build.log" | head
+
+has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+if has_stage dist; then
+    echo "== dist"
+    "$B/bin/bench_dist" --ranks 2,4 | tee "$OUT/dist.jsonl"
+    for n in 2 4; do
+        timeout 200 python3 "$D/torch_gloo_allreduce.py" $n 2>&1 | grep '^{' | tee -a "$OUT/gloo.jsonl"
+    done
+fi
+if has_stage dist || has_stage ddp; then
+    # DDP steps, for each setting in DDP_SETTINGS ("default", "bucket=MB", "passive":
+    # OMP_WAIT_POLICY=PASSIVE; joined with +)
+    for setting in ${DDP_SETTINGS:-default}; do
+        extra=() envs=()
+        [[ $setting == *bucket=* ]] && extra=(--bucket-mb "$(sed 's/.*bucket=\([0-9.]*\).*/\1/' <<< "$setting")")
+        [[ $setting == *passive* ]] && envs=(OMP_WAIT_POLICY=PASSIVE)
+        echo "-- ddp: $setting"
+        env "${envs[@]}" "$B/bin/bench_dist" --no-allreduce --no-latency --ddp "${DDP_CONFIG:-cpu-medium}" \
+            --ddp-ranks "${DDP_RANKS:-1,2,4}" --threads "${DDP_THREADS:-4}" \
+            --ddp-steps "${DDP_STEPS:-20}" --ddp-rounds "${DDP_ROUNDS:-1}" "${extra[@]}" |
+            sed "s/^{/{\"setting\":\"$setting\",/" | tee -a "$OUT/ddp.jsonl"
+    done
+fi
+
+if has_stage parallel; then
+    echo "== parallel"
+    "$B/bin/bench_parallel" --configs cpu-medium,shakespeare-char --ranks 1,2,4 --threads 4 \
+        --steps "${PARALLEL_STEPS:-6}" | tee "$OUT/parallel.jsonl"
+fi
+
+if has_stage cpu; then
+    echo "== cpu"
+    DATA=$D/data/tinyshakespeare.txt
+    peer() { # config threads steps
+        local c=$1 t=$2 n=$3 args
+        case $c in
+            cpu-medium) args="--n_layer 6 --n_head 6 --n_embd 192 --block_size 128 --batch_size 16" ;;
+            shakespeare-char) args="--n_layer 6 --n_head 6 --n_embd 384 --block_size 256 --batch_size 64" ;;
+        esac
+        OMP_NUM_THREADS=$t timeout 300 python3 "$D/torch_gpt_cpu.py" --name "$c" $args --steps "$n" \
+            --warmup 2 --threads "$t" --data "$DATA" 2>/dev/null | grep '^{'
+    }
+    for pair in cpu-medium:1 cpu-medium:2 cpu-medium:4 cpu-medium:8 cpu-medium:16 \
+                shakespeare-char:4 shakespeare-char:16; do
+        c=${pair%%:*} t=${pair##*:} n=${CPU_STEPS:-6}
+        [ "$c" = shakespeare-char ] && n=3
+        for round in $(seq "${CPU_ROUNDS:-1}"); do
+            "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup 2 --data "$DATA" |
+                sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
+            peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
+        done
+    done
+fi

@@ -1,0 +1,158 @@
+/*
+ * tests/test_blas.c - the BLAS library under the CPU backend: loaded with
+ * the widest kernels the CPU can run, a user's OPENBLAS_CORETYPE kept.
+ *
+ * OpenBLAS chooses its kernels once per process, when awl loads it, so each
+ * case runs in a child process of its own (whatever CK_FORK says) and
+ * reports back through a pipe.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "awl.h"
+
+/* Runs fn in a child; fn writes "" on success or what went wrong into msg. */
+static void in_child(void (*fn)(char *msg, size_t size))
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char msg[512] = "";
+        close(fds[0]);
+        fn(msg, sizeof msg);
+        ssize_t ignored = write(fds[1], msg, strlen(msg));
+        (void)ignored;
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[512] = "";
+    ssize_t n = read(fds[0], msg, sizeof msg - 1);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child died (status %d)",
+                  status);
+    msg[n > 0 ? n : 0] = '\0';
+    ck_assert_msg(msg[0] == '\0', "%s", msg);
+}
+
+static void default_kernels(char *msg, size_t size)
+{
+    unsetenv("OPENBLAS_CORETYPE");
+    awl_blas_info b;
+    if (awl_blas_get_info(&b) < 0) {
+        snprintf(msg, size, "not loaded: %s", awl_last_error());
+        return;
+    }
+    if (b.kernels_weaker)
+        snprintf(msg, size, "%s runs %s kernels, weaker than this CPU's %s allows (%s)", b.library,
+                 b.kernels, b.cpu_features, b.best_kernels);
+    else if (b.best_kernels[0] && strcasecmp(b.kernels, b.best_kernels) != 0)
+        snprintf(msg, size, "kernels %s, but awl chose %s", b.kernels, b.best_kernels);
+    else if (strcmp(b.chosen_by, b.best_kernels[0] ? "awl" : "library") != 0)
+        snprintf(msg, size, "chosen by %s", b.chosen_by);
+    else if (getenv("OPENBLAS_CORETYPE"))
+        snprintf(msg, size, "OPENBLAS_CORETYPE left in the environment");
+    else if (strncmp(b.library, "OpenBLAS ", 9) != 0)
+        snprintf(msg, size, "library named '%s'", b.library);
+}
+
+START_TEST(test_default_kernels_are_the_widest)
+{
+    in_child(default_kernels);
+}
+END_TEST
+
+/* Prescott (SSE3) runs on every x86-64 CPU, so any CPU can test with it. */
+static void user_setting_kept(char *msg, size_t size)
+{
+    setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+    awl_blas_info b;
+    if (awl_blas_get_info(&b) < 0)
+        snprintf(msg, size, "not loaded: %s", awl_last_error());
+    else if (strcasecmp(b.kernels, "Prescott") != 0 || strcmp(b.chosen_by, "user") != 0)
+        snprintf(msg, size, "kernels %s chosen by %s; the user asked for Prescott", b.kernels,
+                 b.chosen_by);
+    else if (b.kernels_weaker != (strcmp(b.cpu_features, "sse") != 0))
+        snprintf(msg, size, "kernels_weaker is %d on a CPU with %s", b.kernels_weaker,
+                 b.cpu_features);
+    else if (!getenv("OPENBLAS_CORETYPE") || strcmp(getenv("OPENBLAS_CORETYPE"), "Prescott"))
+        snprintf(msg, size, "the user's OPENBLAS_CORETYPE was changed");
+}
+
+START_TEST(test_user_setting_is_kept)
+{
+    in_child(user_setting_kept);
+}
+END_TEST
+
+/* A setting the CPU cannot run is kept too, with a warning (no product is
+ * run here: it would die of SIGILL). */
+static void user_setting_too_wide(char *msg, size_t size)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return; /* nothing wider to ask for */
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    awl_blas_info b;
+    awl_blas_get_info(&b);
+    if (!strstr(b.error, "OPENBLAS_CORETYPE=SkylakeX needs instructions this CPU lacks"))
+        snprintf(msg, size, "no warning: '%s'", b.error);
+}
+
+START_TEST(test_user_setting_too_wide_is_reported)
+{
+    in_child(user_setting_too_wide);
+}
+END_TEST
+
+static void products(char *msg, size_t size)
+{
+    /* (2,3) @ (3,2), and the same with b given transposed */
+    const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {7, 8, 9, 10, 11, 12}, bt[6] = {7, 9, 11, 8, 10, 12};
+    const float want[4] = {58, 64, 139, 154};
+    float c[4] = {0}, ct[4] = {0};
+    double ad[6] = {1, 2, 3, 4, 5, 6}, bd[6] = {7, 8, 9, 10, 11, 12}, cd[4] = {1, 1, 1, 1};
+    if (awl_blas_sgemm(false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2) < 0 ||
+        awl_blas_sgemm(false, true, 2, 2, 3, 1.0f, a, 3, bt, 3, 0.0f, ct, 2) < 0 ||
+        awl_blas_dgemm(false, false, 2, 2, 3, 1.0, ad, 3, bd, 2, 1.0, cd, 2) < 0) {
+        snprintf(msg, size, "gemm failed: %s", awl_last_error());
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (c[i] != want[i] || ct[i] != want[i] || cd[i] != want[i] + 1)
+            snprintf(msg, size, "element %d: %g %g %g, want %g", i, c[i], ct[i], cd[i], want[i]);
+}
+
+START_TEST(test_products)
+{
+    in_child(products);
+}
+END_TEST
+
+static Suite *blas_suite(void)
+{
+    Suite *s = suite_create("blas");
+    TCase *tc = tcase_create("loading");
+    tcase_add_test(tc, test_default_kernels_are_the_widest);
+    tcase_add_test(tc, test_user_setting_is_kept);
+    tcase_add_test(tc, test_user_setting_too_wide_is_reported);
+    tcase_add_test(tc, test_products);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(blas_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
