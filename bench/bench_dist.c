@@ -5,10 +5,16 @@
  *     ./build/bench_dist                                 # 2 and 4 ranks, 4 KiB .. 256 MiB
  *     ./build/bench_dist --ranks 2 --max-bytes 16777216
  *     ./build/bench_dist --no-allreduce --ddp cpu-medium --ddp-ranks 1,4 --threads 4
+ *     mpirun -np 2 ./build/bench_dist --backend mpi --ddp cpu-medium
  *
  * It forks the ranks itself (one process each, on loopback, each pinned to
  * `threads` cores of its own when the machine has enough), or, started by
- * awlrun, is one rank of the job awlrun made.
+ * awlrun, mpirun or srun, is one rank of the job they made. With --backend
+ * mpi (under mpirun, ranks on one host) every measurement runs over awl's
+ * MPI transport ("mpi") and over its TCP transport ("tcp") in the same
+ * process, and the allreduce rounds also call Open MPI's MPI_Allreduce
+ * directly ("mpi-direct"); vs_mpi_direct = MPI_Allreduce's time / this
+ * path's time.
  *
  * allreduce  For each size, alternated rounds of
  *              - a raw TCP ring: every rank sends the bytes to its right
@@ -49,11 +55,19 @@
 #include "bench/bench_util.h"
 #include "dist/net.h"
 
+#ifndef AWL_WITH_MPI
+#define AWL_WITH_MPI 0
+#endif
+#if AWL_WITH_MPI
+#include <mpi.h>
+#endif
+
 typedef struct bench_options {
     const char *ranks, *ddp, *ddp_ranks;
     int64_t min_bytes, max_bytes;
     int rounds, threads, ddp_steps, ddp_rounds;
     bool allreduce, latency;
+    bool mpi; /* --backend mpi: under mpirun, the MPI transport beside TCP */
     double bucket_mb; /* 0: DDP's default caps */
 } bench_options;
 
@@ -124,43 +138,66 @@ static double ring_pass(ring *r, char *out, char *in, size_t n)
 
 /* ---- one rank's measurements ----------------------------------------------------------------- */
 
-static void allreduce_sizes(awl_process_group *pg, const bench_options *o)
+/* The groups one rank measures: awl's TCP transport always; with --backend
+ * mpi (started by mpirun) awl's MPI transport beside it, and Open MPI's own
+ * MPI_Allreduce called directly, in the same process and rounds. */
+typedef struct bench_groups {
+    awl_process_group *tcp, *mpi; /* mpi: NULL without --backend mpi */
+} bench_groups;
+
+/* What one allreduce round times: the raw TCP ring, awl over TCP, awl over
+ * MPI, MPI_Allreduce itself. */
+enum { PATH_RING, PATH_TCP, PATH_MPI, PATH_MPI_DIRECT, N_PATHS };
+static const char *const path_names[N_PATHS] = {"ring", "tcp", "mpi", "mpi-direct"};
+
+/* Seconds for one allreduce of `bytes` along path p (the mean of reps). */
+static double time_path(const bench_groups *g, int p, ring *r, awl_tensor *t, char *out, char *in,
+                        int64_t bytes, int reps)
 {
-    int n = awl_dist_world_size(pg);
+    awl_dist_barrier(g->tcp);
+    double t0 = bench_now(), ring_s = 0;
+    for (int i = 0; i < reps; i++) {
+        if (p == PATH_RING) ring_s += ring_pass(r, out, in, (size_t)bytes);
+        if (p == PATH_TCP) awl_dist_allreduce(g->tcp, t, AWL_DIST_SUM);
+        if (p == PATH_MPI) awl_dist_allreduce(g->mpi, t, AWL_DIST_SUM);
+#if AWL_WITH_MPI
+        if (p == PATH_MPI_DIRECT)
+            MPI_Allreduce(MPI_IN_PLACE, out, (int)(bytes / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+#endif
+    }
+    return (p == PATH_RING ? ring_s : bench_now() - t0) / reps;
+}
+
+static void allreduce_sizes(const bench_groups *g, const bench_options *o)
+{
+    int n = awl_dist_world_size(g->tcp), n_paths = g->mpi ? N_PATHS : PATH_MPI;
     ring r;
-    if (ring_open(pg, &r) < 0) {
+    if (ring_open(g->tcp, &r) < 0) {
         fprintf(stderr, "bench_dist: cannot open the raw ring\n");
         return;
     }
     for (int64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 4) {
-        int64_t count = bytes / 4;
         int reps = (int)(64.0 * 1048576 / (double)bytes);
         reps = reps < 2 ? 2 : reps > 100 ? 100 : reps;
         awl_scope_begin();
-        awl_tensor *t = awl_ones(AWL_SHAPE(count), AWL_F32, "cpu");
-        char *out = malloc((size_t)bytes), *in = malloc((size_t)bytes);
-        memset(out, 1, (size_t)bytes);
-        double ring_t[16], ar_t[16];
-        awl_dist_allreduce(pg, t, AWL_DIST_SUM); /* warm up both paths */
-        ring_pass(&r, out, in, (size_t)bytes);
-        for (int round = 0; round < o->rounds; round++) {
-            awl_dist_barrier(pg);
-            double s = 0;
-            for (int i = 0; i < reps; i++) s += ring_pass(&r, out, in, (size_t)bytes);
-            ring_t[round] = s / reps;
-            awl_dist_barrier(pg);
-            double t0 = bench_now();
-            for (int i = 0; i < reps; i++) awl_dist_allreduce(pg, t, AWL_DIST_SUM);
-            ar_t[round] = (bench_now() - t0) / reps;
-        }
-        double tr = bench_median(ring_t, o->rounds), ta = bench_median(ar_t, o->rounds);
-        double ring_bw = (double)bytes / tr, busbw = (double)bytes / ta * 2.0 * (n - 1) / n;
-        if (awl_dist_rank(pg) == 0) {
+        awl_tensor *t = awl_ones(AWL_SHAPE(bytes / 4), AWL_F32, "cpu");
+        char *out = calloc(1, (size_t)bytes), *in = malloc((size_t)bytes);
+        double times[N_PATHS][16], median[N_PATHS];
+        for (int p = 0; p < n_paths; p++) time_path(g, p, &r, t, out, in, bytes, 1); /* warm up */
+        for (int round = 0; round < o->rounds; round++) /* the paths alternated */
+            for (int p = 0; p < n_paths; p++)
+                times[p][round] = time_path(g, p, &r, t, out, in, bytes, reps);
+        for (int p = 0; p < n_paths; p++) median[p] = bench_median(times[p], o->rounds);
+        double ring_bw = (double)bytes / median[PATH_RING];
+        for (int p = PATH_TCP; p < n_paths && awl_dist_rank(g->tcp) == 0; p++) {
+            double busbw = (double)bytes / median[p] * 2.0 * (n - 1) / n;
             bench_json_begin("allreduce");
-            printf("\"transport\":\"tcp\",\"ranks\":%d,\"bytes\":%lld,\"us\":%.1f,\"algbw_GBs\":%.3f,"
-                   "\"busbw_GBs\":%.3f,\"ring_GBs\":%.3f,\"ratio\":%.3f}\n",
-                   n, (long long)bytes, ta * 1e6, (double)bytes / ta * 1e-9, busbw * 1e-9,
-                   ring_bw * 1e-9, busbw / ring_bw);
+            printf("\"transport\":\"%s\",\"ranks\":%d,\"bytes\":%lld,\"us\":%.1f,\"algbw_GBs\":%.3f,"
+                   "\"busbw_GBs\":%.3f,\"ring_GBs\":%.3f,\"ratio\":%.3f",
+                   path_names[p], n, (long long)bytes, median[p] * 1e6,
+                   (double)bytes / median[p] * 1e-9, busbw * 1e-9, ring_bw * 1e-9, busbw / ring_bw);
+            if (g->mpi) printf(",\"vs_mpi_direct\":%.3f", median[PATH_MPI_DIRECT] / median[p]);
+            printf("}\n");
             fflush(stdout);
         }
         free(out);
@@ -171,32 +208,43 @@ static void allreduce_sizes(awl_process_group *pg, const bench_options *o)
     close(r.right);
 }
 
-static void latency(awl_process_group *pg)
+static void latency(const bench_groups *g)
 {
     int64_t sizes[2] = {1, 1024};
+    int n_paths = g->mpi ? N_PATHS : PATH_MPI;
     for (int s = 0; s < 2; s++) {
         awl_scope_begin();
         awl_tensor *t = awl_ones(AWL_SHAPE(sizes[s]), AWL_F32, "cpu");
+        char buf[4096] = {0};
         enum { N = 500 };
         double times[N];
-        for (int i = 0; i < 20; i++) awl_dist_allreduce(pg, t, AWL_DIST_SUM);
-        for (int i = 0; i < N; i++) {
-            double t0 = bench_now();
-            awl_dist_allreduce(pg, t, AWL_DIST_SUM);
-            times[i] = bench_now() - t0;
-        }
-        if (awl_dist_rank(pg) == 0) {
-            bench_json_begin("allreduce_latency");
-            printf("\"transport\":\"tcp\",\"ranks\":%d,\"bytes\":%lld,\"median_us\":%.1f}\n",
-                   awl_dist_world_size(pg), (long long)sizes[s] * 4, bench_median(times, N) * 1e6);
-            fflush(stdout);
+        for (int p = PATH_TCP; p < n_paths; p++) {
+            for (int i = 0; i < 20; i++) time_path(g, p, NULL, t, buf, NULL, sizes[s] * 4, 1);
+            for (int i = 0; i < N; i++) {
+                double t0 = bench_now();
+                if (p == PATH_TCP) awl_dist_allreduce(g->tcp, t, AWL_DIST_SUM);
+                if (p == PATH_MPI) awl_dist_allreduce(g->mpi, t, AWL_DIST_SUM);
+#if AWL_WITH_MPI
+                if (p == PATH_MPI_DIRECT)
+                    MPI_Allreduce(MPI_IN_PLACE, buf, (int)sizes[s], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+#endif
+                times[i] = bench_now() - t0;
+            }
+            if (awl_dist_rank(g->tcp) == 0) {
+                bench_json_begin("allreduce_latency");
+                printf("\"transport\":\"%s\",\"ranks\":%d,\"bytes\":%lld,\"median_us\":%.1f}\n",
+                       path_names[p], awl_dist_world_size(g->tcp), (long long)sizes[s] * 4,
+                       bench_median(times, N) * 1e6);
+                fflush(stdout);
+            }
         }
         awl_scope_end();
     }
 }
 
 /* Median step of a GPT under DDP in the given mode. */
-static void ddp_steps(awl_process_group *pg, const bench_options *o, ddp_mode mode)
+static void ddp_steps(awl_process_group *pg, const char *transport, const bench_options *o,
+                      ddp_mode mode)
 {
     awl_gpt_config cfg;
     if (awl_gpt_config_named(o->ddp, &cfg) < 0) {
@@ -247,10 +295,10 @@ static void ddp_steps(awl_process_group *pg, const bench_options *o, ddp_mode mo
         double ms = bench_median(step_t, steps), c = bench_median(comm, steps), w = bench_median(wait, steps);
         int n = awl_dist_world_size(pg);
         bench_json_begin("ddp_step");
-        printf("\"config\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
+        printf("\"config\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
                "\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,\"comm_ms\":%.2f,\"wait_ms\":%.2f,"
                "\"hidden\":%.3f}\n",
-               o->ddp, n, mode_names[mode], st.n_buckets, st.bucket_bytes / 1048576.0,
+               o->ddp, transport, n, mode_names[mode], st.n_buckets, st.bucket_bytes / 1048576.0,
                ms * 1e3, (double)cfg.batch * cfg.block * n / ms, c * 1e3, w * 1e3,
                c > 0 && w < c ? 1.0 - w / c : 0.0);
         fflush(stdout);
@@ -265,27 +313,59 @@ static void ddp_steps(awl_process_group *pg, const bench_options *o, ddp_mode mo
     awl_gpt_free(model);
 }
 
+#if AWL_WITH_MPI
+/* Under mpirun: the MPI group, then a TCP group of the same ranks beside it
+ * (its port a free one of rank 0's, told to the others over MPI). This
+ * program initializes MPI, so that it may call MPI_Allreduce itself. */
+static int open_mpi_groups(bench_groups *g)
+{
+    int level;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
+    awl_dist_options d = awl_dist_default_options();
+    d.backend = "mpi";
+    if (!(g->mpi = awl_dist_init(&d))) return -1;
+    int port = 0;
+    if (awl_dist_rank(g->mpi) == 0) {
+        char err[128];
+        int fd = net_listen("0.0.0.0", 0, err, sizeof err);
+        port = net_local_port(fd);
+        close(fd);
+    }
+    MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    d.backend = "tcp";
+    d.master_port = port;
+    return (g->tcp = awl_dist_init(&d)) ? 0 : -1;
+}
+#endif
+
 static void one_rank(const bench_options *o, const awl_dist_options *dopt, bool collectives,
                      bool ddp)
 {
     awl_set_num_threads(o->threads > 0 ? o->threads : 1);
-    awl_process_group *pg = awl_dist_init(dopt);
-    if (!pg) {
-        fprintf(stderr, "bench_dist: %s\n", awl_last_error());
-        return;
+    bench_groups g = {0};
+#if AWL_WITH_MPI
+    if (o->mpi && open_mpi_groups(&g) < 0) fprintf(stderr, "bench_dist: %s\n", awl_last_error());
+#endif
+    if (!o->mpi && !(g.tcp = awl_dist_init(dopt))) fprintf(stderr, "bench_dist: %s\n", awl_last_error());
+    int n = g.tcp ? awl_dist_world_size(g.tcp) : 0;
+    if (g.tcp && collectives && n > 1) {
+        if (o->latency) latency(&g);
+        if (o->allreduce) allreduce_sizes(&g, o);
     }
-    if (collectives && awl_dist_world_size(pg) > 1) {
-        if (o->latency) latency(pg);
-        if (o->allreduce) allreduce_sizes(pg, o);
-    }
-    if (ddp && o->ddp) {
-        ddp_steps(pg, o, DDP_OVERLAP);
-        if (awl_dist_world_size(pg) > 1) {
-            ddp_steps(pg, o, DDP_AT_END);
-            ddp_steps(pg, o, DDP_NONE);
+    if (g.tcp && ddp && o->ddp) {
+        if (g.mpi) ddp_steps(g.mpi, "mpi", o, DDP_OVERLAP);
+        ddp_steps(g.tcp, "tcp", o, DDP_OVERLAP);
+        if (n > 1) {
+            if (g.mpi) ddp_steps(g.mpi, "mpi", o, DDP_AT_END);
+            ddp_steps(g.tcp, "tcp", o, DDP_AT_END);
+            ddp_steps(g.tcp, "none", o, DDP_NONE);
         }
     }
-    awl_dist_destroy(pg);
+    awl_dist_destroy(g.tcp);
+    awl_dist_destroy(g.mpi);
+#if AWL_WITH_MPI
+    if (o->mpi) MPI_Finalize();
+#endif
 }
 
 /* ---- launching the ranks --------------------------------------------------------------------- */
@@ -313,12 +393,12 @@ static void usage(void)
             "usage: bench_dist [--ranks 2,4] [--min-bytes 4096] [--max-bytes 268435456]\n"
             "                  [--rounds 3] [--threads 1] [--no-allreduce] [--no-latency]\n"
             "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10] [--ddp-rounds 1]\n"
-            "                  [--bucket-mb X]\n");
+            "                  [--bucket-mb X] [--backend tcp|mpi]\n");
 }
 
 int main(int argc, char **argv)
 {
-    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, 1, true, true, 0};
+    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, 1, true, true, false, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-allreduce") == 0) o.allreduce = false;
@@ -334,6 +414,8 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--ddp-steps") == 0) o.ddp_steps = atoi(v), i++;
         else if (strcmp(a, "--bucket-mb") == 0) o.bucket_mb = atof(v), i++;
         else if (strcmp(a, "--ddp-rounds") == 0) o.ddp_rounds = atoi(v), i++;
+        else if (strcmp(a, "--backend") == 0 && (strcmp(v, "tcp") == 0 || strcmp(v, "mpi") == 0))
+            o.mpi = strcmp(v, "mpi") == 0, i++;
         else { usage(); return 2; }
     }
     if (o.rounds < 1 || o.rounds > 16 || o.min_bytes < 4 || o.ddp_steps < 1 || o.ddp_rounds < 1 ||
@@ -342,7 +424,17 @@ int main(int argc, char **argv)
         return 2;
     }
     awl_set_num_threads(o.threads > 0 ? o.threads : 1);
-    if (getenv("WORLD_SIZE")) { /* one rank of an awlrun job */
+    awl_dist_launch launch;
+    bool launched = awl_dist_launch_info(NULL, &launch) == 0 && strcmp(launch.launcher, "none") != 0;
+    if (o.mpi && (!AWL_WITH_MPI || (strcmp(launch.launcher, "openmpi") != 0 &&
+                                      strcmp(launch.launcher, "pmi") != 0))) {
+        fprintf(stderr, AWL_WITH_MPI ? "bench_dist: --backend mpi runs under mpirun: mpirun -np 2 "
+                                       "bench_dist --backend mpi\n"
+                                     : "bench_dist: --backend mpi: this build has no MPI transport "
+                                       "(install libopenmpi-dev and configure again)\n");
+        return 2;
+    }
+    if (launched) { /* one rank of a job that awlrun, mpirun or srun started */
         one_rank(&o, NULL, true, true);
         return 0;
     }

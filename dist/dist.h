@@ -75,7 +75,7 @@ typedef struct awl_dist_options {
     const char *master_addr;          /* rank 0's host: MASTER_ADDR, default 127.0.0.1 */
     int master_port;                  /* the store's port: MASTER_PORT, default 29500 */
     const char *token;                /* the job token: AWL_JOB_TOKEN, default "" */
-    const char *backend;              /* "tcp" (the only one today): AWL_DIST_BACKEND */
+    const char *backend;              /* "tcp" or "mpi": AWL_DIST_BACKEND (see awl_dist_launch_info) */
     double timeout_s;         /* a collective's deadline: AWL_DIST_TIMEOUT, default 300 s */
     double peer_timeout_s;    /* silence before a peer is declared gone: AWL_DIST_PEER_TIMEOUT,
                                  default 15 s */
@@ -85,6 +85,23 @@ typedef struct awl_dist_options {
 
 /* The options with every field "from the environment" (-1 and zeros). */
 awl_dist_options awl_dist_default_options(void);
+
+/* What awl_dist_init would make of the environment and the options,
+ * without connecting: the launcher whose variables it read ("torchrun":
+ * RANK, WORLD_SIZE, LOCAL_RANK, which awlrun sets; "openmpi":
+ * OMPI_COMM_WORLD_*; "pmi": PMI_RANK, PMI_SIZE, MPI_LOCALRANKID; "slurm":
+ * SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; "none"), the rank layout, rank
+ * 0's address (MASTER_ADDR; under Slurm the first host of SLURM_NODELIST)
+ * and port (MASTER_PORT; under Slurm one derived from SLURM_JOB_ID; else
+ * 29500), and the transport: the option or AWL_DIST_BACKEND, else "mpi"
+ * under Open MPI or PMI when this build has it, else "tcp". */
+typedef struct awl_dist_launch {
+    const char *launcher, *backend;
+    int rank, world_size, local_rank;
+    char master_addr[256];
+    int master_port;
+} awl_dist_launch;
+int awl_dist_launch_info(const awl_dist_options *options, awl_dist_launch *out);
 
 /* Creates the group: rendezvous through rank 0's store, then a connection
  * to every other rank. Blocks until every rank has joined (or
@@ -108,6 +125,8 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key);
 int awl_dist_rank(const awl_process_group *pg);
 int awl_dist_world_size(const awl_process_group *pg);
 int awl_dist_local_rank(const awl_process_group *pg);
+/* The transport the group runs over: "tcp" or "mpi" ("none" for world size 1). */
+const char *awl_dist_backend(const awl_process_group *pg);
 /* The group's key-value store (rank 0's TCP store; NULL for world size 1). */
 awl_store *awl_dist_store(awl_process_group *pg);
 

@@ -107,6 +107,15 @@ typedef struct dist_transport {
 } dist_transport;
 
 extern const dist_transport dist_tcp_transport;
+#ifndef AWL_WITH_MPI
+#define AWL_WITH_MPI 0
+#endif
+#if AWL_WITH_MPI
+extern const dist_transport dist_mpi_transport;
+#define dist_mpi (&dist_mpi_transport)
+#else
+#define dist_mpi (&dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses mpi */
+#endif
 
 struct awl_process_group {
     int rank, world, local_rank;
@@ -118,6 +127,8 @@ struct awl_process_group {
     int *global_rank;
     bool owns_store;
     int splits; /* how many sub-groups have been made from this one */
+    awl_process_group *parent; /* a sub-group's, and its split's color and key */
+    int split_color, split_key;
     char master_addr[256];
     int master_port;
     char token[64];

@@ -51,38 +51,102 @@ static double env_double(const char *name, double fallback)
     return *end || !(x > 0) ? -1 : x;
 }
 
-static int resolve_options(const awl_dist_options *in, awl_process_group *pg)
+/* The first host of a Slurm node list: "node[07-09,12],gpu1" -> "node07". */
+static void first_slurm_host(const char *list, char *out, size_t size)
 {
-    awl_dist_options o = in ? *in : awl_dist_default_options();
-    long rank = o.rank >= 0 ? o.rank : env_long("RANK", 0);
-    long world = o.world_size > 0 ? o.world_size : env_long("WORLD_SIZE", 1);
-    long local = o.local_rank >= 0 ? o.local_rank : env_long("LOCAL_RANK", 0);
-    long port = o.master_port > 0 ? o.master_port : env_long("MASTER_PORT", 29500);
+    size_t n = strcspn(list, ",[");
+    if (list[n] != '[') {
+        snprintf(out, size, "%.*s", (int)n, list);
+        return;
+    }
+    size_t digits = strcspn(list + n + 1, "-,]");
+    snprintf(out, size, "%.*s%.*s", (int)n, list, (int)digits, list + n + 1);
+}
+
+int awl_dist_launch_info(const awl_dist_options *options, awl_dist_launch *out)
+{
+    awl_dist_options o = options ? *options : awl_dist_default_options();
+    memset(out, 0, sizeof *out);
+    /* the launcher's variables, in the order torchrun (awlrun), Open MPI,
+     * PMI (MPICH, Intel MPI), Slurm */
+    static const struct {
+        const char *launcher, *rank, *world, *local;
+    } launchers[] = {
+        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+        {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    };
+    out->launcher = "none";
+    long rank = 0, world = 1, local = 0;
+    for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
+        if (!getenv(launchers[i].rank)) continue;
+        out->launcher = launchers[i].launcher;
+        rank = env_long(launchers[i].rank, 0);
+        world = env_long(launchers[i].world, 1);
+        local = env_long(launchers[i].local, 0);
+        break;
+    }
+    if (o.rank >= 0) rank = o.rank;
+    if (o.world_size > 0) world = o.world_size;
+    if (o.local_rank >= 0) local = o.local_rank;
+    bool slurm = strcmp(out->launcher, "slurm") == 0;
+    long port = o.master_port > 0 ? o.master_port
+                : getenv("MASTER_PORT") ? env_long("MASTER_PORT", 29500)
+                : slurm ? 20000 + env_long("SLURM_JOB_ID", 9500) % 20000 /* one port per job */
+                        : 29500;
     if (world < 1 || world > 4096)
-        return awl_error(AWL_ERR_INVALID, "awl_dist_init: world size %ld (WORLD_SIZE) is not in "
+        return awl_error(AWL_ERR_INVALID, "awl_dist_init: world size %ld (%s's variables) is not in "
                                           "1..4096",
-                         world);
+                         world, out->launcher);
     if (rank < 0 || rank >= world)
-        return awl_error(AWL_ERR_INVALID, "awl_dist_init: rank %ld (RANK) is not in 0..%ld", rank,
-                         world - 1);
-    if (local < 0) return awl_error(AWL_ERR_INVALID, "awl_dist_init: LOCAL_RANK is malformed");
+        return awl_error(AWL_ERR_INVALID, "awl_dist_init: rank %ld (%s's variables) is not in 0..%ld",
+                         rank, out->launcher, world - 1);
+    if (local < 0) return awl_error(AWL_ERR_INVALID, "awl_dist_init: the local rank is malformed");
     if (port < 1 || port > 65535)
         return awl_error(AWL_ERR_INVALID, "awl_dist_init: master port %ld (MASTER_PORT) is not in "
                                           "1..65535",
                          port);
-    pg->rank = (int)rank;
-    pg->world = (int)world;
-    pg->local_rank = (int)local;
-    pg->master_port = (int)port;
+    out->rank = (int)rank;
+    out->world_size = (int)world;
+    out->local_rank = (int)local;
+    out->master_port = (int)port;
     const char *addr = o.master_addr ? o.master_addr : getenv("MASTER_ADDR");
-    snprintf(pg->master_addr, sizeof pg->master_addr, "%s", addr && *addr ? addr : "127.0.0.1");
+    if (addr && *addr)
+        snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
+    else if (slurm && getenv("SLURM_NODELIST"))
+        first_slurm_host(getenv("SLURM_NODELIST"), out->master_addr, sizeof out->master_addr);
+    else
+        snprintf(out->master_addr, sizeof out->master_addr, "127.0.0.1");
+    /* the transport: as asked, else MPI under an MPI launcher (when built
+     * in), else awl's TCP */
+    const char *backend = o.backend ? o.backend : getenv("AWL_DIST_BACKEND");
+    bool mpi_launch = strcmp(out->launcher, "openmpi") == 0 || strcmp(out->launcher, "pmi") == 0;
+    out->backend = backend && *backend ? backend : mpi_launch && AWL_WITH_MPI ? "mpi" : "tcp";
+    if (strcmp(out->backend, "tcp") != 0 && strcmp(out->backend, "mpi") != 0)
+        return awl_error(AWL_ERR_INVALID, "awl_dist_init: unknown transport '%s' (tcp or mpi)",
+                         out->backend);
+    if (strcmp(out->backend, "mpi") == 0 && !AWL_WITH_MPI)
+        return awl_error(AWL_ERR_UNSUPPORTED,
+                         "awl_dist_init: this build has no MPI transport (CMake did not find MPI: "
+                         "install libopenmpi-dev, or use --dist-backend tcp)");
+    out->backend = strcmp(out->backend, "mpi") == 0 ? "mpi" : "tcp";
+    return AWL_OK;
+}
+
+static int resolve_options(const awl_dist_options *in, awl_process_group *pg)
+{
+    awl_dist_options o = in ? *in : awl_dist_default_options();
+    awl_dist_launch l;
+    if (awl_dist_launch_info(in, &l) < 0) return AWL_ERR_INVALID;
+    pg->rank = l.rank;
+    pg->world = l.world_size;
+    pg->local_rank = l.local_rank;
+    pg->master_port = l.master_port;
+    snprintf(pg->master_addr, sizeof pg->master_addr, "%s", l.master_addr);
+    pg->transport = strcmp(l.backend, "mpi") == 0 ? dist_mpi : &dist_tcp_transport;
     const char *token = o.token ? o.token : getenv("AWL_JOB_TOKEN");
     snprintf(pg->token, sizeof pg->token, "%s", token ? token : "");
-    const char *backend = o.backend ? o.backend : getenv("AWL_DIST_BACKEND");
-    if (backend && *backend && strcmp(backend, "tcp") != 0)
-        return awl_error(AWL_ERR_UNSUPPORTED, "awl_dist_init: no '%s' transport in this build "
-                                              "(tcp is)",
-                         backend);
     pg->timeout = o.timeout_s > 0 ? o.timeout_s : env_double("AWL_DIST_TIMEOUT", 300);
     pg->peer_timeout = o.peer_timeout_s > 0 ? o.peer_timeout_s
                                             : env_double("AWL_DIST_PEER_TIMEOUT", 15);
@@ -384,7 +448,6 @@ static int start_group(awl_process_group *pg)
 {
     if (pipe2(pg->wake, O_CLOEXEC | O_NONBLOCK) < 0)
         return awl_error(AWL_ERR_DIST, "awl_dist_init: cannot make a pipe: %s", strerror(errno));
-    pg->transport = &dist_tcp_transport;
     if (pg->transport->connect(pg) < 0) return AWL_ERR_DIST;
     if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0)
         return awl_error(AWL_ERR_DIST, "awl_dist_init: cannot start the communication thread");
@@ -404,6 +467,13 @@ awl_process_group *awl_dist_init(const awl_dist_options *options)
     }
     size_group(pg, NULL);
     if (pg->world == 1) return pg;
+    if (pg->transport != &dist_tcp_transport) { /* MPI: its own wire-up, no store */
+        if (start_group(pg) < 0) {
+            awl_dist_destroy(pg);
+            return NULL;
+        }
+        return pg;
+    }
 
     char err[512] = "";
     if (pg->rank == 0) {
@@ -485,7 +555,13 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key)
     sub->group_id = net_crc32(origin, strlen(origin)) | 1u;
     snprintf(sub->key_prefix, sizeof sub->key_prefix, "awl/g%08x", sub->group_id);
     sub->store = pg->store;
-    if (sub->world > 1 && start_group(sub) < 0) {
+    sub->transport = pg->transport;
+    sub->parent = pg;
+    sub->split_color = color;
+    sub->split_key = key;
+    /* MPI_Comm_split is collective over the whole parent, singletons too */
+    bool mpi = pg->transport != &dist_tcp_transport;
+    if ((sub->world > 1 || mpi) && start_group(sub) < 0) {
         awl_dist_destroy(sub);
         return NULL;
     }
@@ -520,6 +596,10 @@ void awl_dist_destroy(awl_process_group *pg)
 int awl_dist_rank(const awl_process_group *pg) { return pg ? pg->rank : -1; }
 int awl_dist_world_size(const awl_process_group *pg) { return pg ? pg->world : -1; }
 int awl_dist_local_rank(const awl_process_group *pg) { return pg ? pg->local_rank : -1; }
+const char *awl_dist_backend(const awl_process_group *pg)
+{
+    return pg && pg->world > 1 && pg->transport ? pg->transport->name : "none";
+}
 awl_store *awl_dist_store(awl_process_group *pg) { return pg ? pg->store : NULL; }
 
 /* ---- starting work ---------------------------------------------------------------------------- */

@@ -17,9 +17,11 @@
 #   libomp-dev              clang, its fuzzer runtime, its OpenMP
 #   iproute2 iptables       the distributed tests across network namespaces
 #   procps                  pgrep, for the launcher's no-orphan test
+#   openmpi-bin,            dist/'s MPI transport (dist/mpi.c) and its test
+#   libopenmpi-dev          under mpirun
 set -e
 packages="build-essential cmake pkg-config libopenblas-openmp-dev check zlib1g-dev fortunes \
-gnuplot-nox clang libclang-rt-dev libomp-dev iproute2 iptables procps"
+gnuplot-nox clang libclang-rt-dev libomp-dev iproute2 iptables procps openmpi-bin libopenmpi-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -27,7 +27,8 @@
  * (130, 143), as a shell reports a program the signal killed; a second one
  * exits at once.
  *
- * Data-parallel: started by awlrun (WORLD_SIZE and the rest set), every
+ * Data-parallel: started by awlrun, torchrun, mpirun or srun (their
+ * variables set; --dist-backend picks the transport), every
  * rank builds the same model, draws batches from a stream of its own and
  * trains under DDP, whose averaged gradients keep the ranks' weights
  * bit-identical; the global batch is the sum of the ranks'. Rank 0 alone
@@ -317,19 +318,24 @@ static int print_sample(trainer *t)
 
 /* ---- the run ----------------------------------------------------------------------- */
 
-/* Joins the job a launcher started (WORLD_SIZE set), or stays alone. */
+/* Joins the job a launcher started (awlrun, torchrun, mpirun or srun: its
+ * variables set), or stays alone. */
 static int join_job(trainer *t)
 {
     const settings *s = &t->s;
     t->rank = t->dp_rank = 0;
     t->world = t->dp_world = 1;
-    if (!getenv("WORLD_SIZE")) {
+    awl_dist_options options = awl_dist_default_options();
+    if (strcmp(s->dist_backend, "auto") != 0) options.backend = s->dist_backend;
+    awl_dist_launch launch;
+    if (awl_dist_launch_info(&options, &launch) < 0) return fail("reading the launcher's variables");
+    if (strcmp(launch.launcher, "none") == 0) {
         if (s->tensor_parallel > 1 || s->zero)
             return complain("--%s needs several ranks: start the run with awlrun -n N",
                             s->zero ? "zero" : "tensor-parallel");
         return 0;
     }
-    t->pg = awl_dist_init(NULL);
+    t->pg = awl_dist_init(&options);
     if (!t->pg) return fail("joining the data-parallel job");
     t->rank = awl_dist_rank(t->pg);
     t->world = awl_dist_world_size(t->pg);

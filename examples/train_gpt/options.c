@@ -121,6 +121,10 @@ const option_spec train_options[] = {
      "under awlrun: split every block over N ranks (Megatron-style; the ranks divide into "
      "groups of N that share a batch; default 1)",
      OPT_INT, FIELD(tensor_parallel), SCOPE_INVOCATION, COUNT(1, 4096)},
+    {"dist-backend", "NAME",
+     "under a launcher: the transport between ranks, tcp (awl's own) or mpi (a build with MPI); "
+     "default auto: mpi under mpirun, tcp under awlrun, torchrun and srun",
+     OPT_CHOICE, FIELD(dist_backend), SCOPE_INVOCATION, .choices = "auto|tcp|mpi"},
     {"baseline-tokens-per-s", "X",
      "one rank's tokens/s: a parallel run ends by comparing its own with it (scaling "
      "efficiency)",
@@ -153,6 +157,7 @@ settings default_settings(void)
     s.warmup = 100;
     s.grad_accum = 1;
     s.tensor_parallel = 1;
+    s.dist_backend = "auto";
     s.lr = 1e-3;
     s.beta1 = 0.9;
     s.beta2 = 0.95;

@@ -276,9 +276,10 @@ static void print_banner(const trainer *t, const speed *v)
     if (t->ddp && !t->tp) {
         awl_ddp_stats st;
         awl_ddp_get_stats(t->ddp, &st);
-        printf("data-parallel: %d ranks, each %lld tokens a step (its own batches); gradients "
-               "averaged in %d buckets of %.1f MB together; rank 0 logs, evaluates and saves\n",
-               t->world, (long long)(v->tokens_per_step / t->world), st.n_buckets,
+        printf("data-parallel: %d ranks over %s, each %lld tokens a step (its own batches); "
+               "gradients averaged in %d buckets of %.1f MB together; rank 0 logs, evaluates and "
+               "saves\n",
+               t->world, awl_dist_backend(t->pg), (long long)(v->tokens_per_step / t->world), st.n_buckets,
                (double)st.bucket_bytes / 1e6);
     } else if (t->world > 1) {
         char how[160] = "";
@@ -290,9 +291,9 @@ static void print_banner(const trainer *t, const speed *v)
             snprintf(how, sizeof how, "%d data-parallel replicas of %d tensor-parallel ranks "
                                       "(each block split over them)",
                      t->dp_world, t->s.tensor_parallel);
-        printf("parallel: %d ranks, %s; %lld tokens a step in all; rank 0 logs, evaluates and "
-               "saves\n",
-               t->world, how, (long long)v->tokens_per_step);
+        printf("parallel: %d ranks over %s, %s; %lld tokens a step in all; rank 0 logs, "
+               "evaluates and saves\n",
+               t->world, awl_dist_backend(t->pg), how, (long long)v->tokens_per_step);
     }
     awl_blas_info blas;
     if (strncmp(s->device, "cpu", 3) == 0 && awl_blas_get_info(&blas) == 0)

@@ -9,7 +9,7 @@
  *                   the whole model from the pieces; the memory ledger
  *     main.c        setting a run up, signals, the sample
  *
- * Under awlrun (or any launcher that sets WORLD_SIZE) the run is
+ * Under awlrun, torchrun, mpirun or srun the run is
  * data-parallel: every rank trains the same model on its own batches, DDP
  * (dist/dist.h) averages the gradients, and rank 0 alone prints, logs,
  * evaluates, saves and samples.
@@ -51,6 +51,7 @@ typedef struct settings {
     int sample_tokens, top_k;
     double temperature;
     const char *prompt;
+    const char *dist_backend;     /* auto, tcp or mpi */
     uint64_t given;           /* bit i: train_options[i] was on the command line */
     uint64_t from_checkpoint; /* bit i: its value came from --resume's checkpoint */
 } settings;

@@ -488,7 +488,7 @@ case_ddp_two_ranks() {
     make_corpus
     drun 2 $TINY --data corpus.txt --steps 6 --log a.csv --log-interval 1
     expect_rc 0
-    expect_msg "[rank 0] data-parallel: 2 ranks, each 64 tokens a step"
+    expect_msg "[rank 0] data-parallel: 2 ranks over tcp, each 64 tokens a step"
     expect_msg "[rank 0] training: steps 1 to 6 of 128 tokens"
     expect_msg "comm "
     expect_no_msg "[rank 1] step"

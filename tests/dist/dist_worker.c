@@ -12,8 +12,13 @@
  *     crash RANK             rank RANK aborts after a barrier, the others loop
  *     hang                   a barrier, then sleep until a signal
  *     env                    print the launcher's variables
+ *     launch                 print what awl_dist_launch_info makes of them
+ *     ddp                    a tiny GPT under DDP against one process on the
+ *                            global batch; "rank R ddp ok"
+ *     disagree               the last rank allreduces 11 elements, the others 10
  *     free-port              print a TCP port free on 127.0.0.1 now
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,7 @@
 
 #include "awl.h"
 #include "dist/net.h"
+#include "helpers/dist_harness.h"
 
 static double now(void)
 {
@@ -103,6 +109,48 @@ static int digest(awl_process_group *pg, int64_t n, int iters)
     return 0;
 }
 
+/* 3 SGD steps of the tiny GPT under DDP against the same on the whole
+ * batch in this process (the bound of tests/test_ddp.c). */
+static int ddp(awl_process_group *pg)
+{
+    int r = awl_dist_rank(pg), n = awl_dist_world_size(pg), share = 8 / n, status = 0;
+    awl_gpt_config cfg = dist_tiny_gpt();
+    awl_gpt *model = awl_gpt_new(&cfg, "cpu", 3), *ref = awl_gpt_new(&cfg, "cpu", 3);
+    awl_ddp *d = awl_ddp_new(pg, awl_gpt_parameters(model), NULL);
+    awl_optimizer *o = awl_sgd_new(awl_gpt_parameters(model), 0.1, 0.9, 0);
+    awl_optimizer *ro = awl_sgd_new(awl_gpt_parameters(ref), 0.1, 0.9, 0);
+    if (!d) status = -1;
+    for (int step = 0; step < 3 && status == 0; step++) {
+        status = dist_tiny_backward(model, step, 0, r * share, share, 1.0);
+        if (status == 0) status = awl_ddp_wait(d);
+        if (status == 0) status = awl_optimizer_step(o);
+        if (status == 0) status = awl_ddp_zero_grad(d);
+        if (status == 0) status = dist_tiny_backward(ref, step, 0, 0, 8, 1.0);
+        if (status == 0) status = awl_optimizer_step(ro);
+        awl_optimizer_zero_grad(ro);
+    }
+    const awl_param_list *a = awl_gpt_parameters(model), *b = awl_gpt_parameters(ref);
+    double worst = 0;
+    for (int i = 0; status == 0 && i < a->count; i++) {
+        int64_t k = awl_numel(a->items[i].tensor);
+        float *x = malloc((size_t)k * 4), *y = malloc((size_t)k * 4);
+        awl_to_host(a->items[i].tensor, x, (size_t)k * 4);
+        awl_to_host(b->items[i].tensor, y, (size_t)k * 4);
+        for (int64_t j = 0; j < k; j++) worst = fmax(worst, fabs((double)x[j] - y[j]));
+        free(x);
+        free(y);
+    }
+    if (status) fprintf(stderr, "rank %d: %s\n", r, awl_last_error());
+    else if (worst > 1e-6) fprintf(stderr, "rank %d: DDP differs from one process by %g\n", r, worst);
+    else printf("rank %d ddp ok (%g)\n", r, worst);
+    awl_ddp_free(d);
+    awl_optimizer_free(o);
+    awl_optimizer_free(ro);
+    awl_gpt_free(model);
+    awl_gpt_free(ref);
+    return status == 0 && worst <= 1e-6 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -111,6 +159,16 @@ int main(int argc, char **argv)
                               "MASTER_ADDR", "MASTER_PORT", "AWL_JOB_TOKEN", "OMP_NUM_THREADS"};
         for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
             printf("%s=%s\n", vars[i], getenv(vars[i]) ? getenv(vars[i]) : "");
+        return 0;
+    }
+    if (strcmp(mode, "launch") == 0) {
+        awl_dist_launch l;
+        if (awl_dist_launch_info(NULL, &l) < 0) {
+            fprintf(stderr, "dist_worker: %s\n", awl_last_error());
+            return 2;
+        }
+        printf("launcher=%s rank=%d world=%d local=%d master=%s:%d backend=%s\n", l.launcher, l.rank,
+               l.world_size, l.local_rank, l.master_addr, l.master_port, l.backend);
         return 0;
     }
     if (strcmp(mode, "free-port") == 0) {
@@ -136,6 +194,15 @@ int main(int argc, char **argv)
             exit(argc > 3 ? atoi(argv[3]) : 1);
         }
         status = loop(pg, 60);
+    } else if (strcmp(mode, "ddp") == 0) {
+        status = ddp(pg);
+    } else if (strcmp(mode, "disagree") == 0) {
+        awl_scope_begin();
+        bool odd = rank == awl_dist_world_size(pg) - 1;
+        status = awl_dist_allreduce(pg, awl_ones(AWL_SHAPE(odd ? 11 : 10), AWL_F32, "cpu"), AWL_DIST_SUM);
+        awl_scope_end();
+        if (status) fprintf(stderr, "rank %d failed: %s\n", rank, awl_last_error());
+        status = status ? 3 : 0;
     } else if (strcmp(mode, "hang") == 0) {
         awl_dist_barrier(pg);
         printf("rank %d waiting\n", rank);
