@@ -606,7 +606,7 @@ awl_store *awl_dist_store(awl_process_group *pg) { return pg ? pg->store : NULL;
 
 static bool is_plain_host(const awl_tensor *t)
 {
-    return strcmp(awl_tensor_backend(t)->name, "cpu") == 0 && awl_is_contiguous(t);
+    return awl_tensor_is_host(t) && awl_is_contiguous(t);
 }
 
 static void *host_ptr(const awl_tensor *t)

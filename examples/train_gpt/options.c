@@ -89,8 +89,8 @@ const option_spec train_options[] = {
      OPT_INT64, FIELD(log_interval), SCOPE_INVOCATION, COUNT(1, STEPS_MAX)},
     {"seed", "N", "seed for initialisation, dropout, batches and sampling (default 1337)",
      OPT_INT64, FIELD(seed), SCOPE_RUN, COUNT(0, 9223372036854775807LL)},
-    {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device), SCOPE_INVOCATION,
-     .ilo = 0},
+    {"device", "DEV", "cpu (default), cuda, cuda:N or student", OPT_STRING, FIELD(device),
+     SCOPE_INVOCATION, .ilo = 0},
     {"precision", "P",
      "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 (mixed precision: "
      "bfloat16 matmuls and activations, float32 weights; CUDA only)",
