@@ -42,11 +42,6 @@ bool awl_set_grad_enabled(bool on);
 void awl_no_grad_begin(void);
 void awl_no_grad_end(void);
 
-/* Whether fused backend kernels may be used (on by default). Off, every op
- * composes from primitives: the tests compare the two paths. */
-bool awl_set_fused_kernels(bool on);
-bool awl_fused_kernels_enabled(void);
-
 /* ---- leaves and gradients ------------------------------------------------------- */
 
 /* Marks a leaf as requiring grad (or not) and returns it. Fails for a

@@ -35,7 +35,7 @@
 #include "autograd/checkpoint.h"
 
 #include "autograd/node.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- the checkpoint node ------------------------------------------------------------------ */
 

@@ -32,10 +32,11 @@
  */
 #include "autograd/node.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- a max-heap of ready nodes, by sequence number --------------------------------- */
 
@@ -100,7 +101,10 @@ typedef struct pass {
     int n_nodes, capacity;
 } pass;
 
-static int visit_mark; /* distinguishes passes without clearing node->visit */
+/* Distinguishes passes without clearing node->visit. Each pass takes a
+ * fresh mark, so passes in different threads over different graphs never
+ * confuse each other; one graph is walked by one thread at a time. */
+static atomic_int visit_mark;
 
 static int target_index(const pass *p, const awl_node *n)
 {
@@ -116,7 +120,7 @@ static int target_index(const pass *p, const awl_node *n)
  * graphs can be deep. */
 static void collect(pass *p, awl_node *root)
 {
-    int mark = ++visit_mark;
+    int mark = atomic_fetch_add(&visit_mark, 1) + 1;
     typedef struct frame {
         awl_node *node;
         int next_input;

@@ -21,10 +21,11 @@
  */
 #include "autograd/node.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- grad mode ------------------------------------------------------------------ */
 
@@ -33,7 +34,6 @@
 static _Thread_local bool grad_disabled; /* false: recording is on */
 static _Thread_local bool no_grad_saved[MAX_NO_GRAD_DEPTH];
 static _Thread_local int no_grad_depth;
-static bool fused_disabled;
 
 bool awl_is_grad_enabled(void) { return !grad_disabled; }
 
@@ -61,18 +61,10 @@ void awl_no_grad_end(void)
     awl_set_grad_enabled(no_grad_depth < MAX_NO_GRAD_DEPTH ? no_grad_saved[no_grad_depth] : false);
 }
 
-bool awl_set_fused_kernels(bool on)
-{
-    bool previous = !fused_disabled;
-    fused_disabled = !on;
-    return previous;
-}
-
-bool awl_fused_kernels_enabled(void) { return !fused_disabled; }
-
 /* ---- nodes ------------------------------------------------------------------------ */
 
-static uint64_t next_sequence;
+/* Shared by every thread recording ops; each node takes the next number. */
+static atomic_uint_fast64_t next_sequence;
 
 void awl_node_release(awl_node *n)
 {
@@ -112,7 +104,7 @@ static awl_node *node_new(const char *name, awl_backward_fn backward, int n_inpu
     n->backward = backward;
     n->n_inputs = n_inputs;
     n->inputs = awl_xcalloc((size_t)(n_inputs > 0 ? n_inputs : 1), sizeof *n->inputs);
-    n->sequence = next_sequence++;
+    n->sequence = (uint64_t)atomic_fetch_add(&next_sequence, 1);
     n->ctx = ctx_size ? (char *)n + head : NULL;
     return n;
 }

@@ -14,7 +14,7 @@
 #define AWL_AUTOGRAD_OPS_COMMON_H
 
 #include "autograd/node.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* Room for "(a,b,...)" of AWL_MAX_DIMS 64-bit sizes. */
 #define AWL_OPS_SHAPE_BUF 192

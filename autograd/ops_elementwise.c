@@ -394,14 +394,12 @@ static awl_tensor *gelu_grad(awl_tensor *x)
  * it ran, 0 to compose instead, or a negative status. */
 static int gelu_backward_fused(awl_tensor *grad, awl_tensor *x, awl_tensor **dx)
 {
-    const awl_backend *be = awl_tensor_backend(x);
-    if (!be->gelu_backward || !awl_fused_kernels_enabled() || awl_is_grad_enabled() ||
+    if (!awl_fused_available(AWL_KERNEL_GELU_BACKWARD, x) || awl_is_grad_enabled() ||
         !awl_same_shape(grad, x) || grad->dtype != x->dtype)
         return 0;
     awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
     if (!out) return awl_last_error_code();
-    awl_view vdx = awl_tensor_view(out), vdy = awl_tensor_view(grad), vx = awl_tensor_view(x);
-    int rc = be->gelu_backward(&vdx, &vdy, &vx);
+    int rc = awl_tensor_gelu_backward(out, grad, x);
     if (rc == AWL_ERR_UNSUPPORTED) return 0;
     if (rc != AWL_OK) return rc;
     *dx = out;

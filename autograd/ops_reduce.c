@@ -128,37 +128,22 @@ typedef struct softmax_ctx {
     bool keepdim; /* logsumexp only */
 } softmax_ctx;
 
-/* A contiguous tensor seen as (rows, n) with n its last axis, as the fused
- * kernels want it. */
-static awl_view rows_view(const awl_tensor *t)
-{
-    awl_view v = awl_tensor_view(t);
-    int64_t n = t->shape[t->ndim - 1];
-    v.ndim = 2;
-    v.shape[0] = n ? awl_numel(t) / n : 0;
-    v.shape[1] = n;
-    v.strides[0] = n;
-    v.strides[1] = 1;
-    return v;
-}
-
 /* Whether the fused softmax kernels may run on a tensor like t, over axis
  * dim: the caller still falls back when a kernel answers UNSUPPORTED. */
-static bool fused_softmax_applies(const awl_tensor *t, int dim)
+static bool fused_softmax_applies(awl_kernel kernel, const awl_tensor *t, int dim)
 {
-    return awl_fused_kernels_enabled() && dim == t->ndim - 1 && awl_numel(t) > 0;
+    return dim == t->ndim - 1 && awl_numel(t) > 0 && awl_fused_available(kernel, t);
 }
 
 /* The fused forward into *out: 1 when it ran, 0 when the caller must
  * compose, negative after an error. */
 static int softmax_fused(awl_tensor *x, int dim, bool log, awl_tensor **out)
 {
-    const awl_backend *be = awl_tensor_backend(x);
-    if (!be->softmax_forward || !fused_softmax_applies(x, dim) || !awl_is_contiguous(x)) return 0;
+    if (!fused_softmax_applies(AWL_KERNEL_SOFTMAX_FORWARD, x, dim) || !awl_is_contiguous(x))
+        return 0;
     awl_tensor *y = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
     if (!y) return awl_last_error_code();
-    awl_view vy = rows_view(y), vx = rows_view(x);
-    int rc = be->softmax_forward(&vy, &vx, log);
+    int rc = awl_tensor_softmax_forward(y, x, log);
     if (rc == AWL_ERR_UNSUPPORTED) return 0;
     if (rc != 0) return rc;
     *out = y;
@@ -180,13 +165,11 @@ static awl_tensor *softmax_composed(awl_tensor *x, int dim, bool log)
 /* The fused backward into *dx (same contract as softmax_fused). */
 static int softmax_backward_fused(awl_tensor *dy, awl_tensor *y, int dim, bool log, awl_tensor **dx)
 {
-    const awl_backend *be = awl_tensor_backend(y);
-    if (!be->softmax_backward || !fused_softmax_applies(y, dim) || !awl_is_contiguous(y)) return 0;
-    awl_tensor *dyc = awl_tensor_contiguous(dy);
+    if (!fused_softmax_applies(AWL_KERNEL_SOFTMAX_BACKWARD, y, dim) || !awl_is_contiguous(y))
+        return 0;
     awl_tensor *out = awl_tensor_new_on(y, y->ndim, y->shape, y->dtype);
-    if (!dyc || !out) return awl_last_error_code();
-    awl_view vdx = rows_view(out), vdy = rows_view(dyc), vy = rows_view(y);
-    int rc = be->softmax_backward(&vdx, &vdy, &vy, log);
+    if (!out) return awl_last_error_code();
+    int rc = awl_tensor_softmax_backward(out, dy, y, log);
     if (rc == AWL_ERR_UNSUPPORTED) return 0;
     if (rc != 0) return rc;
     *dx = out;

@@ -17,17 +17,25 @@
  * embeddings and cross-entropy, and random fill, for float32, float64 and
  * int32 (transcendental ops and division for the float types only).
  * bfloat16 is required only in fill, copy (conversion) and where; bf16
- * arithmetic is optional and refused with AWL_ERR_INVALID where absent. With only these a backend
- * runs every op in autograd/ and trains a GPT; the conformance suite
- * (tests/test_backend.c) checks each one against a float64 CPU reference.
+ * arithmetic is optional: a backend without it declares so (`supports`)
+ * and refuses it with AWL_ERR_INVALID. backends/ops.h lists, op by op, the
+ * dtypes each is defined for. With only these a backend runs every op in
+ * autograd/ and trains a GPT; awl-check (tools/awl-check) checks each one
+ * against a float64 reference.
  *
  * Optional fused kernels: softmax, layernorm, cross-entropy, attention (with
- * or without dropout), dropout, GELU backward, AdamW.
- * A NULL pointer, or a return of AWL_ERR_UNSUPPORTED (for a dtype or shape the
- * kernel does not handle; no error message is recorded), makes the framework
- * compose the same computation from primitives. So a student's new backend
- * starts with the primitives and adds fused kernels one at a time, each
- * checked against the composed version.
+ * or without dropout), dropout, GELU backward, matmul with a bias, AdamW.
+ * A NULL pointer, a dtype the backend's `supports` declines, or a return of
+ * AWL_ERR_UNSUPPORTED (for a shape or layout the kernel does not handle; no
+ * error message is recorded) makes the framework compose the same
+ * computation from primitives. So a student's new backend starts with the
+ * primitives and adds fused kernels one at a time, each checked against the
+ * composed version.
+ *
+ * Only the tensor layer calls this table: nn/ and autograd/ reach the fused
+ * kernels through tensor/fused.c's entry points (awl_tensor_softmax_forward,
+ * ...), and scripts/check_layers.sh fails the tests when code above tensor/
+ * names the table.
  *
  * Conventions for every function:
  *   - return AWL_OK, or a negative status after recording a message with
@@ -46,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/ops.h"
 #include "common/dropout.h"
 #include "common/dtype.h"
 #include "common/error.h"
@@ -88,58 +97,8 @@ static inline bool awl_view_is_contiguous(const awl_view *v)
 
 /* ---- operation codes ------------------------------------------------------ */
 
-/* out = f(in) element-wise; `alpha` is the scalar of the *_SCALAR ops. */
-typedef enum awl_unary_op {
-    AWL_UNARY_NEG,         /* -x                                   */
-    AWL_UNARY_EXP,         /* e^x                                  */
-    AWL_UNARY_LOG,         /* ln x                                 */
-    AWL_UNARY_SQRT,        /* sqrt x                               */
-    AWL_UNARY_RSQRT,       /* 1 / sqrt x                           */
-    AWL_UNARY_TANH,        /* tanh x                               */
-    AWL_UNARY_SIGMOID,     /* 1 / (1 + e^-x)                        */
-    AWL_UNARY_RELU,        /* max(x, 0)                            */
-    AWL_UNARY_GELU,        /* tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    AWL_UNARY_GELU_GRAD,   /* d gelu / dx                          */
-    AWL_UNARY_ABS,         /* |x|                                  */
-    AWL_UNARY_SIGN,        /* -1, 0 or 1                           */
-    AWL_UNARY_STEP,        /* 1 where x > 0, else 0 (relu's slope) */
-    AWL_UNARY_ADD_SCALAR,  /* x + alpha                            */
-    AWL_UNARY_MUL_SCALAR,  /* x * alpha                            */
-    AWL_UNARY_RSUB_SCALAR, /* alpha - x                            */
-    AWL_UNARY_RDIV_SCALAR, /* alpha / x                            */
-    AWL_UNARY_POW_SCALAR,  /* x ^ alpha                            */
-    AWL_UNARY_GT_SCALAR,   /* 1 where x > alpha, else 0            */
-    AWL_UNARY_LT_SCALAR,   /* 1 where x < alpha, else 0            */
-    AWL_UNARY_EQ_SCALAR,   /* 1 where x == alpha, else 0           */
-    AWL_UNARY_OP_COUNT
-} awl_unary_op;
-
-/* out = a (op) b element-wise, a and b broadcast to out's shape. Comparisons
- * give 1 or 0 in out's dtype. */
-typedef enum awl_binary_op {
-    AWL_BINARY_ADD,
-    AWL_BINARY_SUB,
-    AWL_BINARY_MUL,
-    AWL_BINARY_DIV,
-    AWL_BINARY_MAXIMUM,
-    AWL_BINARY_MINIMUM,
-    AWL_BINARY_POW,
-    AWL_BINARY_EQ,
-    AWL_BINARY_NE,
-    AWL_BINARY_GT,
-    AWL_BINARY_GE,
-    AWL_BINARY_LT,
-    AWL_BINARY_LE,
-    AWL_BINARY_OP_COUNT
-} awl_binary_op;
-
-typedef enum awl_reduce_op {
-    AWL_REDUCE_SUM,
-    AWL_REDUCE_MEAN,
-    AWL_REDUCE_MAX,
-    AWL_REDUCE_MIN,
-    AWL_REDUCE_OP_COUNT
-} awl_reduce_op;
+/* The unary, binary and reduction op codes, and what each computes, are
+ * the lists of backends/ops.h. */
 
 typedef enum awl_random_kind {
     AWL_RANDOM_UNIFORM, /* a + (b - a) * u, u uniform in [0, 1)   */
@@ -156,6 +115,9 @@ typedef struct awl_adamw_args {
 
 typedef struct awl_backend {
     const char *name; /* "cpu", "cuda" */
+    /* Its memory is host memory and it has one device, named without an
+     * index ("cpu"). */
+    bool host_memory;
 
     /* ---- required: devices and memory ---- */
 
@@ -191,7 +153,8 @@ typedef struct awl_backend {
     /* ---- required: reductions ---- */
 
     /* out has in's ndim, with size 1 along each reduced axis and in's size
-     * along the others; same dtype. MEAN divides by the reduced count. */
+     * along the others; same dtype. MEAN divides by the reduced count.
+     * Float32 sums accumulate in double (awl-check sums 4M values). */
     int (*reduce)(awl_reduce_op op, const awl_view *out, const awl_view *in);
 
     /* ---- required: matrix products ---- */
@@ -228,6 +191,16 @@ typedef struct awl_backend {
     int (*random)(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
                   double a, double b);
 
+    /* ---- optional: what it computes ---- */
+
+    /* Whether the backend computes `kernel` for op code `op` (unary, binary
+     * and reduce; 0 for the others) in `dtype`, of the combinations
+     * backends/ops.h defines. NULL: every kernel whose entry is set, in
+     * every dtype it is defined for. A kernel the query accepts may still
+     * return AWL_ERR_UNSUPPORTED for a shape or layout it does not handle.
+     * awl_backend_supports() below is the question to ask. */
+    bool (*supports)(awl_kernel kernel, int op, awl_dtype dtype);
+
     /* ---- optional: checks ---- */
 
     /* Starts checking that every index of idx (int32, any strides) lies in
@@ -254,6 +227,10 @@ typedef struct awl_backend {
      * own and must order it after awl's kernels with events: dist/'s NCCL
      * transport. NULL where work runs synchronously (the CPU). */
     void *(*stream)(int device);
+    /* Sets one of the backend's named settings, chosen once rather than
+     * looked up by kernels ("attention" = "auto", "simt" or "split" on
+     * CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */
+    int (*set_option)(const char *name, const char *value);
 
     /* ---- optional fused kernels (NULL, or AWL_ERR_UNSUPPORTED: compose) ---- */
 
@@ -334,21 +311,35 @@ typedef struct awl_backend {
 /* ---- registry --------------------------------------------------------------- */
 
 /* Adds a backend under its name (replacing one of the same name). The CPU
- * backend, and the CUDA backend when built, are registered on first use. */
+ * backend, and the CUDA and student backends when built, are registered on
+ * first use. */
 int awl_backend_register(const awl_backend *backend);
 
 /* The backend registered as `name`, or NULL. */
 const awl_backend *awl_backend_find(const char *name);
 
-/* Names for error messages. */
+/* The registered backends, in registration order (the built-in ones
+ * first): awl_backend_at(i) for 0 <= i < awl_backend_count(). */
+int awl_backend_count(void);
+const awl_backend *awl_backend_at(int i);
+
+/* Whether the table's entry for kernel is set (not NULL). */
+bool awl_backend_has(const awl_backend *backend, awl_kernel kernel);
+/* Whether the backend computes kernel (op, dtype): the entry is set, ops.h
+ * defines the combination, and the backend's `supports` accepts it. */
+bool awl_backend_supports(const awl_backend *backend, awl_kernel kernel, int op, awl_dtype dtype);
+
+/* Names for error messages ("exp"; "unary?" for a code out of range). */
 const char *awl_unary_op_name(awl_unary_op op);
 const char *awl_binary_op_name(awl_binary_op op);
 const char *awl_reduce_op_name(awl_reduce_op op);
 
 /* The built-in backends' tables. awl_cuda_backend() is NULL when awl was
- * built without CUDA. */
+ * built without CUDA, awl_student_backend() when without the student
+ * backend (the CMake option AWL_WITH_STUDENT; backends/student). */
 const awl_backend *awl_cpu_backend(void);
 const awl_backend *awl_cuda_backend(void);
+const awl_backend *awl_student_backend(void);
 
 #ifdef __cplusplus
 }

@@ -4,103 +4,99 @@
  * The built-in backends register themselves on first lookup, so a program
  * never has to initialise anything; a custom backend calls
  * awl_backend_register() before its first tensor.
+ *
+ * Threads: the built-ins are registered once (pthread_once); registering
+ * takes a mutex and publishes the new entry with an atomic count, so
+ * lookups, which happen on every tensor creation, take no lock.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backends/backend.h"
 
 #define MAX_BACKENDS 8
 
-static const awl_backend *registered[MAX_BACKENDS];
-static int n_registered;
-static bool builtins_registered;
+static _Atomic(const awl_backend *) registered[MAX_BACKENDS];
+static atomic_int n_registered;
+static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+
+static int add(const awl_backend *backend)
+{
+    int status = AWL_OK;
+    pthread_mutex_lock(&register_mu);
+    int n = atomic_load(&n_registered), i = 0;
+    while (i < n && strcmp(atomic_load(&registered[i])->name, backend->name) != 0) i++;
+    if (i < n) {
+        atomic_store(&registered[i], backend);
+    } else if (n == MAX_BACKENDS) {
+        status = awl_error(AWL_ERR_INVALID, "awl_backend_register: more than %d backends",
+                           MAX_BACKENDS);
+    } else {
+        atomic_store(&registered[n], backend);
+        atomic_store(&n_registered, n + 1);
+    }
+    pthread_mutex_unlock(&register_mu);
+    return status;
+}
+
+static void register_builtins(void)
+{
+    add(awl_cpu_backend());
+    if (awl_cuda_backend()) add(awl_cuda_backend());
+    if (awl_student_backend()) add(awl_student_backend());
+}
 
 int awl_backend_register(const awl_backend *backend)
 {
     if (!backend || !backend->name)
         return awl_error(AWL_ERR_INVALID, "awl_backend_register: backend has no name");
-    for (int i = 0; i < n_registered; i++) {
-        if (strcmp(registered[i]->name, backend->name) == 0) {
-            registered[i] = backend;
-            return AWL_OK;
-        }
-    }
-    if (n_registered == MAX_BACKENDS)
-        return awl_error(AWL_ERR_INVALID, "awl_backend_register: more than %d backends",
-                         MAX_BACKENDS);
-    registered[n_registered++] = backend;
-    return AWL_OK;
+    pthread_once(&builtins_once, register_builtins);
+    return add(backend);
 }
 
-static void register_builtins(void)
+int awl_backend_count(void)
 {
-    if (builtins_registered) return;
-    builtins_registered = true;
-    awl_backend_register(awl_cpu_backend());
-    if (awl_cuda_backend()) awl_backend_register(awl_cuda_backend());
+    pthread_once(&builtins_once, register_builtins);
+    return atomic_load(&n_registered);
+}
+
+const awl_backend *awl_backend_at(int i)
+{
+    return i >= 0 && i < awl_backend_count() ? atomic_load(&registered[i]) : NULL;
 }
 
 const awl_backend *awl_backend_find(const char *name)
 {
-    register_builtins();
-    for (int i = 0; i < n_registered; i++)
-        if (strcmp(registered[i]->name, name) == 0) return registered[i];
+    int n = awl_backend_count();
+    for (int i = 0; i < n; i++) {
+        const awl_backend *b = atomic_load(&registered[i]);
+        if (strcmp(b->name, name) == 0) return b;
+    }
     return NULL;
+}
+
+bool awl_backend_has(const awl_backend *b, awl_kernel kernel)
+{
+    switch (kernel) {
+#define HAS_ENTRY(K, field, milestone, dtypes, required)                                           \
+    case AWL_KERNEL_##K: return b->field != NULL;
+        AWL_KERNELS(HAS_ENTRY)
+#undef HAS_ENTRY
+    default: return false;
+    }
+}
+
+bool awl_backend_supports(const awl_backend *b, awl_kernel kernel, int op, awl_dtype dtype)
+{
+    return b && awl_backend_has(b, kernel) && awl_kernel_defined(kernel, op, dtype) &&
+           (!b->supports || b->supports(kernel, op, dtype));
 }
 
 #ifndef AWL_WITH_CUDA
 const awl_backend *awl_cuda_backend(void) { return NULL; }
 #endif
-
-const char *awl_unary_op_name(awl_unary_op op)
-{
-    static const char *names[AWL_UNARY_OP_COUNT] = {
-        [AWL_UNARY_NEG] = "neg",
-        [AWL_UNARY_EXP] = "exp",
-        [AWL_UNARY_LOG] = "log",
-        [AWL_UNARY_SQRT] = "sqrt",
-        [AWL_UNARY_RSQRT] = "rsqrt",
-        [AWL_UNARY_TANH] = "tanh",
-        [AWL_UNARY_SIGMOID] = "sigmoid",
-        [AWL_UNARY_RELU] = "relu",
-        [AWL_UNARY_GELU] = "gelu",
-        [AWL_UNARY_GELU_GRAD] = "gelu_grad",
-        [AWL_UNARY_ABS] = "abs",
-        [AWL_UNARY_SIGN] = "sign",
-        [AWL_UNARY_STEP] = "step",
-        [AWL_UNARY_ADD_SCALAR] = "add_scalar",
-        [AWL_UNARY_MUL_SCALAR] = "mul_scalar",
-        [AWL_UNARY_RSUB_SCALAR] = "rsub_scalar",
-        [AWL_UNARY_RDIV_SCALAR] = "rdiv_scalar",
-        [AWL_UNARY_POW_SCALAR] = "pow",
-        [AWL_UNARY_GT_SCALAR] = "gt_scalar",
-        [AWL_UNARY_LT_SCALAR] = "lt_scalar",
-        [AWL_UNARY_EQ_SCALAR] = "eq_scalar",
-    };
-    return (op >= 0 && op < AWL_UNARY_OP_COUNT && names[op]) ? names[op] : "unary?";
-}
-
-const char *awl_binary_op_name(awl_binary_op op)
-{
-    static const char *names[AWL_BINARY_OP_COUNT] = {
-        [AWL_BINARY_ADD] = "add",         [AWL_BINARY_SUB] = "sub",
-        [AWL_BINARY_MUL] = "mul",         [AWL_BINARY_DIV] = "div",
-        [AWL_BINARY_MAXIMUM] = "maximum", [AWL_BINARY_MINIMUM] = "minimum",
-        [AWL_BINARY_POW] = "pow",         [AWL_BINARY_EQ] = "eq",
-        [AWL_BINARY_NE] = "ne",           [AWL_BINARY_GT] = "gt",
-        [AWL_BINARY_GE] = "ge",           [AWL_BINARY_LT] = "lt",
-        [AWL_BINARY_LE] = "le",
-    };
-    return (op >= 0 && op < AWL_BINARY_OP_COUNT && names[op]) ? names[op] : "binary?";
-}
-
-const char *awl_reduce_op_name(awl_reduce_op op)
-{
-    static const char *names[AWL_REDUCE_OP_COUNT] = {
-        [AWL_REDUCE_SUM] = "sum",
-        [AWL_REDUCE_MEAN] = "mean",
-        [AWL_REDUCE_MAX] = "max",
-        [AWL_REDUCE_MIN] = "min",
-    };
-    return (op >= 0 && op < AWL_REDUCE_OP_COUNT && names[op]) ? names[op] : "reduce?";
-}
+#ifndef AWL_WITH_STUDENT
+const awl_backend *awl_student_backend(void) { return NULL; }
+#endif

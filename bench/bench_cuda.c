@@ -366,7 +366,7 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
     const awl_dropout_args att_drop = {0.1, 1, 0};
     static const struct {
         awl_dtype dt;
-        const char *env; /* AWL_CUDA_ATTENTION, or NULL */
+        const char *env; /* the "attention" setting, or NULL for "auto" */
         bool tf32, dropout;
         int ceiling; /* index into gemm_tflops */
         const char *suffix;
@@ -382,7 +382,7 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
                  {AWL_BF16, NULL, false, true, 2, "bf16 dropout"}};
     for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
         awl_dtype dt = rungs[t].dt;
-        if (rungs[t].env) setenv("AWL_CUDA_ATTENTION", rungs[t].env, 1);
+        be->set_option("attention", rungs[t].env ? rungs[t].env : "auto");
         be->set_matmul_fast_fp32(rungs[t].tf32);
         char fwd_name[64], bwd_name[64];
         snprintf(fwd_name, sizeof fwd_name, "attention_forward %s", rungs[t].suffix);
@@ -403,7 +403,7 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
                    .drop = f.drop};
         report_flops(name, bwd_name, time_ms(b_att_bwd, &g), 2.5 * flops, rungs[t].ceiling);
         be->set_matmul_fast_fp32(false);
-        unsetenv("AWL_CUDA_ATTENTION");
+        be->set_option("attention", "auto");
         drop(&q);
         drop(&k);
         drop(&v);

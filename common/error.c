@@ -4,6 +4,7 @@
 #include "common/error.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,16 +13,17 @@ static _Thread_local char error_message[1024];
 static _Thread_local int error_code;
 static _Thread_local unsigned long error_count;
 
-/* -1: not yet decided, read AWL_ABORT_ON_ERROR on first use. */
-static int abort_on_error = -1;
+/* -1: not yet decided, read AWL_ABORT_ON_ERROR on first use (any thread may
+ * be first; they all read the same environment). */
+static atomic_int abort_on_error = -1;
 
 static bool should_abort(void)
 {
-    if (abort_on_error < 0) {
+    if (atomic_load(&abort_on_error) < 0) {
         const char *env = getenv("AWL_ABORT_ON_ERROR");
-        abort_on_error = env && env[0] && strcmp(env, "0") != 0;
+        atomic_store(&abort_on_error, env && env[0] && strcmp(env, "0") != 0);
     }
-    return abort_on_error == 1;
+    return atomic_load(&abort_on_error) == 1;
 }
 
 int awl_error(int code, const char *fmt, ...)
@@ -55,4 +57,4 @@ void awl_clear_error(void)
     error_code = AWL_OK;
 }
 
-void awl_set_abort_on_error(bool on) { abort_on_error = on ? 1 : 0; }
+void awl_set_abort_on_error(bool on) { atomic_store(&abort_on_error, on ? 1 : 0); }

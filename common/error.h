@@ -43,6 +43,9 @@ enum {
                                  silent, timed out or disagreed (the message
                                  names the rank, the operation and its
                                  sequence number)                           */
+    AWL_ERR_NOT_IMPLEMENTED = -8, /* a required primitive is not written
+                                     yet (the student backend's stubs); the
+                                     message names it and where it goes   */
 };
 
 /* Records a printf-style message as the thread's last error and returns

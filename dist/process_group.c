@@ -646,6 +646,15 @@ awl_store *awl_dist_store(awl_process_group *pg) { return pg ? pg->store : NULL;
 
 /* ---- starting work ---------------------------------------------------------------------------- */
 
+/* Whether t lives where the transport's buffers do: host memory (the CPU,
+ * or any backend whose memory is the host's) or the group's GPU. */
+static bool in_transport_memory(const awl_process_group *pg, const awl_tensor *t)
+{
+    if (!pg->transport->device_memory) return awl_tensor_is_host(t);
+    char device[32];
+    return strcmp(awl_tensor_device_name(t, device, sizeof device), pg->device) == 0;
+}
+
 /* t's first element (host or device memory). */
 static void *data_ptr(const awl_tensor *t)
 {
@@ -659,9 +668,7 @@ static int stage(awl_process_group *pg, awl_tensor *t, bool read, awl_tensor **u
                  awl_tensor **staged, void **ptr)
 {
     *user = awl_retain(t);
-    char device[32];
-    if (strcmp(awl_tensor_device_name(t, device, sizeof device), pg->device) == 0 &&
-        awl_is_contiguous(t)) {
+    if (in_transport_memory(pg, t) && awl_is_contiguous(t)) {
         *ptr = data_ptr(t);
         return AWL_OK;
     }
@@ -700,7 +707,7 @@ static int check_tensor(const awl_process_group *pg, const char *op, const awl_t
     }
     char device[32];
     awl_tensor_device_name(t, device, sizeof device);
-    if (tx->device_memory && strcmp(device, "cpu") != 0 && strcmp(device, pg->device) != 0)
+    if (tx->device_memory && !awl_tensor_is_host(t) && strcmp(device, pg->device) != 0)
         return awl_error(AWL_ERR_INVALID,
                          "%s: the tensor is on %s, but rank %d's %s group runs on %s", op, device,
                          dist_me(pg), tx->name, pg->device);

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 
 #include "autograd/node.h"
+#include "common/alloc.h"
 #include "nn/functional_internal.h"
 
 typedef struct attn_ctx {
@@ -126,16 +127,12 @@ static void sdpa_grad_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_
 /* ---- kernel views -------------------------------------------------------------------- */
 
 /* Heads of a contiguous (B, T, W) tensor: columns [offset, offset + H*D) as
- * (B, H, T, D). */
-static awl_view heads_view(const awl_tensor *t, int n_head, int64_t offset, int64_t D)
+ * a (B, H, T, D) view. */
+static awl_tensor *heads_view(awl_tensor *t, int n_head, int64_t offset, int64_t D)
 {
-    awl_view v = awl_tensor_view(t);
     int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2];
-    v.ndim = 4;
-    v.shape[0] = B, v.shape[1] = n_head, v.shape[2] = T, v.shape[3] = D;
-    v.strides[0] = T * W, v.strides[1] = D, v.strides[2] = W, v.strides[3] = 1;
-    v.offset += offset;
-    return v;
+    return awl_tensor_as_strided(t, AWL_SHAPE(B, n_head, T, D), (int64_t[]){T * W, D, W, 1},
+                                 t->offset + offset);
 }
 
 /* t itself when its last axis is contiguous (what the kernels need), else a
@@ -164,22 +161,19 @@ static int sdpa_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
                *v = awl_node_saved(node, 2), *out = awl_node_saved(node, 3),
                *lse = awl_node_saved(node, 4);
     if (!q || !k || !v || !out || !lse) return AWL_ERR_INVALID;
-    if (!awl_is_grad_enabled()) {
+    if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_ATTENTION_BACKWARD, q)) {
         int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
         awl_tensor *dq = new_bthd(q, B, H, T, D), *dk = new_bthd(q, B, H, T, D),
                    *dv = new_bthd(q, B, H, T, D);
         awl_tensor *qc = rows_contiguous(q), *kc = rows_contiguous(k), *vc = rows_contiguous(v),
                    *dout = rows_contiguous(grad);
         if (!dq || !dk || !dv || !qc || !kc || !vc || !dout) return AWL_ERR_INVALID;
-        awl_view vdq = awl_tensor_view(dq), vdk = awl_tensor_view(dk), vdv = awl_tensor_view(dv);
-        awl_view vdo = awl_tensor_view(dout), vq = awl_tensor_view(qc), vk = awl_tensor_view(kc),
-                 vv = awl_tensor_view(vc), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
-        int status = awl_tensor_backend(q)->attention_backward(
-            &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl, c->scale, c->causal, ctx_dropout(c));
+        awl_attention_args args = {c->scale, c->causal, ctx_dropout(c)};
+        int status = awl_tensor_attention_backward(dq, dk, dv, dout, qc, kc, vc, out, lse, &args);
         if (status != AWL_ERR_UNSUPPORTED) {
             awl_tensor *all[3] = {dq, dk, dv};
             for (int i = 0; i < 3; i++) grads[i] = awl_node_needs_grad(node, i) ? all[i] : NULL;
-            return awl_backend_status("awl_scaled_dot_product_attention", status);
+            return status;
         }
     }
     sdpa_grad_composed(q, k, v, grad, c->scale, c->causal, ctx_dropout(c),
@@ -200,11 +194,10 @@ static awl_tensor *sdpa_fused(awl_tensor *q, awl_tensor *k, awl_tensor *v, doubl
     awl_tensor *lse = awl_tensor_new_on(q, AWL_SHAPE(B, H, T), AWL_F32);
     bool ok = qc && kc && vc && out && lse;
     if (ok) {
-        awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(qc),
-                 vk = awl_tensor_view(kc), vv = awl_tensor_view(vc);
-        int status =
-            awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale, causal, drop);
-        ok = awl_nn_kernel_ok("awl_scaled_dot_product_attention", status, unsupported);
+        awl_attention_args args = {scale, causal, drop};
+        int status = awl_tensor_attention_forward(out, lse, qc, kc, vc, &args);
+        *unsupported = status == AWL_ERR_UNSUPPORTED;
+        ok = status == AWL_OK;
     }
     if (!ok) out = NULL;
     awl_node *node = awl_node_record(out, "scaled_dot_product_attention", sdpa_backward, 3,
@@ -251,7 +244,7 @@ awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_t
     bool unsupported = true;
     awl_tensor *out = NULL;
     if (q->ndim == 4 && awl_same_shape(q, k) && awl_same_shape(q, v) &&
-        awl_nn_try_fused(awl_tensor_backend(q)->attention_forward) &&
+        awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, q) &&
         awl_check_same_device(op, q, k) == 0 && awl_check_same_device(op, q, v) == 0 &&
         q->dtype == k->dtype && q->dtype == v->dtype) {
         awl_dropout_args d;
@@ -296,21 +289,19 @@ static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor *
                *lse = awl_node_saved(node, 2);
     if (!qkv || !out || !lse) return AWL_ERR_INVALID;
     int64_t C = qkv->shape[2] / 3, D = C / c->n_head;
-    if (!awl_is_grad_enabled()) {
+    if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_ATTENTION_BACKWARD, qkv)) {
         awl_tensor *qc = awl_tensor_contiguous(qkv), *dout = awl_tensor_contiguous(grad);
         awl_tensor *dqkv = awl_tensor_new_on(qkv, qkv->ndim, qkv->shape, qkv->dtype);
         if (!qc || !dout || !dqkv) return AWL_ERR_INVALID;
-        awl_view vq = heads_view(qc, c->n_head, 0, D), vk = heads_view(qc, c->n_head, C, D),
-                 vv = heads_view(qc, c->n_head, 2 * C, D);
-        awl_view vdq = heads_view(dqkv, c->n_head, 0, D), vdk = heads_view(dqkv, c->n_head, C, D),
-                 vdv = heads_view(dqkv, c->n_head, 2 * C, D);
-        awl_view vo = heads_view(out, c->n_head, 0, D), vdo = heads_view(dout, c->n_head, 0, D);
-        awl_view vl = awl_tensor_view(lse);
-        int status = awl_tensor_backend(qkv)->attention_backward(
-            &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl, c->scale, c->causal, ctx_dropout(c));
+        int h = c->n_head;
+        awl_attention_args args = {c->scale, c->causal, ctx_dropout(c)};
+        int status = awl_tensor_attention_backward(
+            heads_view(dqkv, h, 0, D), heads_view(dqkv, h, C, D), heads_view(dqkv, h, 2 * C, D),
+            heads_view(dout, h, 0, D), heads_view(qc, h, 0, D), heads_view(qc, h, C, D),
+            heads_view(qc, h, 2 * C, D), heads_view(out, h, 0, D), lse, &args);
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = dqkv;
-            return awl_backend_status("awl_attention_qkv", status);
+            return status;
         }
     }
     awl_tensor *qkv_heads[3], *d[3] = {NULL, NULL, NULL};
@@ -336,12 +327,12 @@ static awl_tensor *attention_qkv_fused(awl_tensor *qkv, int n_head, bool causal,
     awl_tensor *lse = awl_tensor_new_on(qkv, AWL_SHAPE(B, n_head, T), AWL_F32);
     bool ok = qc && out && lse;
     if (ok) {
-        awl_view vq = heads_view(qc, n_head, 0, D), vk = heads_view(qc, n_head, C, D),
-                 vv = heads_view(qc, n_head, 2 * C, D), vo = heads_view(out, n_head, 0, D);
-        awl_view vl = awl_tensor_view(lse);
-        int status = awl_tensor_backend(qkv)->attention_forward(&vo, &vl, &vq, &vk, &vv, scale,
-                                                                causal, drop);
-        ok = awl_nn_kernel_ok("awl_attention_qkv", status, unsupported);
+        awl_attention_args args = {scale, causal, drop};
+        int status = awl_tensor_attention_forward(
+            heads_view(out, n_head, 0, D), lse, heads_view(qc, n_head, 0, D),
+            heads_view(qc, n_head, C, D), heads_view(qc, n_head, 2 * C, D), &args);
+        *unsupported = status == AWL_ERR_UNSUPPORTED;
+        ok = status == AWL_OK;
     }
     if (!ok) out = NULL;
     awl_node *node =
@@ -377,8 +368,7 @@ awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double d
     double scale = 1.0 / sqrt((double)(qkv->shape[2] / 3 / n_head));
     bool unsupported = true;
     awl_tensor *out = NULL;
-    if (awl_nn_try_fused(awl_tensor_backend(qkv)->attention_forward) &&
-        awl_dtype_is_float(qkv->dtype)) {
+    if (awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, qkv) && awl_dtype_is_float(qkv->dtype)) {
         awl_dropout_args d;
         uint64_t before;
         int64_t T = qkv->shape[1];

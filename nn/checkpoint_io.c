@@ -26,7 +26,7 @@
 #include <zlib.h>
 
 #include "nn/safetensors.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 #define FORMAT_NAME "checkpoint"
 #define FORMAT_VERSION "2"

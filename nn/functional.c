@@ -33,29 +33,8 @@
 #include <stdlib.h>
 
 #include "autograd/node.h"
+#include "common/alloc.h"
 #include "nn/functional_internal.h"
-
-/* A contiguous tensor's elements seen as a (rows, cols) matrix. */
-static awl_view matrix_view(const awl_tensor *t, int64_t rows, int64_t cols)
-{
-    awl_view v = awl_tensor_view(t);
-    v.ndim = 2;
-    v.shape[0] = rows;
-    v.shape[1] = cols;
-    v.strides[0] = cols;
-    v.strides[1] = 1;
-    return v;
-}
-
-/* A contiguous tensor's elements seen as a vector of n. */
-static awl_view vector_view(const awl_tensor *t, int64_t n)
-{
-    awl_view v = awl_tensor_view(t);
-    v.ndim = 1;
-    v.shape[0] = n;
-    v.strides[0] = 1;
-    return v;
-}
 
 /* Every axis but the last, for summing a (..., C) gradient down to (C). */
 static awl_tensor *sum_to_last_axis(awl_tensor *g)
@@ -129,14 +108,8 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
      * the output instead of the two that zeroing (BLAS's beta = 0) and a
      * separate add take. */
     int status = AWL_ERR_UNSUPPORTED;
-    const awl_backend *be = awl_tensor_backend(x);
-    if (bias && be->matmul_bias && out2 && x2 && wt && weight->dtype == x->dtype &&
-        bias->dtype == x->dtype && awl_same_device(x, weight) && awl_same_device(x, bias)) {
-        awl_view vo = awl_tensor_view(out2), vx = awl_tensor_view(x2), vw = awl_tensor_view(wt),
-                 vb = awl_tensor_view(bias);
-        status = be->matmul_bias(&vo, &vx, &vw, &vb);
-        if (status != AWL_ERR_UNSUPPORTED) status = awl_backend_status(op, status);
-    }
+    if (bias && out2 && x2 && wt && awl_fused_available(AWL_KERNEL_MATMUL_BIAS, x))
+        status = awl_tensor_matmul_bias(out2, x2, wt, bias);
     if (status == AWL_ERR_UNSUPPORTED) {
         status = bias ? awl_tensor_copy_(out2, bias) : AWL_OK;
         if (status == AWL_OK) status = awl_tensor_matmul_out(out2, x2, wt, bias != NULL);
@@ -193,17 +166,11 @@ awl_tensor *awl_nn_dropout_at(awl_tensor *x, const awl_dropout_args *d)
     if (!x) return NULL;
     awl_scope_begin();
     awl_tensor *out = NULL, *mask = NULL;
-    const awl_backend *be = awl_tensor_backend(x);
     int status = AWL_ERR_UNSUPPORTED;
-    if (awl_nn_try_fused(be->dropout) && d->p < 1.0) {
+    if (awl_fused_available(AWL_KERNEL_DROPOUT, x)) {
         out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
-        status = AWL_ERR_OOM;
-        if (out) {
-            awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
-            bool unsupported;
-            status = be->dropout(&vo, &vx, d);
-            if (!awl_nn_kernel_ok("awl_dropout", status, &unsupported)) out = NULL;
-        }
+        status = out ? awl_tensor_dropout(out, x, d) : AWL_ERR_OOM;
+        if (status != AWL_OK) out = NULL;
     }
     if (status == AWL_ERR_UNSUPPORTED) {
         mask = dropout_mask(x, d);
@@ -347,21 +314,19 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
     awl_tensor *logits = awl_node_saved(node, 0), *lse = awl_node_saved(node, 1),
                *targets = awl_node_saved(node, 2);
     if (!logits || !lse || !targets) return AWL_ERR_INVALID;
-    if (!awl_is_grad_enabled()) {
-        int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets);
-        awl_tensor *lc = awl_tensor_contiguous(logits), *tc = awl_tensor_contiguous(targets);
+    if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, logits)) {
+        int64_t n = awl_numel(targets);
+        awl_tensor *lc = awl_tensor_contiguous(logits);
         awl_tensor *scaled = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
         awl_tensor *dloss =
             awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)), logits->dtype);
         awl_tensor *dl = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
-        if (!lc || !tc || !dloss || !dl) return AWL_ERR_INVALID;
-        awl_view vd = matrix_view(dl, n, V), vl = matrix_view(lc, n, V);
-        awl_view vdl = vector_view(dloss, n), vlse = vector_view(lse, n), vt = vector_view(tc, n);
-        int status = awl_tensor_backend(logits)->cross_entropy_backward(&vd, &vdl, &vl, &vlse, &vt,
-                                                                        c->ignore_index);
+        if (!lc || !dloss || !dl) return AWL_ERR_INVALID;
+        int status =
+            awl_tensor_cross_entropy_backward(dl, dloss, lc, lse, targets, c->ignore_index);
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = dl;
-            return awl_backend_status("awl_cross_entropy", status);
+            return status;
         }
     }
     grads[0] = cross_entropy_grad_composed(logits, targets, c, grad);
@@ -372,19 +337,17 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
 static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, int ignore_index,
                                        int64_t count, bool *unsupported)
 {
-    int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets);
+    int64_t n = awl_numel(targets);
     *unsupported = false;
     awl_scope_begin();
-    awl_tensor *lc = awl_tensor_contiguous(logits), *tc = awl_tensor_contiguous(targets);
+    awl_tensor *lc = awl_tensor_contiguous(logits);
     awl_tensor *rows = awl_tensor_new_on(logits, 1, &n, logits->dtype);
     awl_tensor *lse = awl_tensor_new_on(logits, 1, &n, AWL_F32);
     awl_tensor *loss = NULL;
-    if (lc && tc && rows && lse) {
-        awl_view vr = vector_view(rows, n), vlse = vector_view(lse, n);
-        awl_view vl = matrix_view(lc, n, V), vt = vector_view(tc, n);
-        int status =
-            awl_tensor_backend(logits)->cross_entropy_forward(&vr, &vlse, &vl, &vt, ignore_index);
-        if (awl_nn_kernel_ok("awl_cross_entropy", status, unsupported))
+    if (lc && rows && lse) {
+        int status = awl_tensor_cross_entropy_forward(rows, lse, lc, targets, ignore_index);
+        *unsupported = status == AWL_ERR_UNSUPPORTED;
+        if (status == AWL_OK)
             loss = awl_tensor_unary(
                 AWL_UNARY_MUL_SCALAR,
                 awl_tensor_reduce(AWL_REDUCE_SUM, awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)),
@@ -430,7 +393,7 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
     if (!host) return NULL;
     awl_tensor *loss = NULL;
     bool unsupported = true;
-    if (awl_nn_try_fused(awl_tensor_backend(logits)->cross_entropy_forward))
+    if (awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD, logits))
         loss = cross_entropy_fused(logits, targets, ignore_index, count, &unsupported);
     if (!loss && unsupported)
         loss = cross_entropy_composed(awl_reshape(logits, AWL_SHAPE(n, V)), host, n, ignore_index,
@@ -487,27 +450,20 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
                *rstd = awl_node_saved(node, 2);
     awl_tensor *w = c->w_slot >= 0 ? awl_node_saved(node, c->w_slot) : NULL;
     if (!x || !mean || !rstd || (c->w_slot >= 0 && !w)) return AWL_ERR_INVALID;
-    if (!awl_is_grad_enabled()) {
-        int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? awl_numel(x) / C : 0;
-        awl_tensor *xc = awl_tensor_contiguous(x), *dy = awl_tensor_contiguous(grad);
+    if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_LAYERNORM_BACKWARD, x)) {
+        int64_t C = x->shape[x->ndim - 1];
+        awl_tensor *xc = awl_tensor_contiguous(x);
         awl_tensor *dx = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
         bool need_w = awl_node_needs_grad(node, 1), need_b = awl_node_needs_grad(node, 2);
         awl_tensor *dw = need_w ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
         awl_tensor *db = need_b ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
-        if (!xc || !dy || !dx || (need_w && !dw) || (need_b && !db)) return AWL_ERR_INVALID;
-        awl_view vdx = matrix_view(dx, rows, C), vdy = matrix_view(dy, rows, C);
-        awl_view vx = matrix_view(xc, rows, C), vm = vector_view(mean, rows),
-                 vr = vector_view(rstd, rows);
-        awl_view vw = w ? vector_view(w, C) : (awl_view){0};
-        awl_view vdw = dw ? vector_view(dw, C) : (awl_view){0};
-        awl_view vdb = db ? vector_view(db, C) : (awl_view){0};
-        int status = awl_tensor_backend(x)->layernorm_backward(
-            &vdx, dw ? &vdw : NULL, db ? &vdb : NULL, &vdy, &vx, w ? &vw : NULL, &vm, &vr);
+        if (!xc || !dx || (need_w && !dw) || (need_b && !db)) return AWL_ERR_INVALID;
+        int status = awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd);
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = awl_node_needs_grad(node, 0) ? dx : NULL;
             grads[1] = dw;
             grads[2] = db;
-            return awl_backend_status("awl_layer_norm", status);
+            return status;
         }
     }
     layer_norm_grad_composed(node, x, w, c->eps, grad, grads);
@@ -521,19 +477,14 @@ static awl_tensor *layer_norm_fused(awl_tensor *x, awl_tensor *w, awl_tensor *b,
     *unsupported = false;
     awl_scope_begin();
     awl_tensor *xc = awl_tensor_contiguous(x);
-    awl_tensor *wc = w ? awl_tensor_contiguous(w) : NULL, *bc = b ? awl_tensor_contiguous(b) : NULL;
     awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
     awl_tensor *mean = awl_tensor_new_on(x, 1, &rows, AWL_F32);
     awl_tensor *rstd = awl_tensor_new_on(x, 1, &rows, AWL_F32);
-    bool ok = xc && out && mean && rstd && (!w || wc) && (!b || bc);
+    bool ok = xc && out && mean && rstd;
     if (ok) {
-        awl_view vo = matrix_view(out, rows, C), vx = matrix_view(xc, rows, C);
-        awl_view vm = vector_view(mean, rows), vr = vector_view(rstd, rows);
-        awl_view vw = wc ? vector_view(wc, C) : (awl_view){0};
-        awl_view vb = bc ? vector_view(bc, C) : (awl_view){0};
-        int status = awl_tensor_backend(x)->layernorm_forward(&vo, &vm, &vr, &vx, wc ? &vw : NULL,
-                                                              bc ? &vb : NULL, eps);
-        ok = awl_nn_kernel_ok("awl_layer_norm", status, unsupported);
+        int status = awl_tensor_layernorm_forward(out, mean, rstd, xc, w, b, eps);
+        *unsupported = status == AWL_ERR_UNSUPPORTED;
+        ok = status == AWL_OK;
     }
     if (!ok) out = NULL;
     awl_node *node = awl_node_record(out, "layer_norm", layer_norm_backward, 3,
@@ -568,7 +519,7 @@ awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, 
         return NULL;
     bool unsupported = true;
     awl_tensor *out = NULL;
-    if (awl_nn_try_fused(awl_tensor_backend(x)->layernorm_forward))
+    if (awl_fused_available(AWL_KERNEL_LAYERNORM_FORWARD, x))
         out = layer_norm_fused(x, weight, bias, eps, &unsupported);
     if (!out && unsupported) out = layer_norm_composed(x, weight, bias, eps);
     return out;

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "nn/gpt.h"
-#include "tensor/tensor_internal.h"
 
 /* ---- the configuration as JSON --------------------------------------------------- */
 

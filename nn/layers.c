@@ -20,7 +20,7 @@
 
 #include <math.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 static bool check_sizes(const char *op, int64_t a, int64_t b)
 {

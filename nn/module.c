@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 static char *copy_string(const char *s)
 {
@@ -201,8 +201,7 @@ static awl_tensor *convert_device(awl_tensor *t, const void *arg)
     const char *device = arg;
     awl_device want;
     if (awl_device_parse(device, &want) < 0) return NULL;
-    if (want.backend == t->storage->device.backend && want.index == t->storage->device.index)
-        return t;
+    if (awl_device_equal(want, t->storage->device)) return t;
     return awl_requires_grad_(awl_tensor_to_device(awl_tensor_detach(t), device), t->requires_grad);
 }
 

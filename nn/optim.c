@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 struct awl_optimizer {
     awl_optimizer_kind kind;
@@ -351,7 +351,7 @@ static int adam_update(awl_optimizer *o, int i, awl_tensor *grad, int64_t step)
 static bool fusable(const awl_optimizer *o, int i)
 {
     awl_tensor *p = o->params[i], *g = p->grad;
-    return g && p->dtype == AWL_F32 && awl_tensor_backend(p)->adamw_step && awl_is_contiguous(p) &&
+    return g && awl_fused_available(AWL_KERNEL_ADAMW_STEP, p) && awl_is_contiguous(p) &&
            awl_is_contiguous(g) && awl_is_contiguous(o->first[i]) &&
            awl_is_contiguous(o->second[i]);
 }
@@ -364,7 +364,7 @@ static int adamw_fused(awl_optimizer *o, bool *done)
 {
     bool *grouped = awl_xcalloc((size_t)o->n, sizeof *grouped);
     int *members = awl_xmalloc((size_t)o->n * sizeof *members);
-    awl_view *views = awl_xmalloc((size_t)o->n * 4 * sizeof *views);
+    awl_tensor **group = awl_xmalloc((size_t)o->n * 4 * sizeof *group);
     float *decay = awl_xmalloc((size_t)o->n * sizeof *decay);
     int status = AWL_OK;
     for (int lead = 0; lead < o->n && status >= 0; lead++) {
@@ -376,21 +376,20 @@ static int adamw_fused(awl_optimizer *o, bool *done)
                 continue;
             grouped[i] = true;
             members[count] = i;
-            views[count] = awl_tensor_view(o->params[i]);
-            views[o->n + count] = awl_tensor_view(o->params[i]->grad);
-            views[2 * o->n + count] = awl_tensor_view(o->first[i]);
-            views[3 * o->n + count] = awl_tensor_view(o->second[i]);
+            group[count] = o->params[i];
+            group[o->n + count] = o->params[i]->grad;
+            group[2 * o->n + count] = o->first[i];
+            group[3 * o->n + count] = o->second[i];
             decay[count] = (float)adamw_decay(o, i);
             count++;
         }
         awl_adamw_args args = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                                o->steps[lead] + 1};
-        int s = awl_tensor_backend(o->params[lead])
-                    ->adamw_step(count, views, views + o->n, views + 2 * o->n, views + 3 * o->n,
-                                 decay, &args);
+        int s = awl_tensor_adamw_step(count, group, group + o->n, group + 2 * o->n,
+                                      group + 3 * o->n, decay, &args);
         if (s == AWL_ERR_UNSUPPORTED) continue;
         if (s < 0) {
-            status = awl_backend_status("awl_optimizer_step (adamw_step)", s);
+            status = s;
             break;
         }
         for (int k = 0; k < count; k++) {
@@ -400,7 +399,7 @@ static int adamw_fused(awl_optimizer *o, bool *done)
     }
     free(grouped);
     free(members);
-    free(views);
+    free(group);
     free(decay);
     return status;
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 int awl_param_list_add(awl_param_list *list, const char *name, awl_tensor *t)
 {

@@ -41,7 +41,7 @@
 #include <zlib.h>
 
 #include "nn/safetensors_internal.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "awl's safetensors code assumes a little-endian host"

@@ -23,7 +23,7 @@
 
 #include "common/utf8.h"
 #include "nn/safetensors_internal.h"
-#include "tensor/tensor_internal.h"
+#include "common/alloc.h"
 
 /* ---- UTF-8 and dtypes -------------------------------------------------------------- */
 

@@ -42,8 +42,8 @@ export LD_LIBRARY_PATH=$D/lib:$CUBLAS_DIR:$CUDA_HOME/lib64${NCCL_LIB:+:$(dirname
 
 NCCL_FLAGS=
 [ -n "$NCCL_LIB" ] && [ -n "$NCCL_INC" ] && NCCL_FLAGS="-DAWL_WITH_NCCL=1 -I$NCCL_INC"
-CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -fopenmp -Wall -Wextra
-        -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include $NCCL_FLAGS"
+CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -DAWL_WITH_STUDENT=1
+        -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include $NCCL_FLAGS"
 # --split-compile: the attention kernels' instances (dropout in and out) are
 # the longest compile; their optimisation runs on 4 threads
 NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
@@ -55,8 +55,8 @@ LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libz.a -lgomp -ldl -lm -lrt
       -lpthread"
 
 shopt -s nullglob
-LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c
-         backends/cuda/*.cu)
+LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c backends/student/*.c tensor/*.c autograd/*.c
+         nn/*.c data/*.c dist/*.c backends/cuda/*.cu)
 mkdir -p "$B/obj" "$B/bin" "$B/log"
 BIN=$B/bin
 

@@ -16,15 +16,21 @@
 # Stages (each writes its logs under $OUT and adds rows to the summary,
 # printed at the end and kept in $OUT/summary.txt; at most 8 files come
 # back from $OUT, so logs are concatenated):
-#   tests  test_cuda(_fused), test_backend(_fused) on cuda, test_autocast, the op/nn/gradcheck
-#          suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only suites, all at
-#          once (one process each, CK_FORK=no), each under TEST_TIMEOUT;
+#   tests  the CUDA backend through awl-check (tools/awl-check): the
+#          conformance run (`awl-check --device cuda --strict`) and the float64
+#          gradient checks (`--grad`); test_cuda (the same harness on every
+#          attention rung and in TF32 mode, and the device's memory, refusals
+#          and TF32 products); test_backend on cuda, test_autocast, the
+#          op/nn/gradcheck suites with AWL_TEST_DEVICE=cuda:0 and the CPU-only
+#          suites (test_student: the student skeleton), all at once (one
+#          process each, CK_FORK=no), each under TEST_TIMEOUT;
 #   profile  kernel time of one training step by kernel, for the pairs in
 #          PROFILE (scripts/profile_kernels.py: torch.profiler over bench_gpt
 #          built as a shared library); $OUT/profile.txt; not part of all;
 #   kernels  bench_cuda: every fused kernel (and each attention rung) against
-#          the copy and GEMM ceilings measured in the same process; JSON
-#          lines in $OUT/kernels.jsonl;
+#          the copy and GEMM ceilings measured in the same process, and
+#          `awl-check --device cuda --perf` (each primitive against the CPU
+#          backend); JSON lines in $OUT/kernels.jsonl;
 #   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
 #          for the triples in TORCH_COMPILE) on shakespeare-char and gpt2-124m
 #          in fp32, tf32 and bf16, at each dropout of BENCH_DROPOUT (both
@@ -45,11 +51,14 @@
 # DET_SETTINGS="bf16:0.2 bf16:0 fp32:0.2 fp32:0" (precision:dropout),
 # TRAIN_STEPS=5000, TRAIN_PRECISION=bf16, EVAL_INTERVAL=250, EVAL_ITERS=50,
 # TARGET_LOSS=1.50, TEST_TIMEOUT=150, TIME_BUDGET=560, SUITES (the suites
-# the tests stage runs; default all), FUSED_CASE (test_cuda_fused's group,
-# e.g. dropout; default all).
+# the tests stage runs, awl-check_cuda and awl-check_cuda_grad among them;
+# default all), CHECK_OP (awl-check's --op in the tests stage, e.g.
+# attention or dropout; default all), CUDA_CASE (test_cuda's group, e.g.
+# fused; default all).
 #
-# Time (H200, the last full call on 2026-11-30): build 26-37 s, tests 43-60 s
-# (test_cuda_fused is the longest), kernels 2 s, bench_gpt all six runs about
+# Time (H200, the last full call on 2026-11-30, before the CUDA suites ran
+# through awl-check, whose stage is not timed there yet): build 26-37 s,
+# tests 43-60 s, kernels 2 s, bench_gpt all six runs about
 # 10 s, the peer eager about 35 s, train 30 ms a step in bf16 (dropout 0.2
 # sends attention down the composed path): 155 s for 5000 steps; the lent
 # machine's start adds about a minute of held time. torch.compile
@@ -79,7 +88,8 @@ TARGET_LOSS=${TARGET_LOSS:-1.50}
 EVAL_ITERS=${EVAL_ITERS:-50}
 TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 SUITES=${SUITES:-}
-FUSED_CASE=${FUSED_CASE:-}
+CHECK_OP=${CHECK_OP:-}
+CUDA_CASE=${CUDA_CASE:-}
 TIME_BUDGET=${TIME_BUDGET:-560}
 JOBS=$(nproc)
 DATA=$D/data/tinyshakespeare.txt
@@ -102,21 +112,27 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 
 # ---- build (scripts/gpu_build.sh) --------------------------------------------------------
 TEST_SRC=(tests/test_*.c)
+CHECK_SRC=(tools/awl-check/*.c) # awl-check: main.c and the harness the suites share
 TRAIN_GPT_SRC=(examples/train_gpt/*.c)
 PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" bench/bench_gpt.c bench/bench_cuda.c
-          "${TEST_SRC[@]}")
+          "${CHECK_SRC[@]}" "${TEST_SRC[@]}")
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
 rm -f "$B/FAILED"
 t0=$(date +%s)
 gpu_compile "${LIB_SRC[@]}" "${PROG_SRC[@]}"
+HARNESS=() # awl-check's harness, without its main
+for src in "${CHECK_SRC[@]}"; do
+    [ "$src" = tools/awl-check/main.c ] || HARNESS+=("$(gpu_obj "$src")")
+done
 if [ ! -e "$B/FAILED" ]; then
     TRAIN_GPT_OBJ=()
     for src in "${TRAIN_GPT_SRC[@]}"; do TRAIN_GPT_OBJ+=("$(gpu_obj "$src")"); done
     gpu_spawn gpu_link train_gpt "${TRAIN_GPT_OBJ[@]}"
     gpu_spawn gpu_link bench_gpt "$(gpu_obj bench/bench_gpt.c)"
     gpu_spawn gpu_link bench_cuda "$(gpu_obj bench/bench_cuda.c)"
+    gpu_spawn gpu_link awl-check "$(gpu_obj tools/awl-check/main.c)" "${HARNESS[@]}" "${HELPERS[@]}"
     for src in "${TEST_SRC[@]}"; do
-        gpu_spawn gpu_link "$(basename "$src" .c)" "$(gpu_obj "$src")" "${HELPERS[@]}"
+        gpu_spawn gpu_link "$(basename "$src" .c)" "$(gpu_obj "$src")" "${HELPERS[@]}" "${HARNESS[@]}"
     done
     wait
 fi
@@ -142,17 +158,29 @@ run_suite() {
     echo "$name|$result|$(( $(date +%s) - t0 ))" > "$B/log/result_$name"
 }
 
+# Runs awl-check under a name for the summary: name, then its arguments.
+run_check() {
+    local name=$1 t0=$(date +%s); shift
+    [ -n "$SUITES" ] && [[ " $SUITES " != *" $name "* ]] && return
+    env OMP_NUM_THREADS=2 timeout "$TEST_TIMEOUT" "$BIN/awl-check" "$@" > "$B/log/run_$name.log" 2>&1
+    local rc=$? result=pass
+    [ $rc = 124 ] && result=TIMEOUT
+    [ $rc != 0 ] && [ $rc != 124 ] && result="FAIL(rc=$rc)"
+    echo "$name|$result|$(( $(date +%s) - t0 ))" > "$B/log/result_$name"
+}
+
 stage_tests() {
     echo "== tests (each under ${TEST_TIMEOUT} s, all at once)"
     local t0=$(date +%s) gpu_suites=(test_ops_convert test_ops_elementwise test_ops_index
         test_ops_matmul test_ops_reduce test_ops_shape test_nn test_gpt test_checkpoint
         test_higher_order test_errors)
-    local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors)
+    local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors
+        test_student)
     rm -f "$B"/log/result_* "$B"/log/run_*
-    run_suite test_cuda &
-    run_suite test_cuda_fused ${FUSED_CASE:+CK_RUN_CASE=$FUSED_CASE} &
+    run_check awl-check_cuda --device cuda --strict --quiet ${CHECK_OP:+--op $CHECK_OP} &
+    run_check awl-check_cuda_grad --device cuda --grad --quiet ${CHECK_OP:+--op $CHECK_OP} &
+    run_suite test_cuda ${CUDA_CASE:+CK_RUN_CASE=$CUDA_CASE} &
     run_suite test_backend AWL_TEST_BACKEND=cuda &
-    run_suite test_backend_fused AWL_TEST_BACKEND=cuda &
     run_suite test_autocast &
     for s in "${gpu_suites[@]}"; do run_suite "$s" AWL_TEST_DEVICE=cuda:0 & done
     for s in "${cpu_suites[@]}"; do run_suite "$s" & done
@@ -166,8 +194,8 @@ stage_tests() {
     for f in "$B"/log/result_*; do
         IFS='|' read -r name result secs < "$f"
         local dev=cpu checks
-        case " test_cuda test_cuda_fused test_backend test_backend_fused test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
-        checks=$(grep -h -E "^[0-9]+%: Checks" "$B/log/run_$name.log" | tr '\n' ' ')
+        case " awl-check_cuda awl-check_cuda_grad test_cuda test_backend test_autocast ${gpu_suites[*]} " in *" $name "*) dev=cuda;; esac
+        checks=$(grep -h -E "^[0-9]+%: Checks|^[0-9]+ passed, [0-9]+ failed" "$B/log/run_$name.log" | tr '\n' ' ')
         [ -z "$checks" ] && checks=$(grep -h "skipped" "$B/log/run_$name.log" | head -1)
         row "$(printf '%-22s %-8s %-12s %3s  %s' "$name" "$dev" "$result" "$secs" "$checks")"
     done
@@ -181,7 +209,8 @@ stage_kernels() {
     echo "== kernels: bench_cuda against the copy and GEMM ceilings"
     local t0=$(date +%s)
     timeout 240 "$BIN/bench_cuda" > "$OUT/kernels.jsonl" 2>&1
-    grep -E "ceiling|attention" "$OUT/kernels.jsonl"
+    timeout 120 "$BIN/awl-check" --device cuda --perf --json >> "$OUT/kernels.jsonl" 2>&1
+    grep -E "ceiling|attention|PERF" "$OUT/kernels.jsonl"
     row "kernels: $(( $(date +%s) - t0 )) s (all lines in kernels.jsonl)"
 }
 

@@ -39,13 +39,6 @@ static int check_same_dtype(const char *op, const awl_tensor *a, const awl_tenso
                      awl_dtype_name(b->dtype));
 }
 
-static int check_float(const char *op, const awl_tensor *t)
-{
-    if (awl_dtype_is_float(t->dtype)) return AWL_OK;
-    return awl_error(AWL_ERR_INVALID, "%s: %s tensors are not supported; cast to float32 first", op,
-                     awl_dtype_name(t->dtype));
-}
-
 /* NumPy broadcasting of two shapes, aligned at the trailing axis. */
 static int broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
                             int *ndim, int64_t *shape)
@@ -106,46 +99,30 @@ static awl_view narrow_view(const awl_tensor *t, int dim, int64_t start, int64_t
 
 /* ---- element-wise --------------------------------------------------------------- */
 
-static bool unary_allows_int(awl_unary_op op)
+/* Whether the op (a code of kernel's family, or 0) is defined for t's dtype
+ * (backends/ops.h); records an error naming op otherwise. */
+static int check_defined(const char *op, awl_kernel kernel, int code, const awl_tensor *t)
 {
-    switch (op) {
-    case AWL_UNARY_NEG:
-    case AWL_UNARY_RELU:
-    case AWL_UNARY_ABS:
-    case AWL_UNARY_SIGN:
-    case AWL_UNARY_STEP:
-    case AWL_UNARY_ADD_SCALAR:
-    case AWL_UNARY_MUL_SCALAR:
-    case AWL_UNARY_RSUB_SCALAR:
-    case AWL_UNARY_GT_SCALAR:
-    case AWL_UNARY_LT_SCALAR:
-    case AWL_UNARY_EQ_SCALAR: return true;
-    default: return false;
-    }
-}
-
-static bool binary_allows_int(awl_binary_op op)
-{
-    return op != AWL_BINARY_DIV && op != AWL_BINARY_POW;
+    if (awl_kernel_defined(kernel, code, t->dtype)) return AWL_OK;
+    return awl_error(AWL_ERR_INVALID, "%s: %s tensors are not supported; cast to float32 first", op,
+                     awl_dtype_name(t->dtype));
 }
 
 static int check_unary(const char *op, awl_unary_op code, const awl_tensor *x)
 {
-    if ((int)code < 0 || code >= AWL_UNARY_OP_COUNT)
+    if (!awl_unary_info(code))
         return awl_error(AWL_ERR_INVALID, "awl_tensor_unary: invalid op %d", (int)code);
-    if (!unary_allows_int(code)) return check_float(op, x);
-    return AWL_OK;
+    return check_defined(op, AWL_KERNEL_UNARY, code, x);
 }
 
 static int check_binary(const char *op, awl_binary_op code, const awl_tensor *a,
                         const awl_tensor *b)
 {
-    if ((int)code < 0 || code >= AWL_BINARY_OP_COUNT)
+    if (!awl_binary_info(code))
         return awl_error(AWL_ERR_INVALID, "awl_tensor_binary: invalid op %d", (int)code);
     if (check_same_dtype(op, a, b) < 0 || awl_check_same_device(op, a, b) < 0)
         return AWL_ERR_INVALID;
-    if (!binary_allows_int(code)) return check_float(op, a);
-    return AWL_OK;
+    return check_defined(op, AWL_KERNEL_BINARY, code, a);
 }
 
 awl_tensor *awl_tensor_unary(awl_unary_op op, awl_tensor *x, double alpha)
@@ -324,11 +301,11 @@ awl_tensor *awl_tensor_reduce(awl_reduce_op op, awl_tensor *x, int ndims, const 
     if (!x) return NULL;
     char name[48];
     snprintf(name, sizeof name, "awl_%s", awl_reduce_op_name(op));
-    if ((int)op < 0 || op >= AWL_REDUCE_OP_COUNT) {
+    if (!awl_reduce_info(op)) {
         awl_error(AWL_ERR_INVALID, "awl_tensor_reduce: invalid op %d", (int)op);
         return NULL;
     }
-    if (op == AWL_REDUCE_MEAN && check_float(name, x) < 0) return NULL;
+    if (check_defined(name, AWL_KERNEL_REDUCE, op, x) < 0) return NULL;
     bool reduced[AWL_MAX_DIMS] = {false};
     for (int i = 0; i < ndims; i++) {
         int d;
@@ -381,7 +358,7 @@ static int plan_matmul(const char *op, const awl_tensor *a, const awl_tensor *b,
     if (a->ndim == 0 || b->ndim == 0)
         return awl_error(AWL_ERR_INVALID, "%s: operands need at least 1 dimension: %s @ %s", op,
                          awl_shape_str(a, sa, sizeof sa), awl_shape_str(b, sb, sizeof sb));
-    if (check_same_dtype(op, a, b) < 0 || check_float(op, a) < 0 ||
+    if (check_same_dtype(op, a, b) < 0 || check_defined(op, AWL_KERNEL_MATMUL, 0, a) < 0 ||
         awl_check_same_device(op, a, b) < 0)
         return AWL_ERR_INVALID;
     /* promote 1-D operands: a vector on the left is a row, on the right a column */

@@ -1,58 +1,21 @@
 /*
- * tensor/tensor.c - tensor lifetime: devices, storage, scopes, creation.
+ * tensor/tensor.c - the tensor struct: creation, shapes, reading back.
  *
- * Lifetime is two mechanisms layered on one reference count.
- *
- * Reference counts: a tensor struct counts the references to it; a storage
- * counts the tensors (views) that use it. Releasing the last reference to a
- * tensor drops its storage, its gradient and its graph node.
- *
- * Scopes: every tensor created while a scope is open gets its first
- * reference owned by that scope, which releases it at awl_scope_end(). This
- * is an autorelease pool, as in Objective-C: it lets expressions nest
- * (awl_mul(awl_add(a, b), c)) without naming and freeing each temporary,
- * while the graph keeps exactly the tensors backward needs by holding its
- * own references. awl_keep() moves a tensor's reference one scope outward.
- *
- * Memory statistics are kept here, per device, at the one place every
- * storage is allocated and freed, so every backend reports the same figures.
+ * A tensor is a view (shape, strides, offset, dtype) onto a storage
+ * (tensor/storage.c) owned by reference counts and scopes (tensor/scope.c).
+ * This file makes new tensor structs (wrapping a storage, or allocating a
+ * fresh contiguous one), the creation functions that fill them (zeros,
+ * full, arange, from host data; random tensors are in tensor/random.c),
+ * and reads values back to the host. The other concepts of the layer have
+ * files of their own: devices and settings (device.c), views (views.c),
+ * raw compute (compute.c), the fused kernels' entry points (fused.c),
+ * printing (print.c).
  */
 #include "tensor/tensor_internal.h"
 
 #include <math.h>
-
-#include "common/philox.h"
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- small host allocations --------------------------------------------------- */
-
-static void out_of_host_memory(size_t size)
-{
-    fprintf(stderr, "awl: out of host memory allocating %zu bytes of bookkeeping\n", size);
-    abort();
-}
-
-void *awl_xmalloc(size_t size)
-{
-    void *p = malloc(size ? size : 1);
-    if (!p) out_of_host_memory(size);
-    return p;
-}
-
-void *awl_xcalloc(size_t count, size_t size)
-{
-    void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) out_of_host_memory(count * size);
-    return p;
-}
-
-void *awl_xrealloc(void *ptr, size_t size)
-{
-    void *p = realloc(ptr, size ? size : 1);
-    if (!p) out_of_host_memory(size);
-    return p;
-}
 
 /* ---- shapes ---------------------------------------------------------------------- */
 
@@ -102,324 +65,6 @@ int awl_backend_status(const char *op, int status)
     return status;
 }
 
-/* ---- devices ----------------------------------------------------------------------- */
-
-/* Resolves a device name without recording anything; on failure writes the
- * reason to `why` and returns the status to report. Queries
- * (awl_device_available) must not disturb the error slot or trip
- * abort-on-error. */
-static int device_lookup(const char *name, awl_device *out, char *why, size_t size)
-{
-    if (!name) name = "cpu";
-    char backend_name[32];
-    int index = 0;
-    const char *colon = strchr(name, ':');
-    size_t len = colon ? (size_t)(colon - name) : strlen(name);
-    if (len == 0 || len >= sizeof backend_name) {
-        snprintf(why, size, "awl: invalid device name '%s'", name);
-        return AWL_ERR_INVALID;
-    }
-    memcpy(backend_name, name, len);
-    backend_name[len] = '\0';
-    if (colon) {
-        char *end;
-        long v = strtol(colon + 1, &end, 10);
-        if (*end || end == colon + 1 || v < 0 || v > 1024) {
-            snprintf(why, size, "awl: invalid device index in '%s'", name);
-            return AWL_ERR_INVALID;
-        }
-        index = (int)v;
-    }
-    const awl_backend *backend = awl_backend_find(backend_name);
-    if (!backend) {
-        snprintf(why, size, "awl: unknown device '%s' (this build has: cpu%s)", name,
-                 awl_cuda_backend() ? ", cuda" : "");
-        return AWL_ERR_INVALID;
-    }
-    int count = backend->device_count();
-    if (index >= count) {
-        snprintf(why, size, "awl: device '%s' is not available (%d %s device%s found)", name, count,
-                 backend->name, count == 1 ? "" : "s");
-        return AWL_ERR_DEVICE;
-    }
-    out->backend = backend;
-    out->index = index;
-    return AWL_OK;
-}
-
-int awl_device_parse(const char *name, awl_device *out)
-{
-    /* The CPU is asked for on every creation call: skip the parsing. */
-    if (!name || strcmp(name, "cpu") == 0) {
-        out->backend = awl_backend_find("cpu");
-        out->index = 0;
-        return AWL_OK;
-    }
-    char why[256];
-    int status = device_lookup(name, out, why, sizeof why);
-    return status < 0 ? awl_error(status, "%s", why) : AWL_OK;
-}
-
-bool awl_device_available(const char *name)
-{
-    awl_device d;
-    char why[256];
-    return device_lookup(name, &d, why, sizeof why) == AWL_OK;
-}
-
-const char *awl_device_name(awl_device device, char *buf, size_t size)
-{
-    if (strcmp(device.backend->name, "cpu") == 0)
-        snprintf(buf, size, "cpu");
-    else
-        snprintf(buf, size, "%s:%d", device.backend->name, device.index);
-    return buf;
-}
-
-const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size)
-{
-    return awl_device_name(t->storage->device, buf, size);
-}
-
-static int num_threads;
-
-void awl_set_num_threads(int n)
-{
-    if (n < 1) n = 1;
-    num_threads = n;
-    const awl_backend *cpu = awl_cpu_backend();
-    if (cpu->set_num_threads) cpu->set_num_threads(n);
-}
-
-int awl_get_num_threads(void) { return num_threads; }
-
-int awl_set_float32_matmul_precision(const char *precision)
-{
-    bool fast;
-    if (precision && strcmp(precision, "highest") == 0)
-        fast = false;
-    else if (precision && (strcmp(precision, "high") == 0 || strcmp(precision, "medium") == 0))
-        fast = true;
-    else
-        return awl_error(AWL_ERR_INVALID,
-                         "awl_set_float32_matmul_precision: '%s' is not highest, high or medium",
-                         precision ? precision : "(null)");
-    const char *names[] = {"cpu", "cuda"};
-    for (int i = 0; i < 2; i++) {
-        const awl_backend *b = awl_backend_find(names[i]);
-        if (b && b->set_matmul_fast_fp32) b->set_matmul_fast_fp32(fast);
-    }
-    return AWL_OK;
-}
-
-int awl_synchronize(const char *device)
-{
-    awl_device d;
-    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
-    return d.backend->synchronize(d.index);
-}
-
-int awl_device_stream(const char *device, void **stream)
-{
-    awl_device d;
-    *stream = NULL;
-    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
-    if (d.backend->stream) *stream = d.backend->stream(d.index);
-    return AWL_OK;
-}
-
-/* ---- memory statistics -------------------------------------------------------- */
-
-#define MAX_TRACKED_DEVICES 16
-
-typedef struct device_stats {
-    const awl_backend *backend;
-    int index;
-    awl_memory_stats stats;
-} device_stats;
-
-static device_stats tracked[MAX_TRACKED_DEVICES];
-static int n_tracked;
-
-static awl_memory_stats *stats_for(awl_device device)
-{
-    for (int i = 0; i < n_tracked; i++)
-        if (tracked[i].backend == device.backend && tracked[i].index == device.index)
-            return &tracked[i].stats;
-    if (n_tracked == MAX_TRACKED_DEVICES) return &tracked[MAX_TRACKED_DEVICES - 1].stats;
-    tracked[n_tracked].backend = device.backend;
-    tracked[n_tracked].index = device.index;
-    return &tracked[n_tracked++].stats;
-}
-
-int awl_memory_get_stats(const char *device, awl_memory_stats *out)
-{
-    awl_device d;
-    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
-    *out = *stats_for(d);
-    out->reserved =
-        d.backend->memory_reserved ? (int64_t)d.backend->memory_reserved(d.index) : out->in_use;
-    return AWL_OK;
-}
-
-int awl_memory_reset_peak(const char *device)
-{
-    awl_device d;
-    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
-    awl_memory_stats *s = stats_for(d);
-    s->peak = s->in_use;
-    return AWL_OK;
-}
-
-/* ---- storage ---------------------------------------------------------------------- */
-
-static awl_storage *storage_new(const char *op, awl_device device, size_t nbytes)
-{
-    void *data = device.backend->alloc(device.index, nbytes);
-    if (!data && nbytes > 0) {
-        if (awl_last_error_code() == AWL_OK || strncmp(awl_last_error(), op, strlen(op)) != 0) {
-            char name[32], msg[1024];
-            snprintf(msg, sizeof msg, "%s", awl_last_error());
-            awl_error(AWL_ERR_OOM, "%s: cannot allocate %zu bytes on %s: %s", op, nbytes,
-                      awl_device_name(device, name, sizeof name), msg);
-        }
-        return NULL;
-    }
-    awl_storage *s = awl_xmalloc(sizeof *s);
-    s->refcount = 1;
-    s->data = data;
-    s->nbytes = nbytes;
-    s->device = device;
-    awl_memory_stats *st = stats_for(device);
-    st->in_use += (int64_t)nbytes;
-    st->allocations++;
-    st->live++;
-    if (st->in_use > st->peak) st->peak = st->in_use;
-    return s;
-}
-
-static void storage_release(awl_storage *s)
-{
-    if (--s->refcount > 0) return;
-    awl_memory_stats *st = stats_for(s->device);
-    st->in_use -= (int64_t)s->nbytes;
-    st->live--;
-    s->device.backend->free(s->device.index, s->data, s->nbytes);
-    free(s);
-}
-
-/* ---- scopes ----------------------------------------------------------------------- */
-
-typedef struct scope {
-    awl_tensor **owned;
-    int count, capacity;
-} scope;
-
-static _Thread_local scope *scopes;
-static _Thread_local int scope_count, scope_capacity;
-
-int awl_scope_depth(void) { return scope_count; }
-
-void awl_scope_begin(void)
-{
-    if (scope_count == scope_capacity) {
-        int cap = scope_capacity ? 2 * scope_capacity : 8;
-        scopes = awl_xrealloc(scopes, (size_t)cap * sizeof *scopes);
-        memset(scopes + scope_capacity, 0, (size_t)(cap - scope_capacity) * sizeof *scopes);
-        scope_capacity = cap;
-    }
-    scopes[scope_count++].count = 0; /* the owned array is reused across scopes */
-}
-
-static void scope_push(scope *s, awl_tensor *t)
-{
-    if (s->count == s->capacity) {
-        s->capacity = s->capacity ? 2 * s->capacity : 64;
-        s->owned = awl_xrealloc(s->owned, (size_t)s->capacity * sizeof *s->owned);
-    }
-    s->owned[s->count++] = t;
-}
-
-void awl_scope_end(void)
-{
-    if (scope_count == 0) {
-        fprintf(stderr, "awl: awl_scope_end without awl_scope_begin\n");
-        return;
-    }
-    scope *s = &scopes[scope_count - 1];
-    /* Newest first: a view dies before the tensor it views. Releasing may run
-     * graph destructors but never opens or closes scopes. */
-    for (int i = s->count - 1; i >= 0; i--) awl_release(s->owned[i]);
-    s->count = 0;
-    scope_count--;
-    if (scope_count == 0) { /* outside every scope: give the memory back */
-        for (int i = 0; i < scope_capacity; i++) free(scopes[i].owned);
-        free(scopes);
-        scopes = NULL;
-        scope_capacity = 0;
-    }
-}
-
-/* Removes one occurrence of t from the current scope; false if absent. */
-static bool scope_remove(awl_tensor *t)
-{
-    if (scope_count == 0) return false;
-    scope *cur = &scopes[scope_count - 1];
-    for (int i = cur->count - 1; i >= 0; i--) {
-        if (cur->owned[i] == t) {
-            cur->owned[i] = cur->owned[--cur->count];
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Gives the current scope (if any) ownership of t's first reference. */
-static awl_tensor *scope_adopt(awl_tensor *t)
-{
-    if (scope_count > 0) scope_push(&scopes[scope_count - 1], t);
-    return t;
-}
-
-awl_tensor *awl_keep(awl_tensor *t)
-{
-    if (!t || scope_count == 0) return t;
-    if (!scope_remove(t)) t->refcount++; /* not ours to move: hand out a new reference */
-    if (scope_count > 1) scope_push(&scopes[scope_count - 2], t);
-    return t;
-}
-
-void awl_discard(awl_tensor *t)
-{
-    if (!t) return;
-    scope_remove(t);
-    awl_release(t);
-}
-
-awl_tensor *awl_take(awl_tensor *t)
-{
-    if (t) scope_remove(t);
-    return t;
-}
-
-awl_tensor *awl_adopt(awl_tensor *t) { return t ? scope_adopt(t) : NULL; }
-
-awl_tensor *awl_retain(awl_tensor *t)
-{
-    if (t) t->refcount++;
-    return t;
-}
-
-void awl_release(awl_tensor *t)
-{
-    if (!t || --t->refcount > 0) return;
-    storage_release(t->storage);
-    awl_release(t->grad);
-    if (t->grad_fn && --t->grad_fn->refcount == 0) t->grad_fn->destroy(t->grad_fn);
-    free(t->hooks);
-    free(t);
-}
-
 /* ---- tensor structs ------------------------------------------------------------- */
 
 awl_tensor *awl_tensor_wrap(awl_storage *storage, int ndim, const int64_t *shape,
@@ -436,7 +81,7 @@ awl_tensor *awl_tensor_wrap(awl_storage *storage, int ndim, const int64_t *shape
     t->dtype = dtype;
     t->storage = storage;
     storage->refcount++;
-    return scope_adopt(t);
+    return awl_adopt(t);
 }
 
 awl_tensor *awl_tensor_alloc(const char *op, awl_device device, int ndim, const int64_t *shape,
@@ -460,7 +105,7 @@ awl_tensor *awl_tensor_alloc(const char *op, awl_device device, int ndim, const 
         }
         numel *= shape[d];
     }
-    awl_storage *s = storage_new(op, device, (size_t)numel * awl_dtype_size(dtype));
+    awl_storage *s = awl_storage_new(op, device, (size_t)numel * awl_dtype_size(dtype));
     if (!s) return NULL;
     int64_t strides[AWL_MAX_DIMS];
     awl_contiguous_strides(ndim, shape, strides);
@@ -492,10 +137,11 @@ const awl_backend *awl_tensor_backend(const awl_tensor *t) { return t->storage->
 
 int awl_tensor_device_index(const awl_tensor *t) { return t->storage->device.index; }
 
+bool awl_tensor_is_host(const awl_tensor *t) { return t->storage->device.backend->host_memory; }
+
 bool awl_same_device(const awl_tensor *a, const awl_tensor *b)
 {
-    return a->storage->device.backend == b->storage->device.backend &&
-           a->storage->device.index == b->storage->device.index;
+    return awl_device_equal(a->storage->device, b->storage->device);
 }
 
 int awl_check_same_device(const char *op, const awl_tensor *a, const awl_tensor *b)
@@ -531,8 +177,8 @@ bool awl_same_shape(const awl_tensor *a, const awl_tensor *b)
 
 /* ---- creation --------------------------------------------------------------------- */
 
-static awl_tensor *create(const char *op, int ndim, const int64_t *shape, awl_dtype dtype,
-                          const char *device)
+awl_tensor *awl_tensor_create(const char *op, int ndim, const int64_t *shape, awl_dtype dtype,
+                              const char *device)
 {
     if (ndim > 0 && !shape) {
         awl_error(AWL_ERR_INVALID, "%s: shape is NULL", op);
@@ -546,7 +192,7 @@ static awl_tensor *create(const char *op, int ndim, const int64_t *shape, awl_dt
 static awl_tensor *create_filled(const char *op, int ndim, const int64_t *shape, double value,
                                  awl_dtype dtype, const char *device)
 {
-    awl_tensor *t = create(op, ndim, shape, dtype, device);
+    awl_tensor *t = awl_tensor_create(op, ndim, shape, dtype, device);
     if (t && awl_tensor_fill_(t, value) < 0) {
         awl_discard(t);
         return NULL;
@@ -556,7 +202,7 @@ static awl_tensor *create_filled(const char *op, int ndim, const int64_t *shape,
 
 awl_tensor *awl_empty(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
 {
-    return create("awl_empty", ndim, shape, dtype, device);
+    return awl_tensor_create("awl_empty", ndim, shape, dtype, device);
 }
 
 awl_tensor *awl_zeros(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
@@ -607,35 +253,10 @@ awl_tensor *awl_arange(double start, double stop, double step, awl_dtype dtype, 
     return t;
 }
 
-static int fill_random(const char *op, awl_tensor *dst, awl_random_kind kind, double a, double b);
-
-/* A new tensor drawn from the global generator: U[0, 1) or N(0, 1) (both
- * kinds take a = 0, b = 1 for these). */
-static awl_tensor *create_random(const char *op, awl_random_kind kind, int ndim,
-                                 const int64_t *shape, awl_dtype dtype, const char *device)
-{
-    awl_tensor *t = create(op, ndim, shape, dtype, device);
-    if (t && fill_random(op, t, kind, 0.0, 1.0) < 0) {
-        awl_discard(t);
-        return NULL;
-    }
-    return t;
-}
-
-awl_tensor *awl_rand(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
-{
-    return create_random("awl_rand", AWL_RANDOM_UNIFORM, ndim, shape, dtype, device);
-}
-
-awl_tensor *awl_randn(int ndim, const int64_t *shape, awl_dtype dtype, const char *device)
-{
-    return create_random("awl_randn", AWL_RANDOM_NORMAL, ndim, shape, dtype, device);
-}
-
 awl_tensor *awl_from_data(const void *data, int ndim, const int64_t *shape, awl_dtype dtype,
                           const char *device)
 {
-    awl_tensor *t = create("awl_from_data", ndim, shape, dtype, device);
+    awl_tensor *t = awl_tensor_create("awl_from_data", ndim, shape, dtype, device);
     if (!t) return NULL;
     size_t nbytes = (size_t)awl_numel(t) * awl_dtype_size(dtype);
     awl_storage *s = t->storage;
@@ -729,56 +350,4 @@ double awl_item(const awl_tensor *t)
     }
     default: return NAN;
     }
-}
-
-/* ---- random numbers ----------------------------------------------------------------- */
-
-static uint64_t rng_seed = 0x5eed;
-static uint64_t rng_offset;
-
-void awl_manual_seed(uint64_t seed)
-{
-    rng_seed = seed;
-    rng_offset = 0;
-}
-
-void awl_rng_get_state(uint64_t *seed, uint64_t *offset)
-{
-    if (seed) *seed = rng_seed;
-    if (offset) *offset = rng_offset;
-}
-
-void awl_rng_set_state(uint64_t seed, uint64_t offset)
-{
-    rng_seed = seed;
-    rng_offset = offset;
-}
-
-uint64_t awl_rng_reserve(uint64_t n)
-{
-    uint64_t start = rng_offset;
-    rng_offset += awl_philox_blocks(n);
-    return start;
-}
-
-static int fill_random(const char *op, awl_tensor *dst, awl_random_kind kind, double a, double b)
-{
-    if (!dst) return AWL_ERR_INVALID;
-    if (!awl_dtype_is_float(dst->dtype))
-        return awl_error(AWL_ERR_INVALID, "%s: random fill needs a float tensor, not %s", op,
-                         awl_dtype_name(dst->dtype));
-    uint64_t offset = awl_rng_reserve((uint64_t)awl_numel(dst));
-    awl_view v = awl_tensor_view(dst);
-    return awl_backend_status(op,
-                              awl_tensor_backend(dst)->random(&v, kind, rng_seed, offset, a, b));
-}
-
-int awl_tensor_uniform_(awl_tensor *dst, double low, double high)
-{
-    return fill_random("awl_tensor_uniform_", dst, AWL_RANDOM_UNIFORM, low, high);
-}
-
-int awl_tensor_normal_(awl_tensor *dst, double mean, double std)
-{
-    return fill_random("awl_tensor_normal_", dst, AWL_RANDOM_NORMAL, mean, std);
 }

@@ -104,18 +104,26 @@ struct awl_tensor {
 
 /* ---- devices ---------------------------------------------------------------- */
 
-/* Parses "cpu", "cuda", "cuda:1" into a device. Fails when the backend is not
- * built in or the index is out of range. */
+/* Parses "cpu", "cuda", "cuda:1" into a device. Fails when no backend of that
+ * name is registered or the index is out of range. */
 int awl_device_parse(const char *name, awl_device *out);
+
+/* Whether two devices are the same one. */
+bool awl_device_equal(awl_device a, awl_device b);
 
 /* True when `name` parses and the device is present. */
 bool awl_device_available(const char *name);
 
-/* Writes "cpu" or "cuda:0" into buf and returns buf. */
+/* Writes "cpu" or "cuda:0" into buf and returns buf (a host-memory backend's
+ * one device has no index). */
 const char *awl_device_name(awl_device device, char *buf, size_t size);
 
 /* A tensor's device, as a name in buf (convenience over awl_device_name). */
 const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size);
+/* Whether t's storage is host memory the CPU reads directly (its backend's
+ * host_memory: the CPU backend's and the student's), so that
+ * t->storage->data may be handed to host code. */
+bool awl_tensor_is_host(const awl_tensor *t);
 
 /* Number of threads CPU kernels use (OpenMP and OpenBLAS together). */
 void awl_set_num_threads(int n);
@@ -125,6 +133,19 @@ int awl_get_num_threads(void);
  * float32 matmuls in float32; "high" lets backends use a faster, less exact
  * mode (TF32 tensor cores on CUDA; no change on the CPU). */
 int awl_set_float32_matmul_precision(const char *precision);
+
+/* Sets a backend's named setting for the device's backend, such as
+ * ("cuda", "attention", "simt"): the CUDA attention kernels' rung. Returns 0,
+ * or AWL_ERR_INVALID with a message for a name or value it does not know. */
+int awl_device_set_option(const char *device, const char *name, const char *value);
+
+/* Runs each required primitive of the device's backend once, on a few
+ * elements, and counts those that answer AWL_ERR_NOT_IMPLEMENTED (or have
+ * no entry): a student backend still being written. Writes one line per
+ * missing primitive ("  matmul (milestone 5: ...)") into report (size
+ * bytes, may be 0). Whether the others compute correctly is awl-check's
+ * question, not this one's. Returns the count, or a negative status. */
+int awl_device_missing_primitives(const char *device, char *report, size_t size);
 
 /* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
 int awl_synchronize(const char *device);
@@ -136,6 +157,12 @@ int awl_synchronize(const char *device);
  * awl's kernels with an event (dist/nccl.c). 0, or negative for an unknown
  * device. */
 int awl_device_stream(const char *device, void **stream);
+
+/* Whether fused backend kernels may be used (on by default): off, every op
+ * composes from primitives, which is what the tests compare the two paths
+ * with. A process-wide setting; returns the previous one. */
+bool awl_set_fused_kernels(bool on);
+bool awl_fused_kernels_enabled(void);
 
 /* ---- scopes and reference counts -------------------------------------------- */
 
@@ -152,6 +179,12 @@ awl_tensor *awl_retain(awl_tensor *t);
 void awl_release(awl_tensor *t);
 /* Depth of the scope stack (0 outside every scope). */
 int awl_scope_depth(void);
+/* Takes t's reference out of the current scope and returns it: the caller
+ * now owns that reference (a graph node keeping a tensor it created). */
+awl_tensor *awl_take(awl_tensor *t);
+/* Gives the current scope one reference the caller owned (a tensor made in
+ * an inner scope and retained across its end). NULL in, NULL out. */
+awl_tensor *awl_adopt(awl_tensor *t);
 
 /* ---- creation (leaf tensors) ----------------------------------------------- */
 
@@ -188,6 +221,10 @@ bool awl_is_contiguous(const awl_tensor *t);
 bool awl_same_shape(const awl_tensor *a, const awl_tensor *b);
 /* "(2,3,4)" into buf; returns buf. */
 const char *awl_shape_str(const awl_tensor *t, char *buf, size_t size);
+const char *awl_format_shape(int ndim, const int64_t *shape, char *buf, size_t size);
+/* Normalises a possibly negative axis of a tensor with ndim axes into *out;
+ * records an error naming op when it is out of range. */
+int awl_normalize_dim(const char *op, int dim, int ndim, int *out);
 
 /* PyTorch-style repr: tensor([[0.1000, 0.2000], ...], requires_grad=True).
  * awl_repr writes at most size bytes (always terminated) and returns the
@@ -289,7 +326,74 @@ int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tenso
 int awl_tensor_uniform_(awl_tensor *dst, double low, double high);
 int awl_tensor_normal_(awl_tensor *dst, double mean, double std);
 
-/* ---- for code that calls a backend directly ------------------------------------ */
+/* ---- fused kernels (tensor/fused.c) -------------------------------------------- */
+
+/* The optional fused kernels of backends/backend.h, on tensors. Each returns
+ * 0, or AWL_ERR_UNSUPPORTED without a message when it cannot run (fused
+ * kernels switched off, the device lacks the kernel or the dtype, a layout
+ * the kernel does not read), and the caller then composes the computation
+ * from ordinary ops; any other failure is a negative status with a message.
+ * The shapes and dtypes are those of the backend.h entry of the same name,
+ * with any leading axes allowed where the kernel takes (rows, C): those
+ * tensors must be contiguous. Outputs are written, not allocated. */
+
+/* Whether kernel can run for tensors like `like` (fused kernels on, and
+ * like's device computes it in like's dtype): the cheap question to ask
+ * before preparing a call. */
+bool awl_fused_available(awl_kernel kernel, const awl_tensor *like);
+
+/* The arguments of the attention kernels beyond the tensors, in a struct so
+ * that a new one is added here and where it is used, not to every caller's
+ * argument list. */
+typedef struct awl_attention_args {
+    double scale; /* applied to q k^T */
+    bool causal;
+    /* NULL or p == 0 for none; else the attention weights' dropout, drawn
+     * as backend.h's attention_forward says (the backward gets the same) */
+    const awl_dropout_args *dropout;
+} awl_attention_args;
+
+int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log);
+int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, bool log);
+/* weight, bias, dweight, dbias may be NULL. */
+int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
+                                 awl_tensor *weight, awl_tensor *bias, double eps);
+int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
+                                  awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
+                                  awl_tensor *mean, awl_tensor *rstd);
+/* logits (..., V); targets, loss, lse and dloss of numel / V elements
+ * (dloss may be a broadcast vector). */
+int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tensor *logits,
+                                     awl_tensor *targets, int ignore_index);
+int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
+                                      awl_tensor *lse, awl_tensor *targets, int ignore_index);
+/* q, k, v, out and their gradients (B, H, T, D) with a contiguous last axis
+ * (any strides along B, H, T); lse (B, H, T) float32. */
+int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q, awl_tensor *k,
+                                 awl_tensor *v, const awl_attention_args *args);
+int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
+                                  awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *out,
+                                  awl_tensor *lse, const awl_attention_args *args);
+/* out (M, N) = a (M, K) @ b (K, N) + bias (N). */
+int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
+int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
+/* out = in with draw d's dropout mask applied (common/dropout.h), out and in
+ * of one shape and dtype, out contiguous; 0 < d->p < 1. */
+int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *d);
+/* One AdamW step over params[0..n) with their grads and moments, all of
+ * params[0]'s device and dtype. */
+int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
+                          awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
+                          const awl_adamw_args *args);
+
+/* Whether the device computes kernel (op, dtype): awl_backend_supports for
+ * the device's backend; false when device does not parse (no error is
+ * recorded). */
+bool awl_device_supports(const char *device, awl_kernel kernel, int op, awl_dtype dtype);
+
+/* ---- for tools and tests that drive a backend directly -------------------------- */
+
+/* Library code above tensor/ never does (scripts/check_layers.sh). */
 
 /* The view of t that kernels receive. */
 awl_view awl_tensor_view(const awl_tensor *t);

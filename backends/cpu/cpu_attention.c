@@ -206,13 +206,13 @@ static const awl_dropout_args *active(const awl_dropout_args *d)
 /* Threads for B*H problems of cost T*T*D each, and the scratch they need. */
 static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, int *nt)
 {
-    *nt = cpu_threads_for(BH * T * T * D, 1 << 16);
+    *nt = awl_cpu_threads_for(BH * T * T * D, 1 << 16);
     if (*nt > BH) *nt = (int)BH;
     if (*nt < 1) *nt = 1;
     return calloc((size_t)(*nt * per_head), sizeof(float));
 }
 
-int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
+int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
                           const awl_view *k, const awl_view *v, double scale, bool causal,
                           const awl_dropout_args *dropout)
 {
@@ -279,7 +279,7 @@ int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_vi
     return AWL_OK;
 }
 
-int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
+int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                            const awl_view *dout, const awl_view *q, const awl_view *k,
                            const awl_view *v, const awl_view *out, const awl_view *lse,
                            double scale, bool causal, const awl_dropout_args *dropout)

@@ -38,41 +38,66 @@ static void cpu_set_num_threads(int n)
     awl_blas_set_num_threads(n);
 }
 
+/* bfloat16 is a storage type here: moved (fill, copy, where, index_select,
+ * gather) and drawn, never computed with; the fused kernels are float32. */
+static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
+{
+    (void)op;
+    switch (kernel) {
+    case AWL_KERNEL_FILL:
+    case AWL_KERNEL_COPY:
+    case AWL_KERNEL_WHERE:
+    case AWL_KERNEL_INDEX_SELECT:
+    case AWL_KERNEL_GATHER:
+    case AWL_KERNEL_RANDOM:
+    case AWL_KERNEL_DROPOUT: return true;
+    case AWL_KERNEL_UNARY:
+    case AWL_KERNEL_BINARY:
+    case AWL_KERNEL_REDUCE:
+    case AWL_KERNEL_MATMUL:
+    case AWL_KERNEL_INDEX_ADD:
+    case AWL_KERNEL_SCATTER_ADD: return dtype != AWL_BF16;
+    default: return dtype == AWL_F32;
+    }
+}
+
 static const awl_backend cpu_backend = {
     .name = "cpu",
+    .host_memory = true,
     .device_count = cpu_device_count,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
+    .alloc = awl_cpu_alloc,
+    .free = awl_cpu_free,
     .copy_from_host = cpu_copy_bytes,
     .copy_to_host = cpu_copy_bytes,
     .synchronize = cpu_synchronize,
-    .fill = cpu_fill,
-    .copy = cpu_copy,
-    .unary = cpu_unary,
-    .binary = cpu_binary,
-    .where = cpu_where,
-    .reduce = cpu_reduce,
-    .matmul = cpu_matmul,
-    .index_select = cpu_index_select,
-    .index_add = cpu_index_add,
-    .gather = cpu_gather,
-    .scatter_add = cpu_scatter_add,
-    .random = cpu_random,
-    .memory_reserved = cpu_memory_reserved,
-    .empty_cache = cpu_empty_cache,
+    .fill = awl_cpu_fill,
+    .copy = awl_cpu_copy,
+    .unary = awl_cpu_unary,
+    .binary = awl_cpu_binary,
+    .where = awl_cpu_where,
+    .reduce = awl_cpu_reduce,
+    .matmul = awl_cpu_matmul,
+    .index_select = awl_cpu_index_select,
+    .index_add = awl_cpu_index_add,
+    .gather = awl_cpu_gather,
+    .scatter_add = awl_cpu_scatter_add,
+    .random = awl_cpu_random,
+    .supports = cpu_supports,
+    .memory_reserved = awl_cpu_memory_reserved,
+    .empty_cache = awl_cpu_empty_cache,
     .set_num_threads = cpu_set_num_threads,
     .set_matmul_fast_fp32 = NULL,
-    .softmax_forward = cpu_softmax_forward,
-    .softmax_backward = cpu_softmax_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .cross_entropy_forward = cpu_cross_entropy_forward,
-    .cross_entropy_backward = cpu_cross_entropy_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .dropout = cpu_dropout,
-    .gelu_backward = cpu_gelu_backward,
-    .adamw_step = cpu_adamw_step,
+    .softmax_forward = awl_cpu_softmax_forward,
+    .softmax_backward = awl_cpu_softmax_backward,
+    .layernorm_forward = awl_cpu_layernorm_forward,
+    .layernorm_backward = awl_cpu_layernorm_backward,
+    .cross_entropy_forward = awl_cpu_cross_entropy_forward,
+    .cross_entropy_backward = awl_cpu_cross_entropy_backward,
+    .attention_forward = awl_cpu_attention_forward,
+    .attention_backward = awl_cpu_attention_backward,
+    .dropout = awl_cpu_dropout,
+    .gelu_backward = awl_cpu_gelu_backward,
+    .adamw_step = awl_cpu_adamw_step,
 };
 
 const awl_backend *awl_cpu_backend(void) { return &cpu_backend; }

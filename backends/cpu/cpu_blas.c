@@ -159,7 +159,7 @@ static void load(void)
     in->loaded = true;
 }
 
-int cpu_blas_load(const char *caller)
+int awl_cpu_blas_load(const char *caller)
 {
     pthread_once(&blas.once, load);
     if (blas.info.loaded) return AWL_OK;
@@ -169,7 +169,7 @@ int cpu_blas_load(const char *caller)
 
 int awl_blas_get_info(awl_blas_info *out)
 {
-    int status = cpu_blas_load("awl_blas_get_info");
+    int status = awl_cpu_blas_load("awl_blas_get_info");
     *out = blas.info;
     out->threads = status == AWL_OK && blas.get_num_threads ? blas.get_num_threads() : 0;
     return status;
@@ -177,7 +177,7 @@ int awl_blas_get_info(awl_blas_info *out)
 
 int awl_blas_set_num_threads(int n)
 {
-    int status = cpu_blas_load("awl_set_num_threads");
+    int status = awl_cpu_blas_load("awl_set_num_threads");
     if (status == AWL_OK) blas.set_num_threads(n);
     return status;
 }
@@ -185,7 +185,7 @@ int awl_blas_set_num_threads(int n)
 int awl_blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                    int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
-    int status = cpu_blas_load("awl_matmul");
+    int status = awl_cpu_blas_load("awl_matmul");
     if (status == AWL_OK)
         blas.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
                    trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c,
@@ -196,7 +196,7 @@ int awl_blas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 int awl_blas_dgemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double *a,
                    int lda, const double *b, int ldb, double beta, double *c, int ldc)
 {
-    int status = cpu_blas_load("awl_matmul");
+    int status = awl_cpu_blas_load("awl_matmul");
     if (status == AWL_OK)
         blas.dgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
                    trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c,

@@ -4,10 +4,10 @@
  *
  * Every op is one cpu_iter walk (cpu_iter.c) calling a typed segment kernel
  * picked from a table indexed by dtype and op code. The kernels are generated
- * from one-line expressions by the DEFINE_* macros below, so float32, float64
- * and int32 share one definition of each op; each generated kernel has three
- * loops: all operands contiguous (vectorised through `omp simd`), one input
- * broadcast as a scalar (also vectorised), and the general strided loop.
+ * from the op formulas of backends/ops.h by the DEFINE_* macros below, so
+ * float32, float64 and int32 share the one definition of each op; each
+ * generated kernel has three loops: all operands contiguous (vectorised through `omp simd`), one
+ * input broadcast as a scalar (also vectorised), and the general strided loop.
  *
  * Why `omp simd` and not `restrict`: the contract allows out to be the very
  * same view as an input (in-place updates), which `restrict` would make
@@ -19,9 +19,10 @@
  * is expf()), float64 in double, int32 in int64 so that sums and products
  * wrap when stored instead of overflowing (undefined behaviour in C). Scalar
  * comparisons (x > alpha) are done in double so that alpha is never rounded.
- * int32 has no exp/log/... and no division or pow (integer semantics there
- * are a choice the tensor layer should make explicitly); bfloat16 is a
- * storage type here: fill, copy and where move it, arithmetic refuses it.
+ * Which ops int32 has (no exp, division or pow: integer semantics there are
+ * a choice the tensor layer should make explicitly) is ops.h's dtype column;
+ * bfloat16 is a storage type here: fill, copy and where move it, arithmetic
+ * refuses it.
  */
 #include <stdint.h>
 #include <string.h>
@@ -32,51 +33,18 @@
 
 #define SEGMENT_ARGS int64_t n, int64_t flat, char *const *p, const int64_t *s, const void *ctx
 
-/* e^x: the vectorisable float32 version (cpu_math.h), libm's for float64. */
-static inline double exp_d(double x) { return exp(x); }
-#define VEXP(x) _Generic((x), float : cpu_expf, double : exp_d)(x)
-
-#define GELU(x) _Generic((x), float : gelu_f, double : gelu_d)(x)
-#define GELU_GRAD(x) _Generic((x), float : gelu_grad_f, double : gelu_grad_d)(x)
-
 /* ---- unary ------------------------------------------------------------------ */
 
-/* Each entry is X(OP, expression of x (compute type), al (alpha in the compute
- * type) and alpha (the double)). */
-#define UNARY_COMMON_OPS(X)                                                                        \
-    X(NEG, -x)                                                                                     \
-    X(ABS, x < 0 ? -x : x)                                                                         \
-    X(SIGN, (x > 0) - (x < 0))                                                                     \
-    X(RELU, x > 0 ? x : 0)                                                                         \
-    X(STEP, x > 0)                                                                                 \
-    X(ADD_SCALAR, x + al)                                                                          \
-    X(MUL_SCALAR, (x)*al)                                                                          \
-    X(RSUB_SCALAR, al - x)                                                                         \
-    X(GT_SCALAR, (double)x > alpha)                                                                \
-    X(LT_SCALAR, (double)x < alpha)                                                                \
-    X(EQ_SCALAR, (double)x == alpha)
-
-#define UNARY_FLOAT_OPS(X)                                                                         \
-    X(EXP, VEXP(x))                                                                                \
-    X(LOG, log(x))                                                                                 \
-    X(SQRT, sqrt(x))                                                                               \
-    X(RSQRT, 1 / sqrt(x))                                                                          \
-    X(TANH, tanh(x))                                                                               \
-    X(SIGMOID, 1 / (1 + VEXP(-x)))                                                                 \
-    X(GELU, GELU(x))                                                                               \
-    X(GELU_GRAD, GELU_GRAD(x))                                                                     \
-    X(RDIV_SCALAR, al / x)                                                                         \
-    X(POW_SCALAR, pow(x, al))
-
-/* out = EXPR(in); T is the storage type, C the compute type, ALPHA converts
- * the double alpha to C. */
-#define DEFINE_UNARY(NAME, T, C, ALPHA, EXPR)                                                      \
+/* out = formula(in) for T elements computed in CT (the formulas' C); ALPHA
+ * converts the op's double scalar to CT. */
+#define DEFINE_UNARY(NAME, T, CT, ALPHA, EXPR)                                                     \
     static void NAME(SEGMENT_ARGS)                                                                 \
     {                                                                                              \
+        typedef CT C;                                                                              \
         (void)flat;                                                                                \
-        const double alpha = *(const double *)ctx;                                                 \
-        const C al = ALPHA(alpha);                                                                 \
-        (void)al;                                                                                  \
+        const double alpha_d = *(const double *)ctx;                                               \
+        const C alpha = ALPHA(alpha_d);                                                            \
+        (void)alpha;                                                                               \
         T *o = (T *)p[0];                                                                          \
         const T *in = (const T *)p[1];                                                             \
         if (s[0] == 1 && s[1] == 1) {                                                              \
@@ -101,39 +69,26 @@ static inline double exp_d(double x) { return exp(x); }
 #define ALPHA_F64(a) (a)
 #define ALPHA_I32(a) ((int64_t)cpu_double_to_i32(a))
 
-#define DEF_UNARY_F32(OP, EXPR) DEFINE_UNARY(unary_f32_##OP, float, float, ALPHA_F32, EXPR)
-#define DEF_UNARY_F64(OP, EXPR) DEFINE_UNARY(unary_f64_##OP, double, double, ALPHA_F64, EXPR)
-#define DEF_UNARY_I32(OP, EXPR) DEFINE_UNARY(unary_i32_##OP, int32_t, int64_t, ALPHA_I32, EXPR)
-UNARY_COMMON_OPS(DEF_UNARY_F32)
-UNARY_FLOAT_OPS(DEF_UNARY_F32)
-UNARY_COMMON_OPS(DEF_UNARY_F64)
-UNARY_FLOAT_OPS(DEF_UNARY_F64)
-UNARY_COMMON_OPS(DEF_UNARY_I32)
+/* A kernel per op and dtype; int32's versions of float-only ops are never
+ * entered in the table below, and the compiler drops them. */
+#define DEF_UNARY(OP, name, dtypes, domain, math, EXPR)                                            \
+    DEFINE_UNARY(unary_f32_##OP, float, float, ALPHA_F32, EXPR)                                    \
+    DEFINE_UNARY(unary_f64_##OP, double, double, ALPHA_F64, EXPR)                                  \
+    DEFINE_UNARY(unary_i32_##OP, int32_t, int64_t, ALPHA_I32, EXPR)
+AWL_UNARY_OPS(DEF_UNARY)
 
-#define UNARY_ENTRY_F32(OP, EXPR) [AWL_UNARY_##OP] = unary_f32_##OP,
-#define UNARY_ENTRY_F64(OP, EXPR) [AWL_UNARY_##OP] = unary_f64_##OP,
-#define UNARY_ENTRY_I32(OP, EXPR) [AWL_UNARY_##OP] = unary_i32_##OP,
+/* The entry for op in dtype DT: NULL where the op is not defined for it. */
+#define ENTRY_FOR(DT, dtypes, fn) ((dtypes)&AWL_DT(DT) ? (fn) : NULL)
+#define UNARY_ENTRY_F32(OP, name, dtypes, domain, math, EXPR) unary_f32_##OP,
+#define UNARY_ENTRY_F64(OP, name, dtypes, domain, math, EXPR) unary_f64_##OP,
+#define UNARY_ENTRY_I32(OP, name, dtypes, domain, math, EXPR)                                      \
+    ENTRY_FOR(AWL_I32, dtypes, unary_i32_##OP),
 /* Indexed [dtype][op]; NULL where the op is not defined for the dtype. */
 static const cpu_segment_fn unary_kernels[3][AWL_UNARY_OP_COUNT] = {
-    [AWL_F32] = {UNARY_COMMON_OPS(UNARY_ENTRY_F32) UNARY_FLOAT_OPS(UNARY_ENTRY_F32)},
-    [AWL_F64] = {UNARY_COMMON_OPS(UNARY_ENTRY_F64) UNARY_FLOAT_OPS(UNARY_ENTRY_F64)},
-    [AWL_I32] = {UNARY_COMMON_OPS(UNARY_ENTRY_I32)},
+    [AWL_F32] = {AWL_UNARY_OPS(UNARY_ENTRY_F32)},
+    [AWL_F64] = {AWL_UNARY_OPS(UNARY_ENTRY_F64)},
+    [AWL_I32] = {AWL_UNARY_OPS(UNARY_ENTRY_I32)},
 };
-
-/* Ops that call into libm pay for threads at a smaller size. */
-static bool unary_is_costly(awl_unary_op op)
-{
-    switch (op) {
-    case AWL_UNARY_EXP:
-    case AWL_UNARY_LOG:
-    case AWL_UNARY_TANH:
-    case AWL_UNARY_SIGMOID:
-    case AWL_UNARY_GELU:
-    case AWL_UNARY_GELU_GRAD:
-    case AWL_UNARY_POW_SCALAR: return true;
-    default: return false;
-    }
-}
 
 static int refuse_dtype(const char *what, const char *opname, awl_dtype dtype)
 {
@@ -146,7 +101,7 @@ static int refuse_dtype(const char *what, const char *opname, awl_dtype dtype)
                      awl_dtype_name(dtype));
 }
 
-int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
+int awl_cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
 {
     if (op < 0 || op >= AWL_UNARY_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu unary: unknown op %d", (int)op);
@@ -154,39 +109,18 @@ int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double a
     if (!fn) return refuse_dtype("unary", awl_unary_op_name(op), out->dtype);
     const awl_view *views[2] = {out, in};
     cpu_iter it;
-    cpu_iter_init(&it, 2, views);
-    cpu_iter_run(&it, unary_is_costly(op) ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, &alpha);
+    awl_cpu_iter_init(&it, 2, views);
+    awl_cpu_iter_run(&it, awl_unary_info(op)->math ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn,
+                     &alpha);
     return AWL_OK;
 }
 
 /* ---- binary ------------------------------------------------------------------ */
 
-/* X(OP, expression of a and b in the compute type). Float maximum/minimum
- * propagate NaN, as PyTorch's do. */
-#define BINARY_COMMON_OPS(X)                                                                       \
-    X(ADD, a + b)                                                                                  \
-    X(SUB, a - b)                                                                                  \
-    X(MUL, a *b)                                                                                   \
-    X(EQ, a == b)                                                                                  \
-    X(NE, a != b)                                                                                  \
-    X(GT, a > b)                                                                                   \
-    X(GE, a >= b)                                                                                  \
-    X(LT, a < b)                                                                                   \
-    X(LE, a <= b)
-
-#define BINARY_FLOAT_OPS(X)                                                                        \
-    X(DIV, a / b)                                                                                  \
-    X(POW, pow(a, b))                                                                              \
-    X(MAXIMUM, (a > b || a != a) ? a : b)                                                          \
-    X(MINIMUM, (a < b || a != a) ? a : b)
-
-#define BINARY_INT_OPS(X)                                                                          \
-    X(MAXIMUM, a > b ? a : b)                                                                      \
-    X(MINIMUM, a < b ? a : b)
-
-#define DEFINE_BINARY(NAME, T, C, EXPR)                                                            \
+#define DEFINE_BINARY(NAME, T, CT, EXPR)                                                           \
     static void NAME(SEGMENT_ARGS)                                                                 \
     {                                                                                              \
+        typedef CT C;                                                                              \
         (void)flat;                                                                                \
         (void)ctx;                                                                                 \
         T *o = (T *)p[0];                                                                          \
@@ -219,26 +153,23 @@ int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double a
         }                                                                                          \
     }
 
-#define DEF_BINARY_F32(OP, EXPR) DEFINE_BINARY(binary_f32_##OP, float, float, EXPR)
-#define DEF_BINARY_F64(OP, EXPR) DEFINE_BINARY(binary_f64_##OP, double, double, EXPR)
-#define DEF_BINARY_I32(OP, EXPR) DEFINE_BINARY(binary_i32_##OP, int32_t, int64_t, EXPR)
-BINARY_COMMON_OPS(DEF_BINARY_F32)
-BINARY_FLOAT_OPS(DEF_BINARY_F32)
-BINARY_COMMON_OPS(DEF_BINARY_F64)
-BINARY_FLOAT_OPS(DEF_BINARY_F64)
-BINARY_COMMON_OPS(DEF_BINARY_I32)
-BINARY_INT_OPS(DEF_BINARY_I32)
+#define DEF_BINARY(OP, name, dtypes, domain, math, EXPR)                                           \
+    DEFINE_BINARY(binary_f32_##OP, float, float, EXPR)                                             \
+    DEFINE_BINARY(binary_f64_##OP, double, double, EXPR)                                           \
+    DEFINE_BINARY(binary_i32_##OP, int32_t, int64_t, EXPR)
+AWL_BINARY_OPS(DEF_BINARY)
 
-#define BINARY_ENTRY_F32(OP, EXPR) [AWL_BINARY_##OP] = binary_f32_##OP,
-#define BINARY_ENTRY_F64(OP, EXPR) [AWL_BINARY_##OP] = binary_f64_##OP,
-#define BINARY_ENTRY_I32(OP, EXPR) [AWL_BINARY_##OP] = binary_i32_##OP,
+#define BINARY_ENTRY_F32(OP, name, dtypes, domain, math, EXPR) binary_f32_##OP,
+#define BINARY_ENTRY_F64(OP, name, dtypes, domain, math, EXPR) binary_f64_##OP,
+#define BINARY_ENTRY_I32(OP, name, dtypes, domain, math, EXPR)                                     \
+    ENTRY_FOR(AWL_I32, dtypes, binary_i32_##OP),
 static const cpu_segment_fn binary_kernels[3][AWL_BINARY_OP_COUNT] = {
-    [AWL_F32] = {BINARY_COMMON_OPS(BINARY_ENTRY_F32) BINARY_FLOAT_OPS(BINARY_ENTRY_F32)},
-    [AWL_F64] = {BINARY_COMMON_OPS(BINARY_ENTRY_F64) BINARY_FLOAT_OPS(BINARY_ENTRY_F64)},
-    [AWL_I32] = {BINARY_COMMON_OPS(BINARY_ENTRY_I32) BINARY_INT_OPS(BINARY_ENTRY_I32)},
+    [AWL_F32] = {AWL_BINARY_OPS(BINARY_ENTRY_F32)},
+    [AWL_F64] = {AWL_BINARY_OPS(BINARY_ENTRY_F64)},
+    [AWL_I32] = {AWL_BINARY_OPS(BINARY_ENTRY_I32)},
 };
 
-int cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b)
+int awl_cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b)
 {
     if (op < 0 || op >= AWL_BINARY_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu binary: unknown op %d", (int)op);
@@ -246,8 +177,8 @@ int cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const a
     if (!fn) return refuse_dtype("binary", awl_binary_op_name(op), out->dtype);
     const awl_view *views[3] = {out, a, b};
     cpu_iter it;
-    cpu_iter_init(&it, 3, views);
-    cpu_iter_run(&it, op == AWL_BINARY_POW ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, NULL);
+    awl_cpu_iter_init(&it, 3, views);
+    awl_cpu_iter_run(&it, awl_binary_info(op)->math ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP, fn, NULL);
     return AWL_OK;
 }
 
@@ -321,15 +252,15 @@ static const cpu_segment_fn copy_kernels[AWL_DTYPE_COUNT][AWL_DTYPE_COUNT] = {
 
 static bool dtype_ok(awl_dtype d) { return d >= 0 && d < AWL_DTYPE_COUNT; }
 
-int cpu_copy(const awl_view *out, const awl_view *in)
+int awl_cpu_copy(const awl_view *out, const awl_view *in)
 {
     if (!dtype_ok(out->dtype) || !dtype_ok(in->dtype))
         return awl_error(AWL_ERR_INVALID, "awl_cpu copy: invalid dtype %d -> %d", (int)in->dtype,
                          (int)out->dtype);
     const awl_view *views[2] = {out, in};
     cpu_iter it;
-    cpu_iter_init(&it, 2, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, copy_kernels[out->dtype][in->dtype], NULL);
+    awl_cpu_iter_init(&it, 2, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, copy_kernels[out->dtype][in->dtype], NULL);
     return AWL_OK;
 }
 
@@ -353,7 +284,7 @@ DEFINE_FILL(fill_16, uint16_t)
 DEFINE_FILL(fill_32, uint32_t)
 DEFINE_FILL(fill_64, uint64_t)
 
-int cpu_fill(const awl_view *out, double value)
+int awl_cpu_fill(const awl_view *out, double value)
 {
     if (!dtype_ok(out->dtype))
         return awl_error(AWL_ERR_INVALID, "awl_cpu fill: invalid dtype %d", (int)out->dtype);
@@ -363,8 +294,8 @@ int cpu_fill(const awl_view *out, double value)
     cpu_segment_fn fn = size == 2 ? fill_16 : size == 4 ? fill_32 : fill_64;
     const awl_view *views[1] = {out};
     cpu_iter it;
-    cpu_iter_init(&it, 1, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, fn, &bits);
+    awl_cpu_iter_init(&it, 1, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, fn, &bits);
     return AWL_OK;
 }
 
@@ -408,7 +339,7 @@ static const cpu_segment_fn where_kernels[AWL_DTYPE_COUNT][3] = {
     [AWL_BF16] = {where_bf16_16, where_bf16_32, where_bf16_64},
 };
 
-int cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b)
+int awl_cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b)
 {
     if (!dtype_ok(out->dtype) || !dtype_ok(cond->dtype))
         return awl_error(AWL_ERR_INVALID, "awl_cpu where: invalid dtype");
@@ -416,7 +347,7 @@ int cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, cons
     int size_class = size == 2 ? 0 : size == 4 ? 1 : 2;
     const awl_view *views[4] = {out, cond, a, b};
     cpu_iter it;
-    cpu_iter_init(&it, 4, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, where_kernels[cond->dtype][size_class], NULL);
+    awl_cpu_iter_init(&it, 4, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, where_kernels[cond->dtype][size_class], NULL);
     return AWL_OK;
 }

@@ -59,13 +59,13 @@ static float row_max(const float *x, int64_t n)
 /* ---- softmax ---------------------------------------------------------------- */
 
 /* in, out (rows, n): out = softmax(in) or log_softmax(in) along n. */
-int cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log)
+int awl_cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log)
 {
     if (!rows_f32(out) || !rows_f32(in)) return AWL_ERR_UNSUPPORTED;
     const int64_t n = last_dim(in), rows = n ? awl_view_numel(in) / n : 0;
     const float *x0 = (const float *)cpu_view_ptr(in);
     float *y0 = (float *)cpu_view_ptr(out);
-    int nt = cpu_threads_for(rows * n, CPU_GRAIN_COSTLY);
+    int nt = awl_cpu_threads_for(rows * n, CPU_GRAIN_COSTLY);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *x = x0 + r * n;
@@ -90,13 +90,13 @@ int cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log)
 
 /* dx, dy, y (rows, n): softmax: dx = y (dy - sum(dy y)); log_softmax:
  * dx = dy - exp(y) sum(dy). */
-int cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log)
+int awl_cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log)
 {
     if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(y)) return AWL_ERR_UNSUPPORTED;
     const int64_t n = last_dim(y), rows = n ? awl_view_numel(y) / n : 0;
     const float *g0 = (const float *)cpu_view_ptr(dy), *y0 = (const float *)cpu_view_ptr(y);
     float *d0 = (float *)cpu_view_ptr(dx);
-    int nt = cpu_threads_for(rows * n, log ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(rows * n, log ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *g = g0 + r * n, *yr = y0 + r * n;
@@ -121,9 +121,9 @@ int cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view 
  * out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) with the
  * biased variance. The float32 mean and rstd are the ones saved, and also the
  * ones used here, so forward and backward agree exactly. */
-int cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
-                          const awl_view *x, const awl_view *weight, const awl_view *bias,
-                          double eps)
+int awl_cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
+                              const awl_view *x, const awl_view *weight, const awl_view *bias,
+                              double eps)
 {
     if (!rows_f32(out) || !rows_f32(x)) return AWL_ERR_UNSUPPORTED;
     const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
@@ -136,7 +136,7 @@ int cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_v
     const float *x0 = (const float *)cpu_view_ptr(x), *w = (const float *)pw,
                 *b = (const float *)pb;
     float *y0 = (float *)cpu_view_ptr(out), *m0 = (float *)pm, *r0 = (float *)pr;
-    int nt = cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x0 + r * C;
@@ -173,9 +173,9 @@ static int64_t ln_chunk_rows(int64_t rows)
  * and g = dy * weight:
  *   dx = rstd (g - mean(g) - xhat mean(g xhat)),
  *   dweight = sum over rows of dy xhat, dbias = sum over rows of dy. */
-int cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
-                           const awl_view *dy, const awl_view *x, const awl_view *weight,
-                           const awl_view *mean, const awl_view *rstd)
+int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
+                               const awl_view *dy, const awl_view *x, const awl_view *weight,
+                               const awl_view *mean, const awl_view *rstd)
 {
     if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x)) return AWL_ERR_UNSUPPORTED;
     const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
@@ -200,7 +200,7 @@ int cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const aw
             return awl_error(AWL_ERR_OOM, "awl_cpu layernorm_backward: out of memory (%lld x %lld)",
                              (long long)nchunks, (long long)C);
     }
-    int nt = cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t c = 0; c < nchunks; c++) {
         double *pw_sum = part ? part + c * 2 * C : NULL, *pb_sum = pw_sum ? pw_sum + C : NULL;
@@ -249,8 +249,8 @@ int cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const aw
 /* logits (N, V); targets int32 (N); loss (N), lse (N) float32.
  * lse = log sum exp logits[i]; loss = lse - logits[i, t_i], or 0 where
  * t_i == ignore_index. A target outside [0, V) is an error. */
-int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
-                              const awl_view *targets, int ignore_index)
+int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
+                                  const awl_view *targets, int ignore_index)
 {
     if (!rows_f32(logits)) return AWL_ERR_UNSUPPORTED;
     const int64_t V = last_dim(logits), N = V ? awl_view_numel(logits) / V : 0;
@@ -263,7 +263,7 @@ int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const a
     const int32_t *t = (const int32_t *)pt;
     float *l = (float *)pl, *z = (float *)pz;
     int64_t bad = -1;
-    int nt = cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
+    int nt = awl_cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
 #pragma omp parallel for num_threads(nt) schedule(static) reduction(max : bad)
     for (int64_t i = 0; i < N; i++) {
         const float *x = x0 + i * V;
@@ -292,9 +292,9 @@ int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const a
 /* dlogits, logits (N, V); dloss (N) (a zero stride broadcasts a mean's
  * gradient); lse (N) from forward; targets int32 (N).
  * dlogits[i] = dloss[i] (softmax(logits[i]) - onehot(t_i)), 0 for ignored rows. */
-int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
-                               const awl_view *logits, const awl_view *lse, const awl_view *targets,
-                               int ignore_index)
+int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
+                                   const awl_view *logits, const awl_view *lse,
+                                   const awl_view *targets, int ignore_index)
 {
     if (!rows_f32(logits) || !rows_f32(dlogits)) return AWL_ERR_UNSUPPORTED;
     const int64_t V = last_dim(logits), N = V ? awl_view_numel(logits) / V : 0;
@@ -307,7 +307,7 @@ int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
                 *z = (const float *)pz;
     const int32_t *t = (const int32_t *)pt;
     float *d0 = (float *)cpu_view_ptr(dlogits);
-    int nt = cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
+    int nt = awl_cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < N; i++) {
         const float *x = x0 + i * V;
@@ -324,16 +324,9 @@ int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
     return AWL_OK;
 }
 
-/* ---- AdamW ------------------------------------------------------------------------ */
-
-/* n parameters, each with grads, m, v of its shape, all contiguous float32;
- * in place: p -= lr wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
- * arrangement). All parameters form one flat range split evenly between
- * threads, so many small tensors cost one parallel region. */
 /* ---- GELU backward: dx, dy, x contiguous float32 of one shape ------------------ */
 
-int cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)
+int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)
 {
     const int64_t n = awl_view_numel(x);
     if (dx->dtype != AWL_F32 || dy->dtype != AWL_F32 || x->dtype != AWL_F32 ||
@@ -342,14 +335,21 @@ int cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)
         return AWL_ERR_UNSUPPORTED;
     float *o = (float *)cpu_view_ptr(dx);
     const float *g = (const float *)cpu_view_ptr(dy), *in = (const float *)cpu_view_ptr(x);
-    int nt = cpu_threads_for(n, CPU_GRAIN_COSTLY);
+    int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] * gelu_grad_f(in[i]);
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] * cpu_gelu_grad_f(in[i]);
     return AWL_OK;
 }
 
-int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
-                   const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
+/* ---- AdamW ------------------------------------------------------------------------ */
+
+/* n parameters, each with grads, m, v of its shape, all contiguous float32;
+ * in place: p -= lr wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
+ * arrangement). All parameters form one flat range split evenly between
+ * threads, so many small tensors cost one parallel region. */
+int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
+                       const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
 {
     int64_t total = 0;
     int64_t *start = malloc((size_t)(n + 1) * sizeof *start);
@@ -367,7 +367,7 @@ int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const a
     const float b1 = args->beta1, b2 = args->beta2, eps = args->eps, lr = args->lr;
     const float step_size = (float)(lr / (1.0 - pow(b1, t)));
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
-    int nt = cpu_threads_for(total, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(total, CPU_GRAIN_CHEAP);
 #pragma omp parallel num_threads(nt)
     {
         const int64_t per = (total + nt - 1) / nt;

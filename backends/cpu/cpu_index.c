@@ -67,8 +67,8 @@ static int run_gather(const awl_view *out, const awl_view *in_like, const awl_vi
     cpu_segment_fn fn = size == 2 ? gather_16 : size == 4 ? gather_32 : gather_64;
     const awl_view *views[3] = {out, in_like, idx_like};
     cpu_iter it;
-    cpu_iter_init(&it, 3, views);
-    cpu_iter_run(&it, CPU_GRAIN_CHEAP, fn, &jump);
+    awl_cpu_iter_init(&it, 3, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_CHEAP, fn, &jump);
     return AWL_OK;
 }
 
@@ -83,7 +83,7 @@ static awl_view retarget(const awl_view *shape_of, const awl_view *storage_of)
     return v;
 }
 
-int cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx)
+int awl_cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx)
 {
     awl_view in_like = *in;
     for (int d = 0; d < out->ndim; d++) in_like.shape[d] = out->shape[d];
@@ -91,7 +91,7 @@ int cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view
     return run_gather(out, &in_like, idx, in->strides[axis]);
 }
 
-int cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx)
+int awl_cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx)
 {
     /* out is idx.shape + src.shape[1:]. */
     awl_view src_like = retarget(out, src), idx_like = retarget(out, idx);
@@ -157,7 +157,7 @@ static int64_t offset_of(int64_t i, int ndim, const int64_t *shape, const int64_
     return off;
 }
 
-int cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
+int awl_cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
 {
     int rc = check_add_dtype("index_add", dst->dtype);
     if (rc) return rc;
@@ -172,14 +172,14 @@ int cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
     }
     const awl_view *views[2] = {&drow, &srow};
     cpu_iter row;
-    cpu_iter_init(&row, 2, views);
+    awl_cpu_iter_init(&row, 2, views);
 
     const int64_t nidx = awl_view_numel(idx), rowlen = row.numel;
     const int32_t *ids = (const int32_t *)cpu_view_ptr(idx);
     char *dbase = row.base[0];
     const char *sbase = row.base[1];
     const int64_t esize = row.elsize[0];
-    int nt = rowlen >= 64 ? cpu_threads_for(nidx * rowlen, CPU_GRAIN_CHEAP) : 1;
+    int nt = rowlen >= 64 ? awl_cpu_threads_for(nidx * rowlen, CPU_GRAIN_CHEAP) : 1;
     int64_t chunk = ((rowlen + nt - 1) / nt + 15) & ~(int64_t)15;
 #pragma omp parallel num_threads(nt)
     {
@@ -191,7 +191,7 @@ int cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src)
             mine.base[0] = dbase + id * dst->strides[0] * esize;
             mine.base[1] =
                 (char *)sbase + offset_of(i, idx->ndim, src->shape, src->strides) * esize;
-            cpu_iter_walk(&mine, c0, c1, add_into[dst->dtype], NULL);
+            awl_cpu_iter_walk(&mine, c0, c1, add_into[dst->dtype], NULL);
         }
     }
     return AWL_OK;
@@ -225,7 +225,7 @@ static void scatter_segment(SEGMENT_ARGS)
     }
 }
 
-int cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src)
+int awl_cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src)
 {
     int rc = check_add_dtype("scatter_add", out->dtype);
     if (rc) return rc;
@@ -239,17 +239,17 @@ int cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const aw
                      src->strides[axis],   out->strides[axis], (int64_t)awl_dtype_size(out->dtype)};
     const awl_view *views[3] = {&o, &i, &x};
     cpu_iter it;
-    cpu_iter_init(&it, 3, views);
+    awl_cpu_iter_init(&it, 3, views);
     /* Each position costs an axis walk: count that in the grain. */
     int64_t grain = CPU_GRAIN_CHEAP / (c.len > 0 ? c.len : 1);
-    cpu_iter_run(&it, grain > 0 ? grain : 1, scatter_segment, &c);
+    awl_cpu_iter_run(&it, grain > 0 ? grain : 1, scatter_segment, &c);
     return AWL_OK;
 }
 
 /* ---- random ------------------------------------------------------------------------ */
 
-/* A random fill (kind uniform or normal: a, b as cpu_random's), or
- * dropout of operand 1 (dropout: threshold and scale as cpu_dropout's). */
+/* A random fill (kind uniform or normal: a, b as awl_cpu_random's), or
+ * dropout of operand 1 (dropout: threshold and scale as awl_cpu_dropout's). */
 typedef struct random_ctx {
     awl_random_kind kind;
     bool dropout;
@@ -293,8 +293,8 @@ static void random_segment(SEGMENT_ARGS)
     }
 }
 
-int cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
-               double b)
+int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
+                   double a, double b)
 {
     if (!awl_dtype_is_float(out->dtype) || out->dtype >= AWL_DTYPE_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu random: %s is not a float dtype",
@@ -305,8 +305,8 @@ int cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_
         .kind = kind, .dtype = out->dtype, .seed = seed, .offset = offset, .a = a, .b = b};
     const awl_view *views[1] = {out};
     cpu_iter it;
-    cpu_iter_init(&it, 1, views);
-    cpu_iter_run(&it, CPU_GRAIN_COSTLY, random_segment, &c);
+    awl_cpu_iter_init(&it, 1, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_COSTLY, random_segment, &c);
     return AWL_OK;
 }
 
@@ -314,7 +314,7 @@ int cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_
 
 /* out = in * scale where the mask (the uniform stream's words) keeps, else
  * 0: random_segment with operand 1. */
-int cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
+int awl_cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
 {
     if (!awl_dtype_is_float(out->dtype) || in->dtype != out->dtype) return AWL_ERR_UNSUPPORTED;
     random_ctx c = {.dropout = true,
@@ -327,7 +327,7 @@ int cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args 
     c.scale = cpu_load(out->dtype, scale, 0);
     const awl_view *views[2] = {out, in};
     cpu_iter it;
-    cpu_iter_init(&it, 2, views);
-    cpu_iter_run(&it, CPU_GRAIN_COSTLY, random_segment, &c);
+    awl_cpu_iter_init(&it, 2, views);
+    awl_cpu_iter_run(&it, CPU_GRAIN_COSTLY, random_segment, &c);
     return AWL_OK;
 }

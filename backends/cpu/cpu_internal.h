@@ -55,19 +55,19 @@ typedef void (*cpu_segment_fn)(int64_t n, int64_t flat, char *const *ptr, const 
 
 /* Sets up `it` over views[0..nop): every view has views[0]'s shape (callers
  * express broadcasting and gather offsets through strides). */
-void cpu_iter_init(cpu_iter *it, int nop, const awl_view *const *views);
+void awl_cpu_iter_init(cpu_iter *it, int nop, const awl_view *const *views);
 
 /* Calls fn over every element exactly once, in parallel when numel > grain.
  * Row-major element order within each thread's contiguous flat range. */
-void cpu_iter_run(const cpu_iter *it, int64_t grain, cpu_segment_fn fn, const void *ctx);
+void awl_cpu_iter_run(const cpu_iter *it, int64_t grain, cpu_segment_fn fn, const void *ctx);
 
 /* Calls fn over the flat element range [begin, end) on the calling thread. */
-void cpu_iter_walk(const cpu_iter *it, int64_t begin, int64_t end, cpu_segment_fn fn,
-                   const void *ctx);
+void awl_cpu_iter_walk(const cpu_iter *it, int64_t begin, int64_t end, cpu_segment_fn fn,
+                       const void *ctx);
 
 /* How many threads a job of `work` units should use: 1 below `grain`, never
  * more than OpenMP's current maximum. */
-int cpu_threads_for(int64_t work, int64_t grain);
+int awl_cpu_threads_for(int64_t work, int64_t grain);
 
 /* Address of a view's first element. */
 static inline char *cpu_view_ptr(const awl_view *v)
@@ -113,59 +113,59 @@ static inline void cpu_store(awl_dtype dtype, char *p, int64_t i, double d)
 
 /* cpu_memory.c: the backend interface's memory functions; free takes the
  * nbytes that alloc was given. */
-void *cpu_alloc(int device, size_t nbytes);
-void cpu_free(int device, void *ptr, size_t nbytes);
-size_t cpu_memory_reserved(int device);
-void cpu_empty_cache(int device);
+void *awl_cpu_alloc(int device, size_t nbytes);
+void awl_cpu_free(int device, void *ptr, size_t nbytes);
+size_t awl_cpu_memory_reserved(int device);
+void awl_cpu_empty_cache(int device);
 
 /* cpu_elementwise.c */
-int cpu_fill(const awl_view *out, double value);
-int cpu_copy(const awl_view *out, const awl_view *in);
-int cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha);
-int cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b);
-int cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b);
+int awl_cpu_fill(const awl_view *out, double value);
+int awl_cpu_copy(const awl_view *out, const awl_view *in);
+int awl_cpu_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha);
+int awl_cpu_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const awl_view *b);
+int awl_cpu_where(const awl_view *out, const awl_view *cond, const awl_view *a, const awl_view *b);
 
 /* cpu_reduce.c */
-int cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
+int awl_cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
 
 /* cpu_matmul.c */
-int cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
+int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
 /* Loads OpenBLAS once (cpu_blas.c); an error naming `caller` when it cannot
  * be loaded. Call it on the thread that reports errors, before any gemm. */
-int cpu_blas_load(const char *caller);
+int awl_cpu_blas_load(const char *caller);
 
 /* cpu_index.c */
-int cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx);
-int cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src);
-int cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
-int cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
-int cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
+int awl_cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx);
+int awl_cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src);
+int awl_cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
+int awl_cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
+int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
                double b);
-int cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
+int awl_cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
 /* cpu_fused.c */
-int cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log);
-int cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log);
-int cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
-                          const awl_view *x, const awl_view *weight, const awl_view *bias,
-                          double eps);
-int cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
-                           const awl_view *dy, const awl_view *x, const awl_view *weight,
-                           const awl_view *mean, const awl_view *rstd);
-int cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
-                              const awl_view *targets, int ignore_index);
-int cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
-                               const awl_view *logits, const awl_view *lse, const awl_view *targets,
-                               int ignore_index);
-int cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x);
-int cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
-                   const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
+int awl_cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log);
+int awl_cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log);
+int awl_cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
+                              const awl_view *x, const awl_view *weight, const awl_view *bias,
+                              double eps);
+int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
+                               const awl_view *dy, const awl_view *x, const awl_view *weight,
+                               const awl_view *mean, const awl_view *rstd);
+int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
+                                  const awl_view *targets, int ignore_index);
+int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
+                                   const awl_view *logits, const awl_view *lse,
+                                   const awl_view *targets, int ignore_index);
+int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x);
+int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
+                       const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
 
 /* cpu_attention.c */
-int cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
+int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
                           const awl_view *k, const awl_view *v, double scale, bool causal,
                           const awl_dropout_args *dropout);
-int cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
+int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                            const awl_view *dout, const awl_view *q, const awl_view *k,
                            const awl_view *v, const awl_view *out, const awl_view *lse,
                            double scale, bool causal, const awl_dropout_args *dropout);

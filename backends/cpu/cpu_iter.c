@@ -17,7 +17,7 @@
 
 #include <omp.h>
 
-int cpu_threads_for(int64_t work, int64_t grain)
+int awl_cpu_threads_for(int64_t work, int64_t grain)
 {
     if (work <= grain || omp_in_parallel()) return 1;
     int64_t want = work / grain;
@@ -25,7 +25,7 @@ int cpu_threads_for(int64_t work, int64_t grain)
     return want < max ? (int)want : max;
 }
 
-void cpu_iter_init(cpu_iter *it, int nop, const awl_view *const *views)
+void awl_cpu_iter_init(cpu_iter *it, int nop, const awl_view *const *views)
 {
     const awl_view *out = views[0];
     it->nop = nop;
@@ -62,8 +62,8 @@ void cpu_iter_init(cpu_iter *it, int nop, const awl_view *const *views)
 }
 
 /* One segment per (partial) row, in row-major order. */
-void cpu_iter_walk(const cpu_iter *it, int64_t begin, int64_t end, cpu_segment_fn fn,
-                   const void *ctx)
+void awl_cpu_iter_walk(const cpu_iter *it, int64_t begin, int64_t end, cpu_segment_fn fn,
+                       const void *ctx)
 {
     const int last = it->ndim - 1;
     const int64_t row = it->shape[last];
@@ -103,12 +103,12 @@ void cpu_iter_walk(const cpu_iter *it, int64_t begin, int64_t end, cpu_segment_f
     }
 }
 
-void cpu_iter_run(const cpu_iter *it, int64_t grain, cpu_segment_fn fn, const void *ctx)
+void awl_cpu_iter_run(const cpu_iter *it, int64_t grain, cpu_segment_fn fn, const void *ctx)
 {
     if (it->numel == 0) return;
-    int nt = cpu_threads_for(it->numel, grain);
+    int nt = awl_cpu_threads_for(it->numel, grain);
     if (nt == 1) {
-        cpu_iter_walk(it, 0, it->numel, fn, ctx);
+        awl_cpu_iter_walk(it, 0, it->numel, fn, ctx);
         return;
     }
     int64_t chunk = (it->numel + nt - 1) / nt;
@@ -117,6 +117,6 @@ void cpu_iter_run(const cpu_iter *it, int64_t grain, cpu_segment_fn fn, const vo
     {
         int64_t begin = (int64_t)omp_get_thread_num() * chunk;
         int64_t end = begin + chunk < it->numel ? begin + chunk : it->numel;
-        if (begin < end) cpu_iter_walk(it, begin, end, fn, ctx);
+        if (begin < end) awl_cpu_iter_walk(it, begin, end, fn, ctx);
     }
 }

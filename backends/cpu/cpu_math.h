@@ -12,8 +12,7 @@
  * references); e^x rounds to 0 below -87.3 (the smallest normal float is
  * e^-87.34) and NaN stays NaN.
  *
- * GELU and its derivative live here too: the element-wise kernels and the
- * fused GELU backward share them.
+ * It is also the exp of the op formulas (backends/ops.h) on the CPU.
  */
 #ifndef AWL_BACKENDS_CPU_MATH_H
 #define AWL_BACKENDS_CPU_MATH_H
@@ -21,6 +20,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "backends/ops.h"
 
 static inline float cpu_expf(float x)
 {
@@ -46,40 +47,19 @@ static inline float cpu_expf(float x)
     return x != x ? x : y;
 }
 
-/* ---- GELU (tanh form) and its exact derivative ---------------------------- */
+/* ---- the op formulas' math --------------------------------------------------- */
 
-/* gelu(x) = x/2 (1 + tanh u), u = c (x + a x^3). Since (1 + tanh u)/2 is the
- * logistic function s(2u), this is x s(2u): one exp instead of a tanh (libm's
- * tanhf costs six times expf), and no cancellation in 1 + tanh u for
- * negative x. The derivative, with 1 - tanh^2 u = 4 s (1 - s):
- *   s + 2 x s (1 - s) c (1 + 3 a x^2). */
-#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
-#define GELU_A 0.044715
+/* The formulas of backends/ops.h call AWL_EXP; on the CPU it is cpu_expf for
+ * float (so loops over them vectorise) and libm's exp for double. */
+static inline double cpu_exp_d(double x) { return exp(x); }
+#undef AWL_EXP
+#define AWL_EXP(x) _Generic((x), float : cpu_expf, default : cpu_exp_d)(x)
 
-static inline float gelu_f(float x)
+/* GELU's derivative in float32 (the fused GELU backward). */
+static inline float cpu_gelu_grad_f(float x)
 {
-    float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    return x / (1.0f + cpu_expf(-2.0f * u));
-}
-
-static inline double gelu_d(double x)
-{
-    double u = GELU_C * (x + GELU_A * x * x * x);
-    return x / (1.0 + exp(-2.0 * u));
-}
-
-static inline float gelu_grad_f(float x)
-{
-    float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    float s = 1.0f / (1.0f + cpu_expf(-2.0f * u));
-    return s + 2.0f * x * s * (1.0f - s) * (float)GELU_C * (1.0f + 3.0f * (float)GELU_A * x * x);
-}
-
-static inline double gelu_grad_d(double x)
-{
-    double u = GELU_C * (x + GELU_A * x * x * x);
-    double s = 1.0 / (1.0 + exp(-2.0 * u));
-    return s + 2.0 * x * s * (1.0 - s) * GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+    typedef float C;
+    return AWL_GELU_GRAD(x);
 }
 
 #endif

@@ -106,7 +106,7 @@ static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
 }
 
 /* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's gemm
- * (cpu_matmul has made sure the library is loaded). */
+ * (awl_cpu_matmul has made sure the library is loaded). */
 static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
@@ -155,7 +155,7 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
 /* Threads to split one m x n x k product between. */
 static int band_threads(int64_t m, int64_t n, int64_t k)
 {
-    int nt = cpu_threads_for(m * n * k, SPLIT_GRAIN);
+    int nt = awl_cpu_threads_for(m * n * k, SPLIT_GRAIN);
     const int64_t most = (m > n ? m : n) / BAND_ALIGN; /* bands of at least BAND_ALIGN */
     if (nt > most) nt = most > 1 ? (int)most : 1;
     return nt;
@@ -212,12 +212,12 @@ static int64_t scratch_bytes(const gemm_job *j)
  * product than from OpenBLAS threading each. */
 #define SMALL_GEMM (1 << 22)
 
-int cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
+int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
 {
     if (out->dtype != AWL_F32 && out->dtype != AWL_F64)
         return awl_error(AWL_ERR_INVALID, "awl_cpu matmul: %s is not supported (float32, float64)",
                          awl_dtype_name(out->dtype));
-    int status = cpu_blas_load("awl_cpu matmul");
+    int status = awl_cpu_blas_load("awl_cpu matmul");
     if (status < 0) return status;
     gemm_job j;
     j.dtype = out->dtype;
@@ -236,14 +236,14 @@ int cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool a
     j.n = j.c.cols;
     j.k = j.a.cols;
     if (j.nbatch == 0 || j.m == 0 || j.n == 0) return AWL_OK;
-    if (j.k == 0) return accumulate ? AWL_OK : cpu_fill(out, 0.0);
+    if (j.k == 0) return accumulate ? AWL_OK : awl_cpu_fill(out, 0.0);
     j.la = layout_of(&j.a);
     j.lb = layout_of(&j.b);
     j.lc = layout_of(&j.c);
 
     int64_t bytes = scratch_bytes(&j);
     int64_t macs = j.m * j.n * j.k;
-    int nt = j.nbatch > 1 && macs < SMALL_GEMM ? cpu_threads_for(j.nbatch * macs, 1 << 16) : 1;
+    int nt = j.nbatch > 1 && macs < SMALL_GEMM ? awl_cpu_threads_for(j.nbatch * macs, 1 << 16) : 1;
     if (nt > j.nbatch) nt = (int)j.nbatch;
     char *scratch = NULL;
     if (bytes) {

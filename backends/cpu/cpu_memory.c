@@ -107,7 +107,7 @@ static void *take_cached(int bin_index, size_t size)
     return ptr;
 }
 
-void *cpu_alloc(int device, size_t nbytes)
+void *awl_cpu_alloc(int device, size_t nbytes)
 {
     int bin_index;
     size_t size = size_class(nbytes, &bin_index);
@@ -118,7 +118,7 @@ void *cpu_alloc(int device, size_t nbytes)
     }
     bool ok = size >= nbytes && posix_memalign(&ptr, 64, size) == 0;
     if (!ok && size >= nbytes) {
-        cpu_empty_cache(device);
+        awl_cpu_empty_cache(device);
         ok = posix_memalign(&ptr, 64, size) == 0;
     }
     if (!ok) {
@@ -146,7 +146,7 @@ static bool bin_push(bin *b, void *ptr)
     return true;
 }
 
-void cpu_free(int device, void *ptr, size_t nbytes)
+void awl_cpu_free(int device, void *ptr, size_t nbytes)
 {
     (void)device;
     if (!ptr) return;
@@ -164,7 +164,7 @@ void cpu_free(int device, void *ptr, size_t nbytes)
     if (!kept) free(ptr);
 }
 
-size_t cpu_memory_reserved(int device)
+size_t awl_cpu_memory_reserved(int device)
 {
     (void)device;
     pthread_mutex_lock(&cache.mu);
@@ -173,7 +173,7 @@ size_t cpu_memory_reserved(int device)
     return held;
 }
 
-void cpu_empty_cache(int device)
+void awl_cpu_empty_cache(int device)
 {
     (void)device;
     pthread_mutex_lock(&cache.mu);

@@ -41,9 +41,10 @@
 
 /* ---- typed leaf kernels ----------------------------------------------------- */
 
-#define COMBINE_SUM(acc, x) ((acc) + (x))
-#define COMBINE_MAX(acc, x) (((x) > (acc) || (x) != (x)) ? (x) : (acc))
-#define COMBINE_MIN(acc, x) (((x) < (acc) || (x) != (x)) ? (x) : (acc))
+/* One combining step of each reduction (backends/ops.h). */
+#define DEF_COMBINE(OP, name, dtypes, identity, combine, mean)                                     \
+    static inline double combine_##OP(double acc, double x) { return combine; }
+AWL_REDUCE_OPS(DEF_COMBINE)
 
 /* NAME_run: reduction of n elements at stride `stride`; unit stride uses eight
  * lanes combined in a fixed tree. NAME_col: acc[j] (op)= x[j] for j < w. */
@@ -73,28 +74,25 @@
             COMBINE(acc[j], (double)x[j]);                                                         \
     }
 
-#define DEFINE_REDUCE_DTYPE(SUF, T)                                                                \
-    DEFINE_REDUCE_KERNELS(sum_##SUF, T, 0.0, COMBINE_SUM)                                          \
-    DEFINE_REDUCE_KERNELS(max_##SUF, T, -INFINITY, COMBINE_MAX)                                    \
-    DEFINE_REDUCE_KERNELS(min_##SUF, T, INFINITY, COMBINE_MIN)
-DEFINE_REDUCE_DTYPE(f32, float)
-DEFINE_REDUCE_DTYPE(f64, double)
-DEFINE_REDUCE_DTYPE(i32, int32_t)
+#define DEFINE_REDUCE_OP(OP, name, dtypes, identity, combine, mean)                                \
+    DEFINE_REDUCE_KERNELS(OP##_f32, float, identity, combine_##OP)                                 \
+    DEFINE_REDUCE_KERNELS(OP##_f64, double, identity, combine_##OP)                                \
+    DEFINE_REDUCE_KERNELS(OP##_i32, int32_t, identity, combine_##OP)
+AWL_REDUCE_OPS(DEFINE_REDUCE_OP)
 
 typedef struct reduce_kernels {
     double (*run)(const char *x, int64_t n, int64_t stride);
     void (*col)(double *acc, const char *x, int64_t w);
 } reduce_kernels;
 
-#define KERNELS(OP, SUF)                                                                           \
-    {                                                                                              \
-        OP##_##SUF##_run, OP##_##SUF##_col                                                         \
-    }
-/* Indexed [dtype][0 sum, 1 max, 2 min]. */
-static const reduce_kernels kernels[3][3] = {
-    [AWL_F32] = {KERNELS(sum, f32), KERNELS(max, f32), KERNELS(min, f32)},
-    [AWL_F64] = {KERNELS(sum, f64), KERNELS(max, f64), KERNELS(min, f64)},
-    [AWL_I32] = {KERNELS(sum, i32), KERNELS(max, i32), KERNELS(min, i32)},
+#define KERNELS_F32(OP, name, dtypes, identity, combine, mean) {OP##_f32_run, OP##_f32_col},
+#define KERNELS_F64(OP, name, dtypes, identity, combine, mean) {OP##_f64_run, OP##_f64_col},
+#define KERNELS_I32(OP, name, dtypes, identity, combine, mean) {OP##_i32_run, OP##_i32_col},
+/* Indexed [dtype][op]. */
+static const reduce_kernels kernels[3][AWL_REDUCE_OP_COUNT] = {
+    [AWL_F32] = {AWL_REDUCE_OPS(KERNELS_F32)},
+    [AWL_F64] = {AWL_REDUCE_OPS(KERNELS_F64)},
+    [AWL_I32] = {AWL_REDUCE_OPS(KERNELS_I32)},
 };
 
 /* ---- the plan ------------------------------------------------------------------ */
@@ -115,15 +113,6 @@ typedef struct reduce_plan {
     int64_t nruns;               /* nred / run_len */
 } reduce_plan;
 
-static double combine(awl_reduce_op op, double acc, double x)
-{
-    switch (op) {
-    case AWL_REDUCE_MAX: return COMBINE_MAX(acc, x);
-    case AWL_REDUCE_MIN: return COMBINE_MIN(acc, x);
-    default: return COMBINE_SUM(acc, x);
-    }
-}
-
 /* Sort key putting broadcast (zero-stride) axes outermost: reading the same
  * element again is cheapest on the outside. */
 static int64_t stride_key(int64_t s) { return s == 0 ? INT64_MAX : (s < 0 ? -s : s); }
@@ -133,9 +122,8 @@ static void plan_init(reduce_plan *p, awl_reduce_op op, const awl_view *out, con
     p->op = op;
     p->dtype = in->dtype;
     p->elsize = (int64_t)awl_dtype_size(in->dtype);
-    int opi = op == AWL_REDUCE_MAX ? 1 : op == AWL_REDUCE_MIN ? 2 : 0;
-    p->k = kernels[in->dtype][opi];
-    p->init = opi == 1 ? -INFINITY : opi == 2 ? INFINITY : 0.0;
+    p->k = kernels[in->dtype][op];
+    p->init = awl_reduce_identity(op);
     p->in = cpu_view_ptr(in);
     p->out = cpu_view_ptr(out);
     p->nk = p->nr = 0;
@@ -217,7 +205,7 @@ static int64_t run_offset(const reduce_plan *p, int64_t r)
 
 static void store(const reduce_plan *p, int64_t out_off, double value)
 {
-    if (p->op == AWL_REDUCE_MEAN) value /= (double)p->nred;
+    if (awl_reduce_is_mean(p->op)) value /= (double)p->nred;
     cpu_store(p->dtype, p->out, out_off, value);
 }
 
@@ -245,8 +233,8 @@ static double pairwise(const reduce_plan *p, const char *x, const double *stored
 {
     if (nb == 1) return stored ? stored[b0] : leaf(p, x, b0);
     int64_t half = nb / 2;
-    return combine(p->op, pairwise(p, x, stored, b0, half),
-                   pairwise(p, x, stored, b0 + half, nb - half));
+    return awl_reduce_combine(p->op, pairwise(p, x, stored, b0, half),
+                              pairwise(p, x, stored, b0 + half, nb - half));
 }
 
 /* One output from its input offset, on the calling thread. */
@@ -256,7 +244,7 @@ static double output_value(const reduce_plan *p, int64_t in_off)
     int64_t nb = nblocks(p);
     for (int64_t r = 0; r < p->nruns; r++) {
         const char *x = p->in + (in_off + run_offset(p, r)) * p->elsize;
-        acc = combine(p->op, acc, pairwise(p, x, NULL, 0, nb));
+        acc = awl_reduce_combine(p->op, acc, pairwise(p, x, NULL, 0, nb));
     }
     return acc;
 }
@@ -276,7 +264,7 @@ static int output_value_parallel(const reduce_plan *p, int64_t in_off, int nt, d
     }
     double acc = p->init;
     for (int64_t r = 0; r < p->nruns; r++)
-        acc = combine(p->op, acc, pairwise(p, NULL, leaves + r * nb, 0, nb));
+        acc = awl_reduce_combine(p->op, acc, pairwise(p, NULL, leaves + r * nb, 0, nb));
     free(leaves);
     *value = acc;
     return AWL_OK;
@@ -284,7 +272,7 @@ static int output_value_parallel(const reduce_plan *p, int64_t in_off, int nt, d
 
 static int reduce_runs(const reduce_plan *p)
 {
-    int nt = cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     if (nt > 1 && p->nout >= nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t k = 0; k < p->nout; k++) {
@@ -331,7 +319,7 @@ static int reduce_columns(const reduce_plan *p)
 {
     const int64_t cols = p->kshape[p->nk - 1], cout = p->kout[p->nk - 1];
     const int64_t outer = p->nout / cols;
-    int nt = cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
+    int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     /* Tiles as wide as the threads allow (long contiguous reads per row),
      * at most TILE. Each column's sum runs over the rows in order whatever
      * the tiling, so the width may depend on the thread count. */
@@ -353,7 +341,7 @@ static int reduce_columns(const reduce_plan *p)
     return AWL_OK;
 }
 
-int cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in)
+int awl_cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in)
 {
     if (op < 0 || op >= AWL_REDUCE_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cpu reduce: unknown op %d", (int)op);

@@ -33,17 +33,19 @@
  * These are the CUDA-core rung of the kernel ladder (docs/cuda.md): FFMA on
  * float tiles. By default float32 and bfloat16 run on the tensor-core
  * kernels of cuda_attention_mma.cu (float32 as 3xTF32, or plain TF32 in TF32
- * mode); they run here (bfloat16 widened to float in shared memory) when
- * AWL_CUDA_ATTENTION=simt, which the tests and the benchmark use to compare
- * the rungs (AWL_CUDA_ATTENTION=split keeps float32's tensor-core backward in
- * two kernels). D up to 128 (tiles padded to 64 or 128 columns); other
- * dtypes AWL_ERR_UNSUPPORTED.
+ * mode); they run here (bfloat16 widened to float in shared memory) when the
+ * backend's "attention" setting is "simt", which the tests and the benchmark
+ * use to compare the rungs ("split" keeps float32's tensor-core backward in
+ * two kernels; "auto" is the default, and AWL_CUDA_ATTENTION, read once when
+ * the backend starts, can change it). D up to 128 (tiles padded to 64 or 128
+ * columns); other dtypes AWL_ERR_UNSUPPORTED.
  *
  * Dropout: every kernel multiplies weight (query, key) by its multiplier
  * from common/dropout.h (att_dropout), recomputed wherever the weight is:
  * P before P V in the forward, P for dV and dP = M (dO V^T) in the
  * backward (see cuda_attention_mma.cu).
  */
+#include <atomic>
 #include <stdlib.h>
 #include <string.h>
 
@@ -431,21 +433,32 @@ int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const hea
     return awlc_check_launch("attention_forward");
 }
 
-/* Whether AWL_CUDA_ATTENTION names this rung (read on every call, so that
- * tests and the benchmark can switch between calls). */
-bool attention_env_is(const char *rung)
-{
-    const char *env = getenv("AWL_CUDA_ATTENTION");
-    return env && strcmp(env, rung) == 0;
-}
+/* The rung the "attention" setting chose: set once, read by every call. */
+enum rung { RUNG_AUTO, RUNG_SIMT, RUNG_SPLIT };
+std::atomic<int> chosen_rung{RUNG_AUTO};
 
-/* float32 and bfloat16 go to the tensor-core kernels unless
- * AWL_CUDA_ATTENTION=simt asks for the CUDA-core rung (for comparisons). */
-bool tensor_cores(void) { return !attention_env_is("simt"); }
+/* float32 and bfloat16 go to the tensor-core kernels unless the setting
+ * asks for the CUDA-core rung (for comparisons). */
+bool tensor_cores(void) { return chosen_rung.load(std::memory_order_relaxed) != RUNG_SIMT; }
 
 } // namespace
 
-bool awlc_attention_split(void) { return attention_env_is("split"); }
+bool awlc_attention_split(void)
+{
+    return chosen_rung.load(std::memory_order_relaxed) == RUNG_SPLIT;
+}
+
+int awlc_attention_set_rung(const char *value)
+{
+    static const char *const names[] = {"auto", "simt", "split"};
+    for (int r = 0; r < 3; r++)
+        if (value && strcmp(value, names[r]) == 0) {
+            chosen_rung.store(r);
+            return AWL_OK;
+        }
+    return awl_error(AWL_ERR_INVALID, "awl_cuda: attention setting '%s' is not auto, simt or split",
+                     value ? value : "(null)");
+}
 
 namespace
 {

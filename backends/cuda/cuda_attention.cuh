@@ -73,9 +73,9 @@ int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
 int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, const heads<float> &q,
                                const heads<float> &k, const heads<float> &v, const att_dims &a);
 
-/* Whether AWL_CUDA_ATTENTION=split asks for the float32 backward in two
- * kernels (dK/dV, then dQ) where the one-pass kernel would run (tests and
- * the benchmark compare them; read on every call). */
+/* Whether the "attention" setting (awlc_attention_set_rung) is "split": the
+ * float32 backward in two kernels (dK/dV, then dQ) where the one-pass kernel
+ * would run (tests and the benchmark compare them). */
 bool awlc_attention_split(void);
 
 /* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).

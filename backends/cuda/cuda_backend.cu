@@ -14,6 +14,8 @@
  * illegal address, leave the context unusable: every later call reports them.)
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backends/cuda/cuda_common.cuh"
 
@@ -129,10 +131,41 @@ static int cuda_synchronize(int device)
     return awlc_index_faults(device);
 }
 
+/* ---- what it computes ------------------------------------------------------------------ */
+
+/* Every primitive in every dtype backends/ops.h defines (bfloat16
+ * arithmetic included); the fused kernels in float32 and bfloat16, softmax
+ * and cross-entropy in float64 too (ops.h's float set). */
+static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
+{
+    (void)op;
+    switch (kernel) {
+    case AWL_KERNEL_LAYERNORM_FORWARD:
+    case AWL_KERNEL_LAYERNORM_BACKWARD:
+    case AWL_KERNEL_ATTENTION_FORWARD:
+    case AWL_KERNEL_ATTENTION_BACKWARD:
+    case AWL_KERNEL_MATMUL_BIAS: return dtype == AWL_F32 || dtype == AWL_BF16;
+    default: return true;
+    }
+}
+
+/* ---- settings -------------------------------------------------------------------------- */
+
+static int cuda_set_option(const char *name, const char *value)
+{
+    if (name && strcmp(name, "attention") == 0) return awlc_attention_set_rung(value);
+    return awl_error(AWL_ERR_INVALID, "awl_cuda: no setting named '%s' (there is: attention)",
+                     name ? name : "(null)");
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 static awl_backend make_table(void)
 {
+    /* the default rung, from the environment once (the tests and the
+     * benchmark switch it with the setting instead) */
+    const char *rung = getenv("AWL_CUDA_ATTENTION");
+    if (rung && rung[0] && awlc_attention_set_rung(rung) < 0) awl_clear_error();
     awl_backend t = {};
     t.name = "cuda";
     t.device_count = awlc_device_count;
@@ -154,11 +187,13 @@ static awl_backend make_table(void)
     t.gather = awlc_gather;
     t.scatter_add = awlc_scatter_add;
     t.random = awlc_random;
+    t.supports = cuda_supports;
     t.memory_reserved = awlc_memory_reserved;
     t.empty_cache = awlc_empty_cache;
     t.set_num_threads = NULL;
     t.set_matmul_fast_fp32 = awlc_set_matmul_fast_fp32;
     t.stream = cuda_stream;
+    t.set_option = cuda_set_option;
     t.softmax_forward = awlc_softmax_forward;
     t.softmax_backward = awlc_softmax_backward;
     t.layernorm_forward = awlc_layernorm_forward;

@@ -440,6 +440,19 @@ static __device__ __forceinline__ double awlc_tanh(double x) { return tanh(x); }
 static __device__ __forceinline__ float awlc_pow(float x, float y) { return powf(x, y); }
 static __device__ __forceinline__ double awlc_pow(double x, double y) { return pow(x, y); }
 
+/* The math of the op formulas (backends/ops.h) in device code, by overload
+ * so that a float kernel stays in float. */
+#undef AWL_EXP
+#undef AWL_LOG
+#undef AWL_SQRT
+#undef AWL_TANH
+#undef AWL_POW
+#define AWL_EXP(x) awlc_exp(x)
+#define AWL_LOG(x) awlc_log(x)
+#define AWL_SQRT(x) awlc_sqrt(x)
+#define AWL_TANH(x) awlc_tanh(x)
+#define AWL_POW(x, y) awlc_pow(x, y)
+
 /* ---- entries of the table, defined in the files named -------------------------------- */
 
 /* cuda_memory.cu */
@@ -496,7 +509,10 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
                             const awl_view *mean, const awl_view *rstd);
 
-/* cuda_attention.cu */
+/* cuda_attention.cu; the "attention" setting: "auto" (the default: tensor
+ * cores), "simt" (the CUDA-core kernels) or "split" (float32's backward in
+ * two kernels). */
+int awlc_attention_set_rung(const char *value);
 int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
                            const awl_view *k, const awl_view *v, double scale, bool causal,
                            const awl_dropout_args *dropout);

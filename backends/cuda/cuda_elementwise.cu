@@ -127,37 +127,16 @@ int launch_map2(T *out, const T *a, const T *b, int64_t n, const Op &op, const c
 
 /* ---- the arithmetic ------------------------------------------------------------------ */
 
-/* alpha is the scalar in the compute type; comparisons use the double ad so
- * that alpha is never rounded (as on the CPU). */
-template <typename C> __device__ __forceinline__ C unary_apply(int op, C x, C alpha, double ad)
+/* The formulas of backends/ops.h in the compute type C: alpha is the scalar
+ * in C, alpha_d the double the caller gave (comparisons use it, so that
+ * alpha is never rounded, as on the CPU). */
+template <typename C> __device__ __forceinline__ C unary_apply(int op, C x, C alpha, double alpha_d)
 {
-    const C k = (C)0.7978845608028654; /* sqrt(2 / pi) */
-    const C c = (C)0.044715;
     switch (op) {
-    case AWL_UNARY_NEG: return -x;
-    case AWL_UNARY_EXP: return awlc_exp(x);
-    case AWL_UNARY_LOG: return awlc_log(x);
-    case AWL_UNARY_SQRT: return awlc_sqrt(x);
-    case AWL_UNARY_RSQRT: return (C)1 / awlc_sqrt(x);
-    case AWL_UNARY_TANH: return awlc_tanh(x);
-    case AWL_UNARY_SIGMOID: return (C)1 / ((C)1 + awlc_exp(-x));
-    case AWL_UNARY_RELU: return x > (C)0 ? x : (C)0;
-    case AWL_UNARY_GELU: return (C)0.5 * x * ((C)1 + awlc_tanh(k * (x + c * x * x * x)));
-    case AWL_UNARY_GELU_GRAD: {
-        C t = awlc_tanh(k * (x + c * x * x * x));
-        return (C)0.5 * ((C)1 + t) + (C)0.5 * x * ((C)1 - t * t) * k * ((C)1 + (C)3 * c * x * x);
-    }
-    case AWL_UNARY_ABS: return x < (C)0 ? -x : x;
-    case AWL_UNARY_SIGN: return x > (C)0 ? (C)1 : x < (C)0 ? (C)-1 : (C)0;
-    case AWL_UNARY_STEP: return x > (C)0 ? (C)1 : (C)0;
-    case AWL_UNARY_ADD_SCALAR: return x + alpha;
-    case AWL_UNARY_MUL_SCALAR: return x * alpha;
-    case AWL_UNARY_RSUB_SCALAR: return alpha - x;
-    case AWL_UNARY_RDIV_SCALAR: return alpha / x;
-    case AWL_UNARY_POW_SCALAR: return awlc_pow(x, alpha);
-    case AWL_UNARY_GT_SCALAR: return (double)x > ad ? (C)1 : (C)0;
-    case AWL_UNARY_LT_SCALAR: return (double)x < ad ? (C)1 : (C)0;
-    case AWL_UNARY_EQ_SCALAR: return (double)x == ad ? (C)1 : (C)0;
+#define UNARY_CASE(OP, name, dtypes, domain, math, formula)                                        \
+    case AWL_UNARY_##OP: return (C)(formula);
+        AWL_UNARY_OPS(UNARY_CASE)
+#undef UNARY_CASE
     default: return x;
     }
 }
@@ -165,19 +144,10 @@ template <typename C> __device__ __forceinline__ C unary_apply(int op, C x, C al
 template <typename C> __device__ __forceinline__ C binary_apply(int op, C a, C b)
 {
     switch (op) {
-    case AWL_BINARY_ADD: return a + b;
-    case AWL_BINARY_SUB: return a - b;
-    case AWL_BINARY_MUL: return a * b;
-    case AWL_BINARY_DIV: return a / b;
-    case AWL_BINARY_MAXIMUM: return (a > b || a != a) ? a : b; /* NaN propagates */
-    case AWL_BINARY_MINIMUM: return (a < b || a != a) ? a : b;
-    case AWL_BINARY_POW: return awlc_pow(a, b);
-    case AWL_BINARY_EQ: return a == b ? (C)1 : (C)0;
-    case AWL_BINARY_NE: return a != b ? (C)1 : (C)0;
-    case AWL_BINARY_GT: return a > b ? (C)1 : (C)0;
-    case AWL_BINARY_GE: return a >= b ? (C)1 : (C)0;
-    case AWL_BINARY_LT: return a < b ? (C)1 : (C)0;
-    case AWL_BINARY_LE: return a <= b ? (C)1 : (C)0;
+#define BINARY_CASE(OP, name, dtypes, domain, math, formula)                                       \
+    case AWL_BINARY_##OP: return (C)(formula);
+        AWL_BINARY_OPS(BINARY_CASE)
+#undef BINARY_CASE
     default: return a;
     }
 }
@@ -352,32 +322,14 @@ int awlc_copy(const awl_view *out, const awl_view *in)
     return AWLC_DISPATCH(out->dtype, run_out);
 }
 
-/* int32 has the ops with exact integer meaning only (as on the CPU): exp,
- * division and the like are refused rather than given a silent rounding. */
-static bool int_unary(awl_unary_op op)
-{
-    switch (op) {
-    case AWL_UNARY_EXP:
-    case AWL_UNARY_LOG:
-    case AWL_UNARY_SQRT:
-    case AWL_UNARY_RSQRT:
-    case AWL_UNARY_TANH:
-    case AWL_UNARY_SIGMOID:
-    case AWL_UNARY_GELU:
-    case AWL_UNARY_GELU_GRAD:
-    case AWL_UNARY_RDIV_SCALAR:
-    case AWL_UNARY_POW_SCALAR: return false;
-    default: return true;
-    }
-}
-
 int awlc_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double alpha)
 {
     if (op < 0 || op >= AWL_UNARY_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cuda unary: unknown op %d", (int)op);
-    if (out->dtype == AWL_I32 && !int_unary(op))
-        return awl_error(AWL_ERR_INVALID, "awl_cuda unary %s: not defined for int32",
-                         awl_unary_op_name(op));
+    /* int32 has the ops with exact integer meaning only (backends/ops.h) */
+    if (!awl_kernel_defined(AWL_KERNEL_UNARY, op, out->dtype))
+        return awl_error(AWL_ERR_INVALID, "awl_cuda unary %s: not defined for %s",
+                         awl_unary_op_name(op), awl_dtype_name(out->dtype));
     AWLC_TRY_STATUS(awlc_enter(out->data));
     const awl_view *views[2] = {out, in};
     awlc_layout<2> L;
@@ -401,9 +353,9 @@ int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const 
 {
     if (op < 0 || op >= AWL_BINARY_OP_COUNT)
         return awl_error(AWL_ERR_INVALID, "awl_cuda binary: unknown op %d", (int)op);
-    if (out->dtype == AWL_I32 && (op == AWL_BINARY_DIV || op == AWL_BINARY_POW))
-        return awl_error(AWL_ERR_INVALID, "awl_cuda binary %s: not defined for int32",
-                         awl_binary_op_name(op));
+    if (!awl_kernel_defined(AWL_KERNEL_BINARY, op, out->dtype))
+        return awl_error(AWL_ERR_INVALID, "awl_cuda binary %s: not defined for %s",
+                         awl_binary_op_name(op), awl_dtype_name(out->dtype));
     AWLC_TRY_STATUS(awlc_enter(out->data));
     const awl_view *views[3] = {out, a, b};
     awlc_layout<3> L;

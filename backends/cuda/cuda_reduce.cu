@@ -72,18 +72,22 @@ __device__ __forceinline__ void kept_offsets(const kept_map &m, int64_t k, int64
     *out_off = b;
 }
 
-template <typename A> __device__ __forceinline__ A combine(int op, A a, A b)
+/* One combining step and the identity of each reduction (backends/ops.h),
+ * in the accumulator type A. */
+template <typename A> __device__ __forceinline__ A combine(int op, A acc, A x)
 {
-    if (op == AWL_REDUCE_MAX) return (b > a || b != b) ? b : a;
-    if (op == AWL_REDUCE_MIN) return (b < a || b != b) ? b : a;
-    return a + b;
+    switch (op) {
+#define REDUCE_COMBINE(OP, name, dtypes, identity, combine, mean)                                  \
+    case AWL_REDUCE_##OP: return combine;
+        AWL_REDUCE_OPS(REDUCE_COMBINE)
+#undef REDUCE_COMBINE
+    default: return acc;
+    }
 }
 
 template <typename A> __host__ __device__ __forceinline__ A identity(int op)
 {
-    if (op == AWL_REDUCE_MAX) return (A)-INFINITY;
-    if (op == AWL_REDUCE_MIN) return (A)INFINITY;
-    return (A)0;
+    return (A)awl_reduce_identity((awl_reduce_op)op);
 }
 
 template <typename A> __device__ A block_combine(int op, A v, A *scratch)
@@ -117,7 +121,7 @@ template <typename A, typename TO> struct sink {
             partial[slot] = acc;
             return;
         }
-        if (op == AWL_REDUCE_MEAN) acc = (A)((double)acc / count);
+        if (awl_reduce_is_mean((awl_reduce_op)op)) acc = (A)((double)acc / count);
         out[out_off] = awlc_cast<TO>(acc);
     }
 };
@@ -356,11 +360,7 @@ int awlc_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in)
     reverse_axes(rm.ndim, rm.in);
     if (K == 0) return AWL_OK;
     if (R == 0) {
-        double v = op == AWL_REDUCE_MAX    ? -INFINITY
-                   : op == AWL_REDUCE_MIN  ? INFINITY
-                   : op == AWL_REDUCE_MEAN ? NAN
-                                           : 0.0;
-        return awlc_fill(out, v);
+        return awlc_fill(out, awl_reduce_is_mean(op) ? NAN : awl_reduce_identity(op));
     }
     if (rm.ndim == 0) { /* nothing to reduce: every reduced axis has size 1 */
         rm.ndim = 1;

@@ -318,6 +318,11 @@ int init_from_settings(trainer *t)
         tokenizer = awl_safetensors_metadata_get(t->init_file, "tokenizer");
     }
     int status = awl_gpt_config_from_weights(t->init_file, &t->cfg) < 0 ? fail("--init-from") : 0;
+    if (status == 0 && !awl_safetensors_metadata_get(t->init_file, "config") &&
+        !option_given(&t->s, "n-head"))
+        printf("note: %s does not record the number of heads (shapes cannot tell): using %d, "
+               "--config %s's; give --n-head if the model had another\n",
+               path, t->cfg.n_head, t->s.config);
     if (status == 0) status = check_architecture(&t->s, &t->cfg, what, false);
     if (status == 0 && tokenizer) status = adopt_tokenizer(t, tokenizer, what);
     awl_train_state_clear(&st);

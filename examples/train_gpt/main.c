@@ -119,6 +119,12 @@ static int check_device(const settings *s)
     if (awl_device_parse(s->device, &device) < 0) return fail("--device");
     if (!awl_device_available(s->device))
         return complain("--device %s: no such device on this machine", s->device);
+    char missing[2048];
+    int n_missing = awl_device_missing_primitives(s->device, missing, sizeof missing);
+    if (n_missing > 0)
+        return complain("device %s cannot train yet: %d required primitive%s not implemented:\n"
+                        "%s(awl-check --device %s --progress shows where it stands)",
+                        s->device, n_missing, n_missing == 1 ? " is" : "s are", missing, s->device);
     bool bf16 = strcmp(s->precision, "bf16") == 0;
     if (bf16 && strcmp(s->device, "cpu") == 0)
         return complain("--precision bf16 needs --device cuda: the CPU backend stores bfloat16 but "

@@ -89,8 +89,8 @@ const option_spec train_options[] = {
      OPT_INT64, FIELD(log_interval), SCOPE_INVOCATION, COUNT(1, STEPS_MAX)},
     {"seed", "N", "seed for initialisation, dropout, batches and sampling (default 1337)",
      OPT_INT64, FIELD(seed), SCOPE_RUN, COUNT(0, 9223372036854775807LL)},
-    {"device", "DEV", "cpu (default), cuda or cuda:N", OPT_STRING, FIELD(device), SCOPE_INVOCATION,
-     .ilo = 0},
+    {"device", "DEV", "cpu (default), cuda, cuda:N or student", OPT_STRING, FIELD(device),
+     SCOPE_INVOCATION, .ilo = 0},
     {"precision", "P",
      "fp32 (default), tf32 (float32 matmuls on TF32 tensor cores) or bf16 (mixed precision: "
      "bfloat16 matmuls and activations, float32 weights; CUDA only)",
@@ -238,7 +238,10 @@ void print_help(const char *program)
            "(giving one with another value is an error):\n ");
     for (int i = 0; i < n_train_options; i++)
         if (train_options[i].scope != SCOPE_INVOCATION) printf(" --%s", train_options[i].name);
-    printf("\n");
+    printf(
+        "\n\nThe first SIGINT or SIGTERM finishes the step, saves to --save and exits; a second\n"
+        "exits at once. Exit status: 0 done, 1 failure, 2 usage error, 130/143 stopped by\n"
+        "SIGINT/SIGTERM.\n");
 }
 
 const option_spec *find_option(const char *name)

@@ -74,8 +74,13 @@ bool awl_gc_end(void)
 
 /* ---- test inputs ------------------------------------------------------------------- */
 
+static const char *chosen_device;
+
+void awl_gc_set_device(const char *device) { chosen_device = device; }
+
 const char *awl_gc_device(void)
 {
+    if (chosen_device) return chosen_device;
     const char *d = getenv("AWL_TEST_DEVICE");
     return d && d[0] ? d : "cpu";
 }

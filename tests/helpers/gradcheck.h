@@ -79,8 +79,11 @@ bool awl_gc_end(void);
 
 /* ---- test inputs on the test device ---------------------------------------------- */
 
-/* $AWL_TEST_DEVICE, or "cpu". */
+/* The device awl_gc_set_device chose, else $AWL_TEST_DEVICE, else "cpu". */
 const char *awl_gc_device(void);
+/* Makes device (kept, not copied) the test device; NULL: back to the
+ * environment's. awl-check --grad sets it. */
+void awl_gc_set_device(const char *device);
 
 /* Standard normal values of `shape` in `dtype`, contiguous. */
 awl_tensor *awl_gc_randn_dtype(int ndim, const int64_t *shape, awl_dtype dtype);

@@ -1,0 +1,436 @@
+/*
+ * tensor/fused.c - the optional fused kernels, at the level of tensors.
+ *
+ * Every fused kernel of backends/backend.h has an entry point here, and
+ * these are the only calls to them: nn/ and autograd/ ask
+ * awl_fused_available() whether a kernel can run, call the entry point, and
+ * compose the same computation from ordinary ops when it answers
+ * AWL_ERR_UNSUPPORTED. That status, returned without a message, means one
+ * of: fused kernels are switched off (awl_set_fused_kernels), the device's
+ * backend lacks the kernel or declares the dtype unsupported (its
+ * `supports`), a tensor is not laid out as the kernel reads it, or the
+ * kernel itself declined. Any other failure is recorded with a message.
+ *
+ * Each entry point checks the contract its backend.h comment states (one
+ * device, the dtypes, the shapes), so a kernel may assume it, then builds
+ * the kernel's views: a contiguous (..., C) tensor is handed over as
+ * (rows, C), a vector of n elements along one axis as (n) with its stride.
+ */
+#include "tensor/tensor_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool awl_fused_available(awl_kernel kernel, const awl_tensor *like)
+{
+    return like && awl_fused_kernels_enabled() &&
+           awl_backend_supports(awl_tensor_backend(like), kernel, 0, like->dtype);
+}
+
+/* ---- contract checks -------------------------------------------------------------- */
+
+/* AWL_OK when every tensor of ts[0..n) (NULL entries skipped) lives on the
+ * device of ts[0]. */
+static int check_devices(const char *op, int n, awl_tensor *const *ts)
+{
+    for (int i = 1; i < n; i++)
+        if (ts[i] && awl_check_same_device(op, ts[0], ts[i]) < 0) return AWL_ERR_INVALID;
+    return AWL_OK;
+}
+
+static int check_dtype(const char *op, const char *what, const awl_tensor *t, awl_dtype dtype)
+{
+    if (!t || t->dtype == dtype) return AWL_OK;
+    return awl_error(AWL_ERR_INVALID, "%s: %s is %s, expected %s", op, what,
+                     awl_dtype_name(t->dtype), awl_dtype_name(dtype));
+}
+
+static int check_numel(const char *op, const char *what, const awl_tensor *t, int64_t n)
+{
+    if (!t || awl_numel(t) == n) return AWL_OK;
+    char s[160];
+    return awl_error(AWL_ERR_INVALID, "%s: %s has shape %s, expected %lld elements", op, what,
+                     awl_shape_str(t, s, sizeof s), (long long)n);
+}
+
+static int check_shape(const char *op, const char *what, const awl_tensor *t,
+                       const awl_tensor *like)
+{
+    if (!t || awl_same_shape(t, like)) return AWL_OK;
+    char s1[160], s2[160];
+    return awl_error(AWL_ERR_INVALID, "%s: %s has shape %s, expected %s", op, what,
+                     awl_shape_str(t, s1, sizeof s1), awl_shape_str(like, s2, sizeof s2));
+}
+
+/* A status from a kernel: UNSUPPORTED passes through silently, a failure
+ * without a message gets one naming op. */
+static int kernel_status(const char *op, int status)
+{
+    return status == AWL_ERR_UNSUPPORTED ? status : awl_backend_status(op, status);
+}
+
+/* ---- kernel views ------------------------------------------------------------------ */
+
+/* The last axis of t (1 for a 0-d tensor). */
+static int64_t last_dim(const awl_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+
+/* A contiguous t as (rows, n), n its last axis. */
+static awl_view rows_view(const awl_tensor *t)
+{
+    awl_view v = awl_tensor_view(t);
+    int64_t n = last_dim(t);
+    v.ndim = 2;
+    v.shape[0] = n ? awl_numel(t) / n : 0;
+    v.shape[1] = n;
+    v.strides[0] = n;
+    v.strides[1] = 1;
+    return v;
+}
+
+/* t as a vector of its elements, when they are evenly spaced in memory (one
+ * stride, 0 included: a contiguous tensor of any shape, a strided 1-D
+ * view, a broadcast); false otherwise. */
+static bool vector_view(const awl_tensor *t, awl_view *out)
+{
+    awl_view v = awl_tensor_view(t);
+    int64_t stride = 1, next = 0; /* the stride the next outer axis must have */
+    bool first = true;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (first)
+            stride = t->strides[d];
+        else if (t->strides[d] != next)
+            return false;
+        first = false;
+        next = t->strides[d] * t->shape[d];
+    }
+    v.ndim = 1;
+    v.shape[0] = awl_numel(t);
+    v.strides[0] = stride;
+    *out = v;
+    return true;
+}
+
+/* ---- softmax ------------------------------------------------------------------------- */
+
+int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log)
+{
+    const char *op = "awl_tensor_softmax_forward";
+    if (!out || !x) return AWL_ERR_INVALID;
+    if (check_devices(op, 2, (awl_tensor *[]){x, out}) < 0 || check_shape(op, "out", out, x) < 0 ||
+        check_dtype(op, "out", out, x->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_SOFTMAX_FORWARD, x) || !awl_is_contiguous(x) ||
+        !awl_is_contiguous(out) || awl_numel(x) == 0)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = rows_view(out), vx = rows_view(x);
+    return kernel_status(op, awl_tensor_backend(x)->softmax_forward(&vo, &vx, log));
+}
+
+int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, bool log)
+{
+    const char *op = "awl_tensor_softmax_backward";
+    if (!dx || !dy || !y) return AWL_ERR_INVALID;
+    if (check_devices(op, 3, (awl_tensor *[]){y, dx, dy}) < 0 || check_shape(op, "dx", dx, y) < 0 ||
+        check_shape(op, "dy", dy, y) < 0 || check_dtype(op, "dx", dx, y->dtype) < 0 ||
+        check_dtype(op, "dy", dy, y->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_SOFTMAX_BACKWARD, y) || !awl_is_contiguous(y) ||
+        !awl_is_contiguous(dx) || awl_numel(y) == 0)
+        return AWL_ERR_UNSUPPORTED;
+    awl_scope_begin();
+    awl_tensor *dyc = awl_tensor_contiguous(dy);
+    int status = AWL_ERR_INVALID;
+    if (dyc) {
+        awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vy = rows_view(y);
+        status = kernel_status(op, awl_tensor_backend(y)->softmax_backward(&vdx, &vdy, &vy, log));
+    }
+    awl_scope_end();
+    return status;
+}
+
+/* ---- layer norm ------------------------------------------------------------------------ */
+
+/* The (C) vectors of a layer norm (weight, bias or their gradients), each
+ * NULL or a vector view; false (UNSUPPORTED) when one is not a vector. */
+static bool vectors_of(int n, awl_tensor *const *ts, awl_view *vs, awl_view **ps)
+{
+    for (int i = 0; i < n; i++) {
+        ps[i] = NULL;
+        if (!ts[i]) continue;
+        if (!vector_view(ts[i], &vs[i])) return false;
+        ps[i] = &vs[i];
+    }
+    return true;
+}
+
+int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
+                                 awl_tensor *weight, awl_tensor *bias, double eps)
+{
+    const char *op = "awl_tensor_layernorm_forward";
+    if (!out || !mean || !rstd || !x) return AWL_ERR_INVALID;
+    int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
+    if (check_devices(op, 6, (awl_tensor *[]){x, out, mean, rstd, weight, bias}) < 0 ||
+        check_shape(op, "out", out, x) < 0 || check_dtype(op, "out", out, x->dtype) < 0 ||
+        check_dtype(op, "weight", weight, x->dtype) < 0 ||
+        check_dtype(op, "bias", bias, x->dtype) < 0 || check_dtype(op, "mean", mean, AWL_F32) < 0 ||
+        check_dtype(op, "rstd", rstd, AWL_F32) < 0 || check_numel(op, "mean", mean, rows) < 0 ||
+        check_numel(op, "rstd", rstd, rows) < 0 || check_numel(op, "weight", weight, C) < 0 ||
+        check_numel(op, "bias", bias, C) < 0)
+        return AWL_ERR_INVALID;
+    awl_view v[4], *p[4];
+    if (!awl_fused_available(AWL_KERNEL_LAYERNORM_FORWARD, x) || !awl_is_contiguous(x) ||
+        !awl_is_contiguous(out) || !vectors_of(4, (awl_tensor *[]){mean, rstd, weight, bias}, v, p))
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = rows_view(out), vx = rows_view(x);
+    return kernel_status(
+        op, awl_tensor_backend(x)->layernorm_forward(&vo, p[0], p[1], &vx, p[2], p[3], eps));
+}
+
+int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
+                                  awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
+                                  awl_tensor *mean, awl_tensor *rstd)
+{
+    const char *op = "awl_tensor_layernorm_backward";
+    if (!dx || !dy || !x || !mean || !rstd) return AWL_ERR_INVALID;
+    int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
+    if (check_devices(op, 8, (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd}) < 0 ||
+        check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
+        check_dtype(op, "dx", dx, x->dtype) < 0 || check_dtype(op, "dy", dy, x->dtype) < 0 ||
+        check_dtype(op, "weight", weight, x->dtype) < 0 ||
+        check_dtype(op, "dweight", dweight, x->dtype) < 0 ||
+        check_dtype(op, "dbias", dbias, x->dtype) < 0 ||
+        check_dtype(op, "mean", mean, AWL_F32) < 0 || check_dtype(op, "rstd", rstd, AWL_F32) < 0 ||
+        check_numel(op, "mean", mean, rows) < 0 || check_numel(op, "rstd", rstd, rows) < 0 ||
+        check_numel(op, "weight", weight, C) < 0 || check_numel(op, "dweight", dweight, C) < 0 ||
+        check_numel(op, "dbias", dbias, C) < 0)
+        return AWL_ERR_INVALID;
+    awl_view v[5], *p[5];
+    if (!awl_fused_available(AWL_KERNEL_LAYERNORM_BACKWARD, x) || !awl_is_contiguous(x) ||
+        !awl_is_contiguous(dx) ||
+        !vectors_of(5, (awl_tensor *[]){dweight, dbias, weight, mean, rstd}, v, p))
+        return AWL_ERR_UNSUPPORTED;
+    awl_scope_begin();
+    awl_tensor *dyc = awl_tensor_contiguous(dy);
+    int status = AWL_ERR_INVALID;
+    if (dyc) {
+        awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
+        status = kernel_status(op, awl_tensor_backend(x)->layernorm_backward(
+                                       &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4]));
+    }
+    awl_scope_end();
+    return status;
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------- */
+
+/* The shared checks: logits (..., V) and N = numel / V rows; targets int32
+ * of N elements; lse float32 of N. */
+static int check_cross_entropy(const char *op, awl_tensor *logits, awl_tensor *targets,
+                               awl_tensor *lse, awl_tensor *rows, const char *rows_name)
+{
+    int64_t V = last_dim(logits), N = V ? awl_numel(logits) / V : 0;
+    if (check_devices(op, 4, (awl_tensor *[]){logits, targets, lse, rows}) < 0 ||
+        check_dtype(op, "targets", targets, AWL_I32) < 0 ||
+        check_dtype(op, "lse", lse, AWL_F32) < 0 ||
+        check_dtype(op, rows_name, rows, logits->dtype) < 0 ||
+        check_numel(op, "targets", targets, N) < 0 || check_numel(op, "lse", lse, N) < 0 ||
+        check_numel(op, rows_name, rows, N) < 0)
+        return AWL_ERR_INVALID;
+    return AWL_OK;
+}
+
+int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tensor *logits,
+                                     awl_tensor *targets, int ignore_index)
+{
+    const char *op = "awl_tensor_cross_entropy_forward";
+    if (!loss || !lse || !logits || !targets) return AWL_ERR_INVALID;
+    if (check_cross_entropy(op, logits, targets, lse, loss, "loss") < 0) return AWL_ERR_INVALID;
+    awl_view vl, vz, vt;
+    if (!awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD, logits) ||
+        !awl_is_contiguous(logits) || !vector_view(loss, &vl) || !vector_view(lse, &vz) ||
+        !vector_view(targets, &vt))
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vx = rows_view(logits);
+    return kernel_status(
+        op, awl_tensor_backend(logits)->cross_entropy_forward(&vl, &vz, &vx, &vt, ignore_index));
+}
+
+int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
+                                      awl_tensor *lse, awl_tensor *targets, int ignore_index)
+{
+    const char *op = "awl_tensor_cross_entropy_backward";
+    if (!dlogits || !dloss || !logits || !lse || !targets) return AWL_ERR_INVALID;
+    if (check_cross_entropy(op, logits, targets, lse, dloss, "dloss") < 0 ||
+        check_devices(op, 2, (awl_tensor *[]){logits, dlogits}) < 0 ||
+        check_shape(op, "dlogits", dlogits, logits) < 0 ||
+        check_dtype(op, "dlogits", dlogits, logits->dtype) < 0)
+        return AWL_ERR_INVALID;
+    awl_view vg, vz, vt;
+    if (!awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, logits) ||
+        !awl_is_contiguous(logits) || !awl_is_contiguous(dlogits) || !vector_view(dloss, &vg) ||
+        !vector_view(lse, &vz) || !vector_view(targets, &vt))
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vd = rows_view(dlogits), vx = rows_view(logits);
+    return kernel_status(op, awl_tensor_backend(logits)->cross_entropy_backward(&vd, &vg, &vx, &vz,
+                                                                                &vt, ignore_index));
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+/* Every (B, H, T, D) tensor of ts[0..n) has q's shape and dtype and a
+ * contiguous last axis; false when one's layout is not the kernel's. */
+static int check_heads(const char *op, int n, awl_tensor *const *ts, const char *const *names,
+                       awl_tensor *lse, bool *layout_ok)
+{
+    awl_tensor *q = ts[0];
+    *layout_ok = true;
+    if (q->ndim != 4) {
+        char s[160];
+        return awl_error(AWL_ERR_INVALID, "%s: q has shape %s, expected (B, H, T, D)", op,
+                         awl_shape_str(q, s, sizeof s));
+    }
+    for (int i = 0; i < n; i++) {
+        if (check_shape(op, names[i], ts[i], q) < 0 ||
+            check_dtype(op, names[i], ts[i], q->dtype) < 0)
+            return AWL_ERR_INVALID;
+        if (q->shape[3] != 1 && ts[i]->strides[3] != 1) *layout_ok = false;
+    }
+    int64_t bht[3] = {q->shape[0], q->shape[1], q->shape[2]};
+    if (lse->ndim != 3 || memcmp(lse->shape, bht, sizeof bht) != 0) {
+        char s[160];
+        return awl_error(AWL_ERR_INVALID, "%s: lse has shape %s, expected (B, H, T)", op,
+                         awl_shape_str(lse, s, sizeof s));
+    }
+    return check_dtype(op, "lse", lse, AWL_F32);
+}
+
+int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q, awl_tensor *k,
+                                 awl_tensor *v, const awl_attention_args *args)
+{
+    const char *op = "awl_tensor_attention_forward";
+    if (!out || !lse || !q || !k || !v || !args) return AWL_ERR_INVALID;
+    awl_tensor *heads[4] = {q, k, v, out};
+    static const char *const names[4] = {"q", "k", "v", "out"};
+    bool layout_ok;
+    if (check_devices(op, 5, (awl_tensor *[]){q, k, v, out, lse}) < 0 ||
+        check_heads(op, 4, heads, names, lse, &layout_ok) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, q) || !layout_ok)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(q),
+             vk = awl_tensor_view(k), vv = awl_tensor_view(v);
+    return kernel_status(op, awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv,
+                                                                      args->scale, args->causal,
+                                                                      args->dropout));
+}
+
+int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
+                                  awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *out,
+                                  awl_tensor *lse, const awl_attention_args *args)
+{
+    const char *op = "awl_tensor_attention_backward";
+    if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !args)
+        return AWL_ERR_INVALID;
+    awl_tensor *heads[8] = {q, k, v, out, dout, dq, dk, dv};
+    static const char *const names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+    bool layout_ok;
+    if (check_devices(op, 9, (awl_tensor *[]){q, k, v, out, dout, dq, dk, dv, lse}) < 0 ||
+        check_heads(op, 8, heads, names, lse, &layout_ok) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_ATTENTION_BACKWARD, q) || !layout_ok)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vdq = awl_tensor_view(dq), vdk = awl_tensor_view(dk), vdv = awl_tensor_view(dv),
+             vdo = awl_tensor_view(dout), vq = awl_tensor_view(q), vk = awl_tensor_view(k),
+             vv = awl_tensor_view(v), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
+    return kernel_status(op, awl_tensor_backend(q)->attention_backward(
+                                 &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl, args->scale,
+                                 args->causal, args->dropout));
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *d)
+{
+    const char *op = "awl_tensor_dropout";
+    if (!out || !in || !d) return AWL_ERR_INVALID;
+    if (check_devices(op, 2, (awl_tensor *[]){in, out}) < 0 ||
+        check_shape(op, "out", out, in) < 0 || check_dtype(op, "out", out, in->dtype) < 0)
+        return AWL_ERR_INVALID;
+    /* the mask's element i is out's i-th in row-major order: out contiguous */
+    if (!awl_fused_available(AWL_KERNEL_DROPOUT, in) || !awl_is_contiguous(out) ||
+        !(d->p > 0.0 && d->p < 1.0) || awl_numel(out) == 0)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(in);
+    return kernel_status(op, awl_tensor_backend(in)->dropout(&vo, &vi, d));
+}
+
+/* ---- matmul with a bias, GELU backward --------------------------------------------------- */
+
+int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)
+{
+    const char *op = "awl_tensor_matmul_bias";
+    if (!out || !a || !b || !bias) return AWL_ERR_INVALID;
+    if (check_devices(op, 4, (awl_tensor *[]){a, b, bias, out}) < 0 ||
+        check_dtype(op, "b", b, a->dtype) < 0 || check_dtype(op, "bias", bias, a->dtype) < 0 ||
+        check_dtype(op, "out", out, a->dtype) < 0)
+        return AWL_ERR_INVALID;
+    bool ok = a->ndim == 2 && b->ndim == 2 && out->ndim == 2 && a->shape[1] == b->shape[0] &&
+              out->shape[0] == a->shape[0] && out->shape[1] == b->shape[1] && bias->ndim == 1 &&
+              bias->shape[0] == b->shape[1];
+    if (!ok) {
+        char s1[160], s2[160], s3[160], s4[160];
+        return awl_error(AWL_ERR_INVALID, "%s: out %s = a %s @ b %s + bias %s do not fit", op,
+                         awl_shape_str(out, s1, sizeof s1), awl_shape_str(a, s2, sizeof s2),
+                         awl_shape_str(b, s3, sizeof s3), awl_shape_str(bias, s4, sizeof s4));
+    }
+    if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS, a)) return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
+             vbias = awl_tensor_view(bias);
+    return kernel_status(op, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias));
+}
+
+int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)
+{
+    const char *op = "awl_tensor_gelu_backward";
+    if (!dx || !dy || !x) return AWL_ERR_INVALID;
+    if (check_devices(op, 3, (awl_tensor *[]){x, dx, dy}) < 0 || check_shape(op, "dx", dx, x) < 0 ||
+        check_shape(op, "dy", dy, x) < 0 || check_dtype(op, "dx", dx, x->dtype) < 0 ||
+        check_dtype(op, "dy", dy, x->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_GELU_BACKWARD, x)) return AWL_ERR_UNSUPPORTED;
+    awl_view vdx = awl_tensor_view(dx), vdy = awl_tensor_view(dy), vx = awl_tensor_view(x);
+    return kernel_status(op, awl_tensor_backend(x)->gelu_backward(&vdx, &vdy, &vx));
+}
+
+/* ---- AdamW -------------------------------------------------------------------------------- */
+
+int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
+                          awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
+                          const awl_adamw_args *args)
+{
+    const char *op = "awl_tensor_adamw_step";
+    if (n <= 0 || !params || !grads || !m || !v || !weight_decay || !args) return AWL_ERR_INVALID;
+    for (int i = 0; i < n; i++) {
+        awl_tensor *set[4] = {params[i], grads[i], m[i], v[i]};
+        static const char *const names[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+        for (int k = 0; k < 4; k++)
+            if (!set[k] || check_shape(op, names[k], set[k], set[0]) < 0 ||
+                check_dtype(op, names[k], set[k], set[0]->dtype) < 0 ||
+                awl_check_same_device(op, params[0], set[k]) < 0)
+                return AWL_ERR_INVALID;
+    }
+    if (!awl_fused_available(AWL_KERNEL_ADAMW_STEP, params[0])) return AWL_ERR_UNSUPPORTED;
+    awl_view *views = awl_xmalloc((size_t)n * 4 * sizeof *views);
+    for (int i = 0; i < n; i++) {
+        views[i] = awl_tensor_view(params[i]);
+        views[n + i] = awl_tensor_view(grads[i]);
+        views[2 * n + i] = awl_tensor_view(m[i]);
+        views[3 * n + i] = awl_tensor_view(v[i]);
+    }
+    int status = kernel_status(
+        op, awl_tensor_backend(params[0])->adamw_step(n, views, views + n, views + 2 * n,
+                                                      views + 3 * n, weight_decay, args));
+    free(views);
+    return status;
+}

@@ -1,0 +1,685 @@
+/*
+ * tools/awl-check/fused.c - the cases of the optional fused kernels, each
+ * checked against its composed version: the reference runs the same
+ * computation in float64 on the CPU with ordinary ops (the harness turns
+ * fused kernels off around it), which is what the framework does when a
+ * backend lacks the kernel, and gradients come from autograd through that
+ * composition.
+ *
+ * Inputs that a kernel expects to be consistent (a softmax output, the
+ * statistics a layer norm forward saved, the log-sum-exp and output an
+ * attention forward saved) are computed the same way by each case's init
+ * function, so a backward kernel is checked on what its forward would give
+ * it.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "common/alloc.h"
+#include "nn/nn.h"
+#include "tools/awl-check/harness.h"
+
+#define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static const awl_dtype FLOATS[3] = {AWL_F32, AWL_F64, AWL_BF16};
+
+/* A case's tolerance by dtype: float32's and bfloat16's given, float64's
+ * the default. */
+static double tol_of(awl_dtype dt, double f32, double bf16)
+{
+    return dt == AWL_F32 ? f32 : dt == AWL_BF16 ? bf16 : 0;
+}
+
+/* Operand k of c as a float64 CPU tensor that requires grad. */
+static awl_tensor *leaf(const ac_case *c, double *const *in, int k)
+{
+    return awl_requires_grad_(ac_cpu_tensor(c, in, k), true);
+}
+
+/* ---- softmax ----------------------------------------------------------------------- */
+
+/* forward: out, x; backward: dx, dy, y. */
+static int call_softmax(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->softmax_forward(v[0], v[1], a->flag);
+}
+
+static int call_softmax_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->softmax_backward(v[0], v[1], v[2], a->flag);
+}
+
+static awl_tensor *softmax_of(awl_tensor *x, bool log)
+{
+    return log ? awl_log_softmax(x, -1) : awl_softmax(x, -1);
+}
+
+static int ref_softmax(const ac_case *c, double *const *in, double **ref)
+{
+    return ac_values(softmax_of(ac_cpu_tensor(c, in, 1), c->args.flag), ref[0],
+                     ac_numel(c->op[0].ndim, c->op[0].shape));
+}
+
+/* softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). */
+static int ref_softmax_bwd(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *dy = ac_cpu_tensor(c, in, 1), *y = ac_cpu_tensor(c, in, 2), *dx;
+    if (c->args.flag)
+        dx = awl_sub(dy, awl_mul(awl_exp(y), awl_sum(dy, AWL_DIMS(-1), true)));
+    else
+        dx = awl_mul(y, awl_sub(dy, awl_sum(awl_mul(dy, y), AWL_DIMS(-1), true)));
+    return ac_values(dx, ref[0], ac_numel(c->op[0].ndim, c->op[0].shape));
+}
+
+/* One large logit, so exp overflows unless the row maximum is subtracted. */
+static void init_softmax(const ac_case *c, double **in)
+{
+    (void)c;
+    in[1][0] = 100.0;
+}
+
+/* y: the softmax (or log_softmax) of random logits. */
+static void init_softmax_bwd(const ac_case *c, double **in)
+{
+    awl_scope_begin();
+    bool fused = awl_set_fused_kernels(false);
+    ac_values(softmax_of(ac_cpu_tensor(c, in, 2), c->args.flag), in[2],
+              ac_numel(c->op[2].ndim, c->op[2].shape));
+    awl_set_fused_kernels(fused);
+    awl_scope_end();
+}
+
+static void softmax_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{6, 37}, {64, 1000}, {3, 7}, {8, 50304}};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++)
+            for (int lg = 0; lg < 2; lg++) {
+                awl_dtype dt = FLOATS[t];
+                char layout[56];
+                snprintf(layout, sizeof layout, "%s", lg ? "log" : "softmax");
+                ac_case f = ac_case_new(AWL_KERNEL_SOFTMAX_FORWARD, "", dt, layout, call_softmax,
+                                        ref_softmax);
+                f.args.flag = lg;
+                f.init = init_softmax;
+                f.tol = tol_of(dt, 1e-5, 2e-2);
+                ac_add(&f, ac_operand_new("out", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&f, ac_operand_new("x", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_push(l, &f);
+                ac_case b = ac_case_new(AWL_KERNEL_SOFTMAX_BACKWARD, "", dt, layout,
+                                        call_softmax_bwd, ref_softmax_bwd);
+                b.args.flag = lg;
+                b.init = init_softmax_bwd;
+                b.tol = tol_of(dt, 1e-4, 6e-2); /* dy - dot cancels */
+                ac_add(&b, ac_operand_new("dx", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&b, ac_operand_new("dy", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&b, ac_operand_new("y", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_push(l, &b);
+            }
+}
+
+/* ---- layer norm -------------------------------------------------------------------------- */
+
+#define LN_EPS 1e-5
+
+/* forward: out, mean, rstd, x [, weight, bias]. */
+static int call_ln(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->layernorm_forward(v[0], v[1], v[2], v[3], a->flag ? v[4] : NULL,
+                                a->flag ? v[5] : NULL, a->eps);
+}
+
+/* backward: dx, dy, x, mean, rstd [, weight, dweight, dbias]. */
+static int call_ln_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->layernorm_backward(v[0], a->flag ? v[6] : NULL, a->flag ? v[7] : NULL, v[1], v[2],
+                                 a->flag ? v[5] : NULL, v[3], v[4]);
+}
+
+/* mean and 1/sqrt(var + eps) of the rows of x, composed. */
+static void ln_stats(awl_tensor *x, awl_tensor **mean, awl_tensor **rstd)
+{
+    awl_tensor *m = awl_mean(x, AWL_DIMS(-1), true), *xm = awl_sub(x, m);
+    *mean = m;
+    *rstd = awl_pow(awl_add_scalar(awl_mean(awl_mul(xm, xm), AWL_DIMS(-1), true), LN_EPS), -0.5);
+}
+
+static int ref_ln(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *x = ac_cpu_tensor(c, in, 3), *mean, *rstd;
+    awl_tensor *w = c->args.flag ? ac_cpu_tensor(c, in, 4) : NULL;
+    awl_tensor *b = c->args.flag ? ac_cpu_tensor(c, in, 5) : NULL;
+    ln_stats(x, &mean, &rstd);
+    int64_t rows = ac_numel(c->op[1].ndim, c->op[1].shape);
+    int rc = ac_values(awl_layer_norm(x, w, b, LN_EPS), ref[0], ac_numel(2, c->op[0].shape));
+    if (rc == 0) rc = ac_values(mean, ref[1], rows);
+    if (rc == 0) rc = ac_values(rstd, ref[2], rows);
+    return rc;
+}
+
+static int ref_ln_bwd(const ac_case *c, double *const *in, double **ref)
+{
+    bool affine = c->args.flag;
+    awl_tensor *x = leaf(c, in, 2), *w = affine ? leaf(c, in, 5) : NULL;
+    /* a zero bias: it changes nothing but gives dbias */
+    awl_tensor *b = affine ? awl_requires_grad_(awl_zeros_like(w), true) : NULL;
+    awl_tensor *y = awl_layer_norm(x, w, b, LN_EPS), *grads[3];
+    awl_tensor *inputs[3] = {x, w, b};
+    awl_backward_options opts = {.grad = ac_cpu_tensor(c, in, 1)};
+    if (!y || awl_grad(y, affine ? 3 : 1, inputs, grads, &opts) < 0) return AWL_ERR_INVALID;
+    int64_t n = ac_numel(2, c->op[0].shape), C = c->op[0].shape[1];
+    int rc = ac_values(grads[0], ref[0], n);
+    if (affine && rc == 0) rc = ac_values(grads[1], ref[6], C);
+    if (affine && rc == 0) rc = ac_values(grads[2], ref[7], C);
+    return rc;
+}
+
+/* mean and rstd: the statistics of x that a forward saves. */
+static void init_ln_bwd(const ac_case *c, double **in)
+{
+    awl_scope_begin();
+    bool fused = awl_set_fused_kernels(false);
+    awl_tensor *mean, *rstd;
+    ln_stats(ac_cpu_tensor(c, in, 2), &mean, &rstd);
+    int64_t rows = ac_numel(c->op[3].ndim, c->op[3].shape);
+    ac_values(mean, in[3], rows);
+    ac_values(rstd, in[4], rows);
+    awl_set_fused_kernels(fused);
+    awl_scope_end();
+}
+
+static void layernorm_cases(ac_list *l)
+{
+    static const struct {
+        int64_t rows, C;
+        bool affine;
+    } shapes[] = {
+        {7, 33, true}, {5, 16, false}, {300, 64, true}, {1000, 768, true}, {5, 2048, false}};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++) {
+            awl_dtype dt = FLOATS[t];
+            int64_t x2[2] = {shapes[s].rows, shapes[s].C}, rows[1] = {shapes[s].rows},
+                    C[1] = {shapes[s].C};
+            bool affine = shapes[s].affine;
+            const char *layout = affine ? "affine" : "no weight or bias";
+            ac_case f = ac_case_new(AWL_KERNEL_LAYERNORM_FORWARD, "", dt, layout, call_ln, ref_ln);
+            f.args.flag = affine;
+            f.args.eps = LN_EPS;
+            f.tol = tol_of(dt, 2e-5, 3e-2);
+            ac_add(&f, ac_operand_new("out", AC_OUT, dt, 2, x2, AC_CONTIG));
+            ac_add(&f, ac_operand_new("mean", AC_OUT, AWL_F32, 1, rows, AC_CONTIG));
+            ac_add(&f, ac_operand_new("rstd", AC_OUT, AWL_F32, 1, rows, AC_CONTIG));
+            ac_add(&f, ac_operand_new("x", AC_IN, dt, 2, x2, AC_CONTIG));
+            if (affine) {
+                ac_add(&f, ac_operand_new("weight", AC_IN, dt, 1, C, AC_CONTIG));
+                ac_add(&f, ac_operand_new("bias", AC_IN, dt, 1, C, AC_CONTIG));
+            }
+            ac_push(l, &f);
+            ac_case b =
+                ac_case_new(AWL_KERNEL_LAYERNORM_BACKWARD, "", dt, layout, call_ln_bwd, ref_ln_bwd);
+            b.args.flag = affine;
+            b.init = init_ln_bwd;
+            b.tol = tol_of(dt, 1e-4, 6e-2);
+            ac_add(&b, ac_operand_new("dx", AC_OUT, dt, 2, x2, AC_CONTIG));
+            ac_add(&b, ac_operand_new("dy", AC_IN, dt, 2, x2, AC_CONTIG));
+            ac_add(&b, ac_operand_new("x", AC_IN, dt, 2, x2, AC_CONTIG));
+            ac_add(&b, ac_operand_new("mean", AC_IN, AWL_F32, 1, rows, AC_CONTIG));
+            ac_add(&b, ac_operand_new("rstd", AC_IN, AWL_F32, 1, rows, AC_CONTIG));
+            if (affine) {
+                ac_add(&b, ac_operand_new("weight", AC_IN, dt, 1, C, AC_CONTIG));
+                ac_add(&b, ac_operand_new("dweight", AC_OUT, dt, 1, C, AC_CONTIG));
+                ac_add(&b, ac_operand_new("dbias", AC_OUT, dt, 1, C, AC_CONTIG));
+            }
+            ac_push(l, &b);
+        }
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------------
+ */
+
+#define CE_IGNORE (-100)
+
+/* forward: loss, lse, logits, targets; backward: dlogits, dloss, logits,
+ * lse, targets. */
+static int call_ce(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->cross_entropy_forward(v[0], v[1], v[2], v[3], a->ignore_index);
+}
+
+static int call_ce_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->cross_entropy_backward(v[0], v[1], v[2], v[3], v[4], a->ignore_index);
+}
+
+static int ref_ce(const ac_case *c, double *const *in, double **ref)
+{
+    int64_t N = c->op[2].shape[0], V = c->op[2].shape[1];
+    int rc = ac_values(awl_logsumexp(ac_cpu_tensor(c, in, 2), -1, false), ref[1], N);
+    for (int64_t i = 0; rc == 0 && i < N; i++) {
+        int t = (int)in[3][i];
+        ref[0][i] = t == c->args.ignore_index ? 0 : ref[1][i] - in[2][i * V + t];
+    }
+    return rc;
+}
+
+/* dlogits[i] = dloss[i] (softmax(logits[i]) - onehot(t_i)), 0 for ignored. */
+static int ref_ce_bwd(const ac_case *c, double *const *in, double **ref)
+{
+    int64_t N = c->op[2].shape[0], V = c->op[2].shape[1];
+    int rc = ac_values(awl_softmax(ac_cpu_tensor(c, in, 2), -1), ref[0], N * V);
+    for (int64_t i = 0; rc == 0 && i < N; i++) {
+        int t = (int)in[4][i];
+        for (int64_t j = 0; j < V; j++) {
+            double *d = &ref[0][i * V + j];
+            *d = t == c->args.ignore_index ? 0 : in[1][i] * (*d - (j == t));
+        }
+    }
+    return rc;
+}
+
+/* Row 2 is ignored. */
+static void init_ce(const ac_case *c, double **in)
+{
+    (void)c;
+    in[3][2] = CE_IGNORE;
+}
+
+/* Row 2 ignored; lse: the log-sum-exp of the logits, as the forward saved
+ * it. */
+static void init_ce_bwd(const ac_case *c, double **in)
+{
+    in[4][2] = CE_IGNORE;
+    awl_scope_begin();
+    bool fused = awl_set_fused_kernels(false);
+    ac_values(awl_logsumexp(ac_cpu_tensor(c, in, 2), -1, false), in[3], c->op[2].shape[0]);
+    awl_set_fused_kernels(fused);
+    awl_scope_end();
+}
+
+static void cross_entropy_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{9, 11}, {64, 1000}, {32, 50304}};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++)
+            for (int strided = 0; strided < 2; strided++) {
+                awl_dtype dt = FLOATS[t];
+                int64_t N[1] = {shapes[s][0]};
+                double V = (double)shapes[s][1];
+                const char *layout = strided ? "sliced targets, broadcast dloss" : "contiguous";
+                ac_layout lt = strided ? AC_SLICED : AC_CONTIG;
+                ac_case f =
+                    ac_case_new(AWL_KERNEL_CROSS_ENTROPY_FORWARD, "", dt, layout, call_ce, ref_ce);
+                f.args.ignore_index = CE_IGNORE;
+                f.init = init_ce;
+                f.tol = tol_of(dt, 1e-5, 3e-2);
+                ac_add(&f, ac_operand_new("loss", AC_OUT, dt, 1, N, AC_CONTIG));
+                ac_add(&f, ac_operand_new("lse", AC_OUT, AWL_F32, 1, N, AC_CONTIG));
+                ac_add(&f, ac_operand_new("logits", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&f, ac_ints(ac_operand_new("targets", AC_IN, AWL_I32, 1, N, lt), 0, V - 1));
+                ac_push(l, &f);
+                ac_case b = ac_case_new(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, "", dt, layout,
+                                        call_ce_bwd, ref_ce_bwd);
+                b.args.ignore_index = CE_IGNORE;
+                b.init = init_ce_bwd;
+                b.tol = tol_of(dt, 1e-5, 3e-2);
+                ac_add(&b, ac_operand_new("dlogits", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&b,
+                       ac_operand_new("dloss", AC_IN, dt, 1, N, strided ? AC_BCAST0 : AC_CONTIG));
+                ac_add(&b, ac_operand_new("logits", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&b, ac_operand_new("lse", AC_IN, AWL_F32, 1, N, AC_CONTIG));
+                ac_add(&b, ac_ints(ac_operand_new("targets", AC_IN, AWL_I32, 1, N, lt), 0, V - 1));
+                ac_push(l, &b);
+            }
+}
+
+/* ---- attention ----------------------------------------------------------------------------------
+ */
+
+/* The dropout the kernels get: NULL for none. */
+static const awl_dropout_args *dropout_of(const ac_args *a)
+{
+    return a->dropout.p > 0 ? &a->dropout : NULL;
+}
+
+/* forward: out, lse, q, k, v; backward: dq, dk, dv, dout, q, k, v, out, lse. */
+static int call_att(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->flag, dropout_of(a));
+}
+
+static int call_att_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], a->scale,
+                                 a->flag, dropout_of(a));
+}
+
+/* Scaled, masked scores (B, H, T, T). */
+static awl_tensor *attention_scores(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+{
+    int64_t T = q->shape[2];
+    awl_tensor *s = awl_mul_scalar(awl_matmul(q, awl_transpose(k, -2, -1)), scale);
+    if (causal) { /* key j after query i is masked */
+        double *m = awl_xcalloc((size_t)(T * T), sizeof *m);
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = i + 1; j < T; j++) m[i * T + j] = 1;
+        s = awl_masked_fill(s, awl_from_data(m, AWL_SHAPE(T, T), AWL_F64, "cpu"), -INFINITY);
+        free(m);
+    }
+    return s;
+}
+
+/* The log-sum-exp of each row of scaled, masked scores (B, H, T). */
+static awl_tensor *attention_lse(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+{
+    return awl_logsumexp(attention_scores(q, k, scale, causal), -1, false);
+}
+
+/* The dropout mask of the (B, H, T, T) weights as a float64 CPU tensor:
+ * 1 / (1 - p) where common/dropout.h keeps weight (b, h, i, j), else 0. */
+static awl_tensor *attention_dropout_mask(const awl_dropout_args *d, const int64_t *s)
+{
+    const int64_t B = s[0], H = s[1], T = s[2], n = B * H * T * T;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    double *m = awl_xmalloc((size_t)n * sizeof *m);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t j = 0; j < T; j++) {
+                    uint64_t e = awl_attention_dropout_index(b, h, i, j, H, T, T);
+                    m[e] = awl_dropout_keep(d->seed, d->offset, e, threshold)
+                               ? awl_dropout_scale(d->p)
+                               : 0.0;
+                }
+    awl_tensor *t = awl_from_data(m, AWL_SHAPE(B, H, T, T), AWL_F64, "cpu");
+    free(m);
+    return t;
+}
+
+/* The composed attention of the case's arguments: softmax, the dropout
+ * mask of its arguments (none for p = 0), a product with v. */
+static awl_tensor *attention_of(const ac_args *a, awl_tensor *q, awl_tensor *k, awl_tensor *v)
+{
+    if (!dropout_of(a)) return awl_scaled_dot_product_attention(q, k, v, a->flag, 0.0);
+    awl_tensor *p = awl_softmax(attention_scores(q, k, a->scale, a->flag), -1);
+    return awl_matmul(awl_mul(p, attention_dropout_mask(&a->dropout, q->shape)), v);
+}
+
+static int ref_att(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *q = ac_cpu_tensor(c, in, 2), *k = ac_cpu_tensor(c, in, 3),
+               *v = ac_cpu_tensor(c, in, 4);
+    int rc = ac_values(attention_of(&c->args, q, k, v), ref[0], ac_numel(4, c->op[0].shape));
+    if (rc == 0)
+        rc = ac_values(attention_lse(q, k, c->args.scale, c->args.flag), ref[1],
+                       ac_numel(3, c->op[1].shape));
+    return rc;
+}
+
+static int ref_att_bwd(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *inputs[3] = {leaf(c, in, 4), leaf(c, in, 5), leaf(c, in, 6)}, *grads[3];
+    awl_tensor *out = attention_of(&c->args, inputs[0], inputs[1], inputs[2]);
+    awl_backward_options opts = {.grad = ac_cpu_tensor(c, in, 3)};
+    if (!out || awl_grad(out, 3, inputs, grads, &opts) < 0) return AWL_ERR_INVALID;
+    int rc = 0;
+    for (int i = 0; i < 3 && rc == 0; i++)
+        rc = ac_values(grads[i], ref[i], ac_numel(4, c->op[i].shape));
+    return rc;
+}
+
+/* out and lse: what the forward computes from q, k and v. */
+static void init_att_bwd(const ac_case *c, double **in)
+{
+    awl_scope_begin();
+    bool fused = awl_set_fused_kernels(false);
+    awl_tensor *q = ac_cpu_tensor(c, in, 4), *k = ac_cpu_tensor(c, in, 5),
+               *v = ac_cpu_tensor(c, in, 6);
+    ac_values(attention_of(&c->args, q, k, v), in[7], ac_numel(4, c->op[7].shape));
+    ac_values(attention_lse(q, k, c->args.scale, c->args.flag), in[8], ac_numel(3, c->op[8].shape));
+    awl_set_fused_kernels(fused);
+    awl_scope_end();
+}
+
+/* q, k or v (which) of a fused (B, T, 3, H, D) projection, as (B, H, T, D);
+ * or a plain (B, H, T, D) tensor. */
+static ac_operand heads(const char *name, ac_role role, awl_dtype dt, const int64_t *s, int which,
+                        bool packed)
+{
+    ac_operand o = ac_operand_new(name, role, dt, 4, s, AC_CONTIG);
+    if (!packed) return o;
+    const int64_t B = s[0], H = s[1], T = s[2], D = s[3];
+    (void)B;
+    o.strides[0] = T * 3 * H * D;
+    o.strides[1] = D;
+    o.strides[2] = 3 * H * D;
+    o.strides[3] = 1;
+    o.offset = which * H * D;
+    return o;
+}
+
+/* A (B, H, T, D) view transposing (B, T, H, D) memory: how attention's
+ * output goes back to (B, T, C) without a copy. */
+static ac_operand heads_transposed(const char *name, ac_role role, awl_dtype dt, const int64_t *s)
+{
+    ac_operand o = ac_operand_new(name, role, dt, 4, s, AC_CONTIG);
+    o.strides[3] = 1;
+    o.strides[1] = s[3];
+    o.strides[2] = s[1] * s[3];
+    o.strides[0] = s[1] * s[2] * s[3];
+    return o;
+}
+
+static void attention_cases(ac_list *l)
+{
+    static const int64_t shapes[][4] = {{2, 3, 7, 4},    {2, 2, 64, 16},   {1, 2, 37, 20},
+                                        {2, 3, 100, 64}, {1, 2, 256, 128}, {1, 1, 130, 80}};
+    /* dropout 0.3 from a stream starting at offset 5: with T = 7 and 37,
+     * rows of weights start inside a Philox block */
+    const awl_dropout_args drop = {0.3, 0x1234abcdull, 5};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int d = 0; d < 2; d++) {
+                    awl_dtype dt = FLOATS[t];
+                    const int64_t *sh = shapes[s], bht[3] = {sh[0], sh[1], sh[2]};
+                    bool packed = s % 2 == 0;
+                    if (d && s != 0 && s != 2 && s != 3) continue; /* dropout: three shapes */
+                    char layout[56];
+                    snprintf(layout, sizeof layout, "%s%s%s", causal ? "causal" : "full",
+                             packed ? ", packed qkv" : "", d ? ", dropout 0.3" : "");
+                    ac_case f = ac_case_new(AWL_KERNEL_ATTENTION_FORWARD, "", dt, layout, call_att,
+                                            ref_att);
+                    f.args.flag = causal;
+                    f.args.scale = 1 / sqrt((double)sh[3]);
+                    if (d) f.args.dropout = drop;
+                    f.tol = tol_of(dt, 1e-5, 3e-2);
+                    ac_add(&f, heads_transposed("out", AC_OUT, dt, sh));
+                    ac_add(&f, ac_operand_new("lse", AC_OUT, AWL_F32, 3, bht, AC_CONTIG));
+                    const char *names[3] = {"q", "k", "v"};
+                    for (int w = 0; w < 3; w++)
+                        ac_add(&f, heads(names[w], AC_IN, dt, sh, w, packed));
+                    ac_push(l, &f);
+                    ac_case b = ac_case_new(AWL_KERNEL_ATTENTION_BACKWARD, "", dt, layout,
+                                            call_att_bwd, ref_att_bwd);
+                    b.args = f.args;
+                    b.init = init_att_bwd;
+                    b.tol = tol_of(dt, 1e-4, 8e-2);
+                    const char *dnames[3] = {"dq", "dk", "dv"};
+                    for (int w = 0; w < 3; w++)
+                        ac_add(&b, heads(dnames[w], AC_OUT, dt, sh, w, packed));
+                    ac_add(&b, heads_transposed("dout", AC_IN, dt, sh));
+                    for (int w = 0; w < 3; w++)
+                        ac_add(&b, heads(names[w], AC_IN, dt, sh, w, packed));
+                    ac_add(&b, heads_transposed("out", AC_IN, dt, sh));
+                    ac_add(&b, ac_operand_new("lse", AC_IN, AWL_F32, 3, bht, AC_CONTIG));
+                    ac_push(l, &b);
+                }
+}
+
+/* ---- dropout ------------------------------------------------------------------------------------
+ */
+
+/* out, in */
+static int call_dropout(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->dropout(v[0], v[1], &a->dropout);
+}
+
+/* out = in * M, M = 1 / (1 - p) rounded to the dtype where common/dropout.h
+ * keeps element e of out (row-major), else 0. */
+static int ref_dropout(const ac_case *c, double *const *in, double **ref)
+{
+    const awl_dropout_args *d = &c->args.dropout;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    double scale = awl_dropout_scale(d->p);
+    if (c->dtype == AWL_F32) scale = (float)scale;
+    if (c->dtype == AWL_BF16) scale = awl_bf16_to_float(awl_float_to_bf16((float)scale));
+    int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape);
+    for (int64_t e = 0; e < n; e++)
+        ref[0][e] =
+            awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold) ? in[1][e] * scale : 0.0;
+    return 0;
+}
+
+static void dropout_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{1, 37}, {300, 129}, {64, 384}};
+    static const ac_layout layouts[] = {AC_CONTIG, AC_TRANSPOSED, AC_BCAST0};
+    static const char *const names[] = {"contiguous", "transposed in", "broadcast in"};
+    /* p = 0.3 from a stream starting at an odd offset */
+    const awl_dropout_args d = {0.3, 0x9e3779b97f4a7c15ull, 7};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++) {
+            awl_dtype dt = FLOATS[t];
+            ac_case c =
+                ac_case_new(AWL_KERNEL_DROPOUT, "", dt, names[s], call_dropout, ref_dropout);
+            c.args.dropout = d;
+            c.tol = tol_of(dt, 1e-6, 0);
+            ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+            ac_add(&c, ac_operand_new("in", AC_IN, dt, 2, shapes[s], layouts[s]));
+            ac_push(l, &c);
+        }
+}
+
+/* ---- matmul with a bias, GELU backward, AdamW --------------------------------------------------
+ */
+
+/* out, a, b, bias */
+static int call_matmul_bias(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    (void)a;
+    return b->matmul_bias(v[0], v[1], v[2], v[3]);
+}
+
+static int ref_matmul_bias(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *y = awl_add(awl_matmul(ac_cpu_tensor(c, in, 1), ac_cpu_tensor(c, in, 2)),
+                            ac_cpu_tensor(c, in, 3));
+    return ac_values(y, ref[0], ac_numel(2, c->op[0].shape));
+}
+
+/* dx, dy, x */
+static int call_gelu_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    (void)a;
+    return b->gelu_backward(v[0], v[1], v[2]);
+}
+
+/* dx = dy * gelu'(x), as autograd composes it. */
+static int ref_gelu_bwd(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *slope = awl_tensor_unary(AWL_UNARY_GELU_GRAD, ac_cpu_tensor(c, in, 2), 0);
+    return ac_values(awl_mul(ac_cpu_tensor(c, in, 1), slope), ref[0],
+                     ac_numel(c->op[0].ndim, c->op[0].shape));
+}
+
+/* params, grads, m, v of a->count tensors: operands 4i .. 4i + 3. */
+static int call_adamw(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    awl_view p[4], g[4], m[4], s[4];
+    for (int i = 0; i < a->count; i++) {
+        p[i] = *v[4 * i];
+        g[i] = *v[4 * i + 1];
+        m[i] = *v[4 * i + 2];
+        s[i] = *v[4 * i + 3];
+    }
+    return b->adamw_step(a->count, p, g, m, s, a->wd, &a->adam);
+}
+
+/* PyTorch's AdamW, in float64. */
+static int ref_adamw(const ac_case *c, double *const *in, double **ref)
+{
+    const awl_adamw_args *a = &c->args.adam;
+    double bc1 = 1 - pow(a->beta1, (double)a->step), bc2 = 1 - pow(a->beta2, (double)a->step);
+    for (int i = 0; i < c->args.count; i++) {
+        int64_t n = ac_numel(c->op[4 * i].ndim, c->op[4 * i].shape);
+        for (int64_t e = 0; e < n; e++) {
+            double p = in[4 * i][e], g = in[4 * i + 1][e];
+            double m = a->beta1 * in[4 * i + 2][e] + (1 - a->beta1) * g;
+            double v = a->beta2 * in[4 * i + 3][e] + (1 - a->beta2) * g * g;
+            p *= 1 - (double)a->lr * c->args.wd[i];
+            p -= a->lr / bc1 * m / (sqrt(v / bc2) + a->eps);
+            ref[4 * i][e] = p;
+            ref[4 * i + 2][e] = m;
+            ref[4 * i + 3][e] = v;
+        }
+    }
+    return 0;
+}
+
+static void other_cases(ac_list *l)
+{
+    static const int64_t o2[2] = {300, 96}, a2[2] = {300, 48}, w2[2] = {96, 48}, bias[1] = {96};
+    for (int t = 0; t < 3; t++) {
+        awl_dtype dt = FLOATS[t];
+        ac_case c = ac_case_new(AWL_KERNEL_MATMUL_BIAS, "", dt, "a linear layer's weight^T",
+                                call_matmul_bias, ref_matmul_bias);
+        c.tol = tol_of(dt, 1e-5, 1e-2);
+        ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, o2, AC_CONTIG));
+        ac_add(&c, ac_operand_new("a", AC_IN, dt, 2, a2, AC_CONTIG));
+        /* b (48, 96) read through the transpose of a (96, 48) weight */
+        ac_operand b = ac_operand_new("b", AC_IN, dt, 2, w2, AC_CONTIG);
+        b.shape[0] = 48, b.shape[1] = 96, b.strides[0] = 1, b.strides[1] = 48;
+        ac_add(&c, b);
+        ac_add(&c, ac_operand_new("bias", AC_IN, dt, 1, bias, AC_CONTIG));
+        ac_push(l, &c);
+    }
+    static const int64_t sizes[2][1] = {{37}, {50000}};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < 2; s++) {
+            awl_dtype dt = FLOATS[t];
+            ac_case c = ac_case_new(AWL_KERNEL_GELU_BACKWARD, "", dt, s ? "large" : "contiguous",
+                                    call_gelu_bwd, ref_gelu_bwd);
+            c.tol = tol_of(dt, 1e-5, 2e-2);
+            ac_add(&c, ac_operand_new("dx", AC_OUT, dt, 1, sizes[s], AC_CONTIG));
+            ac_add(&c, ac_operand_new("dy", AC_IN, dt, 1, sizes[s], AC_CONTIG));
+            ac_add(&c, ac_operand_new("x", AC_IN, dt, 1, sizes[s], AC_CONTIG));
+            ac_push(l, &c);
+        }
+    static const int64_t psizes[3][1] = {{5}, {1000}, {40003}};
+    ac_case c =
+        ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, "3 tensors, step 3", call_adamw, ref_adamw);
+    c.args.count = 3;
+    c.args.adam = (awl_adamw_args){1e-2f, 0.9f, 0.95f, 1e-8f, 3};
+    c.args.wd[0] = 0.1f, c.args.wd[1] = 0.0f, c.args.wd[2] = 0.1f;
+    const char *names[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++) {
+            ac_operand o = ac_operand_new(names[k], k == 1 ? AC_IN : AC_INOUT, AWL_F32, 1,
+                                          psizes[i], AC_CONTIG);
+            ac_add(&c, k == 3 ? ac_domain(o, AWL_DOMAIN_POSITIVE) : o);
+        }
+    ac_push(l, &c);
+}
+
+void ac_fused_cases(ac_list *l)
+{
+    softmax_cases(l);
+    layernorm_cases(l);
+    cross_entropy_cases(l);
+    attention_cases(l);
+    dropout_cases(l);
+    other_cases(l);
+}
