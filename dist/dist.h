@@ -26,7 +26,8 @@
  * staged through it) on a communication stream of its own, after the
  * kernels queued before the call and without blocking the caller. The
  * result is the same, bit for bit, on every rank, and the same in every run
- * for a given world size (and, for NCCL, machine). Asynchronous handles run on the group's communication thread in the
+ * for a given world size (and, for NCCL, machine and NCCL version).
+ * Asynchronous handles run on the group's communication thread in the
  * order they were started; tensors passed to one must not be touched until
  * its awl_work_wait.
  *

@@ -602,6 +602,9 @@ static int nccl_connect(awl_process_group *pg)
     int status = load_api();
     if (status < 0) return status;
     pg->nccl = calloc(1, sizeof *pg->nccl);
+    if (!pg->nccl)
+        return awl_error(AWL_ERR_OOM, "awl_dist_init: rank %d: out of memory for its NCCL state",
+                         dist_me(pg));
     status = open_device(pg);
     if (status == AWL_OK && pg->world > 1) {
         status = dist_tcp_transport.connect(pg);

@@ -24,12 +24,16 @@
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 CUBLAS_DIR=$(dirname "$(ls "$CUDA_HOME"/lib64/libcublas.so* /usr/local/cuda*/lib*/libcublas.so* 2>/dev/null | head -1)")
 
-# The NCCL library and a header for it (the one beside it, else .cudadev's).
+# The NCCL library and a header for it (the one beside it, else .cudadev's;
+# NCCL_FLAGS puts its folder ahead of .cudadev's on the include path).
 NCCL_LIB=
 NCCL_INC=
+# PyTorch's NCCL: the nvidia-nccl-cu1x wheel's lib folder, under the nvidia
+# namespace package (nvidia/nccl/lib, or nvidia/cu13/lib)
+PIP_NCCL_DIRS=$(python3 -c 'import glob, nvidia
+print(" ".join(d[:-len("/libnccl.so.2")] for p in nvidia.__path__ for d in glob.glob(p + "/*/lib/libnccl.so.2")))' 2>/dev/null)
 for dir in ${NCCL_HOME:+$NCCL_HOME/lib} "$CUDA_HOME"/lib "$CUDA_HOME"/lib64 /usr/local/cuda*/lib \
-           /usr/lib/x86_64-linux-gnu \
-           "$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)/lib"; do
+           /usr/lib/x86_64-linux-gnu $PIP_NCCL_DIRS; do
     if [ -e "$dir/libnccl.so.2" ]; then
         NCCL_LIB=$(readlink -f "$dir/libnccl.so.2")
         for inc in "$dir/../include" "$CUDA_HOME/include" /usr/include "$D/include"; do
@@ -43,7 +47,8 @@ export LD_LIBRARY_PATH=$D/lib:$CUBLAS_DIR:$CUDA_HOME/lib64${NCCL_LIB:+:$(dirname
 NCCL_FLAGS=
 [ -n "$NCCL_LIB" ] && [ -n "$NCCL_INC" ] && NCCL_FLAGS="-DAWL_WITH_NCCL=1 -I$NCCL_INC"
 CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -DAWL_WITH_STUDENT=1
-        -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include -I$CUDA_HOME/include $NCCL_FLAGS"
+        -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests $NCCL_FLAGS -I$D/include
+        -I$CUDA_HOME/include"
 # --split-compile: the attention kernels' instances (dropout in and out) are
 # the longest compile; their optimisation runs on 4 threads
 NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
