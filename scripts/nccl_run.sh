@@ -60,7 +60,7 @@ elapsed() { echo $(( $(date +%s) - T_START )); }
 . scripts/gpu_build.sh
 gpu_build_check || exit 1
 GPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader |
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1 |
     sed 's/^/gpu: /' | tee -a "$SUMMARY"
 if [ -z "$NCCL_LIB" ] || [ -z "$NCCL_INC" ]; then
     row "nccl: no libnccl.so.2 with a header found (NCCL_HOME, $CUDA_HOME/lib*, the system, PyTorch's nvidia-nccl): nothing to test"
