@@ -135,7 +135,8 @@ static int cuda_synchronize(int device)
 
 /* Every primitive in every dtype backends/ops.h defines (bfloat16
  * arithmetic included); the fused kernels in float32 and bfloat16, softmax
- * and cross-entropy in float64 too (ops.h's float set). */
+ * in float64 too (ops.h's float set). Cross-entropy saves a float32
+ * log-sum-exp, too coarse for float64 logits, which take the composed path. */
 static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
 {
     (void)op;
@@ -144,7 +145,9 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_LAYERNORM_BACKWARD:
     case AWL_KERNEL_ATTENTION_FORWARD:
     case AWL_KERNEL_ATTENTION_BACKWARD:
-    case AWL_KERNEL_MATMUL_BIAS: return dtype == AWL_F32 || dtype == AWL_BF16;
+    case AWL_KERNEL_MATMUL_BIAS:
+    case AWL_KERNEL_CROSS_ENTROPY_FORWARD:
+    case AWL_KERNEL_CROSS_ENTROPY_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
     default: return true;
     }
 }
