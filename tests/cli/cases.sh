@@ -174,18 +174,20 @@ start_and_wait() {
 }
 
 case_sigint_saves_and_resumes() {
+    # 3000 steps (about 2 s) so that the signal lands inside the run on a
+    # loaded machine too (400 took 0.3 s, and a CI neighbour could let it end)
     make_corpus
-    run $TINY --data corpus.txt --steps 400 --save a.st
+    run $TINY --data corpus.txt --steps 3000 --save a.st
     expect_rc 0
-    start_and_wait "^step 5/400" $TINY --data corpus.txt --steps 400 --save b.st --log-interval 1
+    start_and_wait "^step 5/3000" $TINY --data corpus.txt --steps 3000 --save b.st --log-interval 1
     kill -INT $PID
     wait $PID
     RC=$?
     expect_rc 130
     expect_msg "SIGINT: stopped after step"
     expect_msg "saved b.st at step"
-    expect_no_msg "saved b.st at step 400"
-    run --resume b.st --data corpus.txt --steps 400 --save b.st
+    expect_no_msg "saved b.st at step 3000"
+    run --resume b.st --data corpus.txt --steps 3000 --save b.st
     expect_rc 0
     cmp -s a.st b.st || fail "interrupted and resumed differs from straight"
 }
