@@ -265,6 +265,25 @@ static int check_settings(const settings *s)
     return 0;
 }
 
+/* The device exists and has what a forward needs. 0 or -1. */
+static int check_device(const char *name)
+{
+    awl_device device;
+    if (awl_device_parse(name, &device) < 0) {
+        fprintf(stderr, "generate: --device: %s\n", awl_last_error());
+        return -1;
+    }
+    if (!awl_device_available(name))
+        return complain("--device %s: no such device on this machine", name);
+    char missing[1024];
+    int n_missing = awl_device_missing_primitives(name, missing, sizeof missing);
+    if (n_missing > 0)
+        return complain("device %s cannot run a model yet: %d required primitive%s not "
+                        "implemented:\n%s",
+                        name, n_missing, n_missing == 1 ? " is" : "s are", missing);
+    return 0;
+}
+
 /* ---- the model and the prompts -------------------------------------------------------- */
 
 typedef struct job {
@@ -496,6 +515,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (parsed < 0 || check_settings(&j.s) < 0) return USAGE;
+    if (check_device(j.s.device) < 0) return FAILURE;
     if (j.s.threads) awl_set_num_threads(j.s.threads);
     if (strcmp(j.s.precision, "fp32") != 0) awl_set_float32_matmul_precision("high");
     int status = 0;

@@ -92,6 +92,14 @@ case_prompt_outside_tokenizer() {
     usage_error "--prompt 1" --checkpoint ckpt.st --prompt "Zebra"
 }
 
+# a device the build or the machine does not have
+case_device_missing() {
+    run --config cpu-small --prompt-ids 1 --device cuda:99
+    expect_rc 1
+    expect_msg "generate: --device"
+    expect_msg "cuda:99" # "unknown device" without CUDA, "no such device" without the GPU
+}
+
 case_checkpoint_missing() {
     run --checkpoint missing.st --prompt a
     expect_rc 1
