@@ -12,11 +12,12 @@
  *     if (awl_gpt_generate(model, 2, prompts, n_prompt, &o, out, n_out) < 0) ...
  *
  * Without a cache, every new token would run the model over the whole
- * context again: T tokens of context cost T times a token's work. The
+ * context again: T tokens of context cost T times a token's arithmetic. The
  * cache keeps every layer's keys and values of the tokens already seen, so
  * generation runs the prompt once (the prefill) and then one token at a
  * time (decoding), each new token's query attending to the cached keys.
- * docs/generation.md describes the layout, its memory and the figures.
+ * docs/generation.md describes the layout and its memory, docs/performance.md
+ * the speed.
  *
  * A batch of prompts of different lengths is left-padded to the longest:
  * the padding columns are hidden from every query (the cache's key mask)
