@@ -222,6 +222,11 @@ typedef struct awl_backend {
     void (*set_num_threads)(int n);
     /* Float32 matmuls may use TF32 (or another faster, less exact mode). */
     void (*set_matmul_fast_fp32)(bool on);
+    /* The stream the device's work is queued on, in call order (a
+     * cudaStream_t for CUDA), for a library that queues device work of its
+     * own and must order it after awl's kernels with events: dist/'s NCCL
+     * transport. NULL where work runs synchronously (the CPU). */
+    void *(*stream)(int device);
     /* Sets one of the backend's named settings, chosen once rather than
      * looked up by kernels ("attention" = "auto", "simt" or "split" on
      * CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */

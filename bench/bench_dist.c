@@ -6,6 +6,8 @@
  *     ./build/bench_dist --ranks 2 --max-bytes 16777216
  *     ./build/bench_dist --no-allreduce --ddp cpu-medium --ddp-ranks 1,4 --threads 4
  *     mpirun -np 2 ./build/bench_dist --backend mpi --ddp cpu-medium
+ *     ./build/bench_dist --backend nccl --ranks 2 --min-bytes 1048576 --max-bytes 1073741824 \
+ *         --ddp gpt2-124m --ddp-ranks 1,2 --device cuda --precision bf16
  *
  * It forks the ranks itself (one process each, on loopback, each pinned to
  * `threads` cores of its own when the machine has enough), or, started by
@@ -14,7 +16,12 @@
  * MPI transport ("mpi") and over its TCP transport ("tcp") in the same
  * process, and the allreduce rounds also call Open MPI's MPI_Allreduce
  * directly ("mpi-direct"); vs_mpi_direct = MPI_Allreduce's time / this
- * path's time.
+ * path's time. With --backend nccl, rank r on cuda:r (forked here) or on
+ * cuda:<LOCAL_RANK> (under awlrun), the allreduces are of float32 CUDA
+ * tensors over awl's NCCL transport ("nccl"; no raw ring: PyTorch's
+ * torch.distributed allreduce, scripts/torch_nccl_allreduce.py, is the
+ * peer to put beside it), and --device cuda puts DDP's model on the
+ * rank's GPU, --precision bf16 under bfloat16 autocast.
  *
  * allreduce  For each size, alternated rounds of
  *              - a raw TCP ring: every rank sends the bytes to its right
@@ -58,16 +65,21 @@
 #ifndef AWL_WITH_MPI
 #define AWL_WITH_MPI 0
 #endif
+#ifndef AWL_WITH_NCCL
+#define AWL_WITH_NCCL 0
+#endif
 #if AWL_WITH_MPI
 #include <mpi.h>
 #endif
 
 typedef struct bench_options {
     const char *ranks, *ddp, *ddp_ranks;
+    const char *device, *precision; /* DDP's model: cpu or cuda (the rank's GPU); fp32 or bf16 */
     int64_t min_bytes, max_bytes;
     int rounds, threads, ddp_steps, ddp_rounds;
     bool allreduce, latency;
-    bool mpi; /* --backend mpi: under mpirun, the MPI transport beside TCP */
+    bool mpi;  /* --backend mpi: under mpirun, the MPI transport beside TCP */
+    bool nccl; /* --backend nccl: the NCCL transport alone, each rank on its GPU */
     double bucket_mb; /* 0: DDP's default caps */
 } bench_options;
 
@@ -252,7 +264,10 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
         return;
     }
     cfg.dropout = 0;
-    awl_gpt *model = awl_gpt_new(&cfg, "cpu", 1337);
+    char device[32] = "cpu";
+    if (strcmp(o->device, "cuda") == 0) snprintf(device, sizeof device, "cuda:%d", awl_dist_local_rank(pg));
+    awl_gpt *model = awl_gpt_new(&cfg, device, 1337);
+    if (strcmp(o->precision, "bf16") == 0) awl_gpt_set_autocast(model, AWL_BF16);
     awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
     awl_ddp_options dopt = {.no_overlap = mode == DDP_AT_END};
     if (o->bucket_mb > 0) dopt.bucket_cap_bytes = dopt.first_bucket_bytes = (int64_t)(o->bucket_mb * 1048576);
@@ -267,8 +282,8 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
         int32_t *ids = malloc((size_t)(B * T) * sizeof *ids);
         for (int64_t i = 0; i < B * T; i++)
             ids[i] = (int32_t)((i * 7919 + s * 104729 + awl_dist_rank(pg) * 31) % cfg.vocab);
-        awl_tensor *x = awl_from_data(ids, AWL_SHAPE(B, T), AWL_I32, "cpu");
-        awl_tensor *y = awl_from_data(ids, AWL_SHAPE(B, T), AWL_I32, "cpu");
+        awl_tensor *x = awl_from_data(ids, AWL_SHAPE(B, T), AWL_I32, device);
+        awl_tensor *y = awl_from_data(ids, AWL_SHAPE(B, T), AWL_I32, device);
         free(ids);
         awl_dist_barrier(pg);
         double t0 = bench_now();
@@ -278,6 +293,7 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
         if (status == 0 && ddp) status = awl_ddp_wait(ddp);
         if (status == 0) status = awl_optimizer_step(opt);
         if (status == 0) status = ddp ? awl_ddp_zero_grad(ddp) : awl_optimizer_zero_grad(opt);
+        if (status == 0) status = awl_synchronize(device); /* the GPU's step, not its queueing */
         awl_release(loss);
         if (s >= warm) {
             awl_ddp_stats st = {0};
@@ -295,10 +311,11 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
         double ms = bench_median(step_t, steps), c = bench_median(comm, steps), w = bench_median(wait, steps);
         int n = awl_dist_world_size(pg);
         bench_json_begin("ddp_step");
-        printf("\"config\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
+        printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
                "\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,\"comm_ms\":%.2f,\"wait_ms\":%.2f,"
                "\"hidden\":%.3f}\n",
-               o->ddp, transport, n, mode_names[mode], st.n_buckets, st.bucket_bytes / 1048576.0,
+               o->ddp, o->device, o->precision, transport, n, mode_names[mode], st.n_buckets,
+               st.bucket_bytes / 1048576.0,
                ms * 1e3, (double)cfg.batch * cfg.block * n / ms, c * 1e3, w * 1e3,
                c > 0 && w < c ? 1.0 - w / c : 0.0);
         fflush(stdout);
@@ -338,9 +355,92 @@ static int open_mpi_groups(bench_groups *g)
 }
 #endif
 
+/* ---- over NCCL ----------------------------------------------------------------------------------- */
+
+/* Seconds per blocking allreduce (sum) of t, the mean of reps after a
+ * barrier. */
+static double time_allreduce(awl_process_group *pg, awl_tensor *t, int reps)
+{
+    awl_dist_barrier(pg);
+    double t0 = bench_now();
+    for (int i = 0; i < reps; i++) awl_dist_allreduce(pg, t, AWL_DIST_SUM);
+    return (bench_now() - t0) / reps;
+}
+
+/* Allreduces of float32 tensors on the rank's GPU: 4-byte and 4 KiB
+ * latencies (median of 200), then busbw for each size. */
+static void allreduce_gpu(awl_process_group *pg, const bench_options *o)
+{
+    int n = awl_dist_world_size(pg), me = awl_dist_rank(pg);
+    char device[32];
+    snprintf(device, sizeof device, "cuda:%d", awl_dist_local_rank(pg));
+    for (int64_t bytes = 4; o->latency && bytes <= 4096; bytes *= 1024) {
+        awl_scope_begin();
+        awl_tensor *t = awl_ones(AWL_SHAPE(bytes / 4), AWL_F32, device);
+        enum { N = 200 };
+        double times[N];
+        time_allreduce(pg, t, 20);
+        for (int i = 0; i < N; i++) times[i] = time_allreduce(pg, t, 1);
+        if (me == 0) {
+            bench_json_begin("allreduce_latency");
+            printf("\"transport\":\"nccl\",\"ranks\":%d,\"bytes\":%lld,\"median_us\":%.1f}\n", n,
+                   (long long)bytes, bench_median(times, N) * 1e6);
+            fflush(stdout);
+        }
+        awl_scope_end();
+    }
+    for (int64_t bytes = o->min_bytes; o->allreduce && bytes <= o->max_bytes; bytes *= 4) {
+        int reps = (int)(4.0 * 1073741824 / (double)bytes);
+        reps = reps < 5 ? 5 : reps > 200 ? 200 : reps;
+        awl_scope_begin();
+        awl_tensor *t = awl_ones(AWL_SHAPE(bytes / 4), AWL_F32, device);
+        double times[16];
+        time_allreduce(pg, t, 2); /* warm up: NCCL connects on first use */
+        for (int round = 0; round < o->rounds; round++) times[round] = time_allreduce(pg, t, reps);
+        double median = bench_median(times, o->rounds), busbw = (double)bytes / median * 2.0 * (n - 1) / n;
+        if (me == 0) {
+            bench_json_begin("allreduce");
+            printf("\"transport\":\"nccl\",\"ranks\":%d,\"bytes\":%lld,\"us\":%.1f,\"algbw_GBs\":%.3f,"
+                   "\"busbw_GBs\":%.3f}\n",
+                   n, (long long)bytes, median * 1e6, (double)bytes / median * 1e-9, busbw * 1e-9);
+            fflush(stdout);
+        }
+        awl_scope_end();
+    }
+}
+
+/* --backend nccl: one group over NCCL, rank r on cuda:r when forked here
+ * (else cuda:<LOCAL_RANK>), for the allreduces and DDP. */
+static void nccl_rank(const bench_options *o, const awl_dist_options *dopt, bool collectives,
+                      bool ddp)
+{
+    awl_dist_options d = dopt ? *dopt : awl_dist_default_options();
+    d.backend = "nccl";
+    if (dopt) d.local_rank = d.rank;
+    awl_process_group *pg = awl_dist_init(&d);
+    if (!pg) {
+        fprintf(stderr, "bench_dist: %s\n", awl_last_error());
+        return;
+    }
+    int n = awl_dist_world_size(pg);
+    if (collectives && n > 1) allreduce_gpu(pg, o);
+    if (ddp && o->ddp) {
+        ddp_steps(pg, "nccl", o, DDP_OVERLAP);
+        if (n > 1) {
+            ddp_steps(pg, "nccl", o, DDP_AT_END);
+            ddp_steps(pg, "none", o, DDP_NONE);
+        }
+    }
+    awl_dist_destroy(pg);
+}
+
 static void one_rank(const bench_options *o, const awl_dist_options *dopt, bool collectives,
                      bool ddp)
 {
+    if (o->nccl) {
+        nccl_rank(o, dopt, collectives, ddp);
+        return;
+    }
     awl_set_num_threads(o->threads > 0 ? o->threads : 1);
     bench_groups g = {0};
 #if AWL_WITH_MPI
@@ -393,12 +493,15 @@ static void usage(void)
             "usage: bench_dist [--ranks 2,4] [--min-bytes 4096] [--max-bytes 268435456]\n"
             "                  [--rounds 3] [--threads 1] [--no-allreduce] [--no-latency]\n"
             "                  [--ddp CONFIG] [--ddp-ranks 2] [--ddp-steps 10] [--ddp-rounds 1]\n"
-            "                  [--bucket-mb X] [--backend tcp|mpi]\n");
+            "                  [--bucket-mb X] [--backend tcp|mpi|nccl] [--device cpu|cuda]\n"
+            "                  [--precision fp32|bf16]\n");
 }
 
 int main(int argc, char **argv)
 {
-    bench_options o = {"2,4", NULL, "2", 4096, 256 << 20, 3, 1, 10, 1, true, true, false, 0};
+    bench_options o = {.ranks = "2,4", .ddp_ranks = "2", .device = "cpu", .precision = "fp32",
+                       .min_bytes = 4096, .max_bytes = 256 << 20, .rounds = 3, .threads = 1,
+                       .ddp_steps = 10, .ddp_rounds = 1, .allreduce = true, .latency = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-allreduce") == 0) o.allreduce = false;
@@ -414,13 +517,22 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--ddp-steps") == 0) o.ddp_steps = atoi(v), i++;
         else if (strcmp(a, "--bucket-mb") == 0) o.bucket_mb = atof(v), i++;
         else if (strcmp(a, "--ddp-rounds") == 0) o.ddp_rounds = atoi(v), i++;
-        else if (strcmp(a, "--backend") == 0 && (strcmp(v, "tcp") == 0 || strcmp(v, "mpi") == 0))
-            o.mpi = strcmp(v, "mpi") == 0, i++;
+        else if (strcmp(a, "--backend") == 0 &&
+                 (strcmp(v, "tcp") == 0 || strcmp(v, "mpi") == 0 || strcmp(v, "nccl") == 0))
+            o.mpi = strcmp(v, "mpi") == 0, o.nccl = strcmp(v, "nccl") == 0, i++;
+        else if (strcmp(a, "--device") == 0 && (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0))
+            o.device = v, i++;
+        else if (strcmp(a, "--precision") == 0 && (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0))
+            o.precision = v, i++;
         else { usage(); return 2; }
     }
     if (o.rounds < 1 || o.rounds > 16 || o.min_bytes < 4 || o.ddp_steps < 1 || o.ddp_rounds < 1 ||
-        o.ddp_rounds > MAX_ROUNDS) {
+        o.ddp_rounds > MAX_ROUNDS || (strcmp(o.precision, "bf16") == 0 && strcmp(o.device, "cuda") != 0)) {
         usage();
+        return 2;
+    }
+    if (o.nccl && !AWL_WITH_NCCL) {
+        fprintf(stderr, "bench_dist: --backend nccl: this build has no NCCL transport\n");
         return 2;
     }
     awl_set_num_threads(o.threads > 0 ? o.threads : 1);

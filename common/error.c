@@ -28,10 +28,14 @@ static bool should_abort(void)
 
 int awl_error(int code, const char *fmt, ...)
 {
+    /* formatted apart first: a message often quotes the last one
+     * ("...: %s", awl_last_error()), which is error_message itself */
+    char message[sizeof error_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    memcpy(error_message, message, sizeof message);
     error_code = code;
     error_count++;
     if (should_abort()) {

@@ -18,12 +18,16 @@
  * and DDP (awl_ddp below) wraps a model's parameters so that backward
  * averages the gradients across ranks while it runs.
  *
- * Collectives work on awl tensors of float32, float64 or int32, of any size
- * (0 and 1 element too), contiguous or not (a strided tensor is staged
- * through a contiguous copy), on the CPU (tensors on another device are
- * staged through host memory by the TCP transport). The result is the same,
- * bit for bit, on every rank, and the same in every run for a given world
- * size. Asynchronous handles run on the group's communication thread in the
+ * Collectives work on awl tensors of float32, float64 or int32 (and
+ * bfloat16 over NCCL), of any size (0 and 1 element too), contiguous or not
+ * (a strided tensor is staged through a contiguous copy). The TCP and MPI
+ * transports move host memory (CUDA tensors are staged through it); the
+ * NCCL transport ("nccl") moves each rank's GPU memory (CPU tensors are
+ * staged through it) on a communication stream of its own, after the
+ * kernels queued before the call and without blocking the caller. The
+ * result is the same, bit for bit, on every rank, and the same in every run
+ * for a given world size (and, for NCCL, machine and NCCL version).
+ * Asynchronous handles run on the group's communication thread in the
  * order they were started; tensors passed to one must not be touched until
  * its awl_work_wait.
  *
@@ -75,7 +79,9 @@ typedef struct awl_dist_options {
     const char *master_addr;          /* rank 0's host: MASTER_ADDR, default 127.0.0.1 */
     int master_port;                  /* the store's port: MASTER_PORT, default 29500 */
     const char *token;                /* the job token: AWL_JOB_TOKEN, default "" */
-    const char *backend;              /* "tcp" or "mpi": AWL_DIST_BACKEND (see awl_dist_launch_info) */
+    const char *backend;              /* "tcp", "mpi" or "nccl": AWL_DIST_BACKEND (see
+                                         awl_dist_launch_info) */
+    const char *device;               /* nccl: this rank's GPU, default "cuda:<local_rank>" */
     double timeout_s;         /* a collective's deadline: AWL_DIST_TIMEOUT, default 300 s */
     double peer_timeout_s;    /* silence before a peer is declared gone: AWL_DIST_PEER_TIMEOUT,
                                  default 15 s */
@@ -125,7 +131,8 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key);
 int awl_dist_rank(const awl_process_group *pg);
 int awl_dist_world_size(const awl_process_group *pg);
 int awl_dist_local_rank(const awl_process_group *pg);
-/* The transport the group runs over: "tcp" or "mpi" ("none" for world size 1). */
+/* The transport the group runs over: "tcp", "mpi" or "nccl" ("none" for a
+ * group of one that needs none: host memory, works done as they start). */
 const char *awl_dist_backend(const awl_process_group *pg);
 /* The group's key-value store (rank 0's TCP store; NULL for world size 1). */
 awl_store *awl_dist_store(awl_process_group *pg);
@@ -282,7 +289,9 @@ void awl_ddp_get_stats(const awl_ddp *ddp, awl_ddp_stats *out);
  *     }
  *     awl_zero_free(zero);
  *
- * Parameters must be float32 CPU tensors (the TCP transport's memory). */
+ * The parameters share one dtype and one device: CPU tensors over TCP or
+ * MPI, the rank's GPU over NCCL (the buckets, the gradient shard and the
+ * optimizer state live there too). */
 typedef struct awl_zero awl_zero;
 
 typedef struct awl_zero_options {

@@ -1,19 +1,20 @@
 /*
  * dist/dist_internal.h - what the process group (process_group.c) and its
- * transports (tcp.c, ring.c) share: the transport table, the work item,
- * fingerprints and the flight ring.
+ * transports (tcp.c and ring.c, mpi.c, nccl.c) share: the transport table,
+ * the work item, fingerprints and the flight ring.
  *
  * The split mirrors backends/: process_group.c is the part every transport
  * has in common (options from the environment, staging tensors into
- * contiguous host buffers, sequence numbers, the work queue and its
- * communication thread, the flight ring, failure bookkeeping), and a
- * transport is a table of four functions that moves the bytes. A second
- * transport (NCCL, MPI) fills the same table.
+ * contiguous buffers in the transport's memory, sequence numbers, the work
+ * queue and its communication thread, the flight ring, failure
+ * bookkeeping), and a transport is a table of functions that moves the
+ * bytes: awl's TCP ring, MPI, NCCL.
  *
  * Threads: the user's thread starts work (awl_dist_*_async) and waits for
  * it; one communication thread per group runs the work in order, calling
  * the transport. Only the user's thread touches awl tensors (reference
- * counts are not atomic); the communication thread sees raw host buffers.
+ * counts are not atomic); the communication thread sees raw buffers: host
+ * memory for TCP and MPI, the group's GPU for NCCL.
  */
 #ifndef AWL_DIST_INTERNAL_H
 #define AWL_DIST_INTERNAL_H
@@ -54,8 +55,8 @@ typedef struct dist_fingerprint {
 const char *dist_describe(const dist_fingerprint *fp, char *buf, size_t size);
 bool dist_fingerprint_equal(const dist_fingerprint *a, const dist_fingerprint *b);
 
-/* One started operation. Buffers are contiguous host memory; in/out alias
- * for in-place collectives. */
+/* One started operation. Buffers are contiguous, in the transport's memory
+ * (host, or the group's GPU); in/out alias for in-place collectives. */
 struct awl_work {
     awl_process_group *pg;
     dist_fingerprint fp;
@@ -68,6 +69,9 @@ struct awl_work {
     /* the caller's tensors and their host staging copies (NULL when the
      * caller's memory is used directly); user thread only */
     awl_tensor *user_in, *user_out, *stage_in, *stage_out;
+    /* what the transport's enqueue captured (NCCL: the event its inputs are
+     * ready at), freed by its release */
+    void *tx;
 
     /* set by the communication thread, under pg->lock */
     bool done;
@@ -90,8 +94,20 @@ typedef struct dist_flight {
 
 typedef struct dist_transport {
     const char *name;
-    /* Rendezvous done (pg->store is up): connects this rank to the others.
-     * Returns 0, or negative after awl_error (the user's thread). */
+    /* Where the buffers it is given live: host memory (false), or the
+     * group's GPU, pg->device (NCCL). A tensor elsewhere, or strided, is
+     * staged through a contiguous copy there. A device transport runs even
+     * a group of one: its buffers are not the host's to memcpy. */
+    bool device_memory;
+    /* Whether its ranks meet through rank 0's store (awl_dist_init starts
+     * it), or their launcher has wired them up already (MPI). */
+    bool store;
+    /* The dtypes it moves: bit d for awl_dtype d. */
+    uint32_t dtypes;
+    /* Rendezvous done (pg->store is up, when the group has one): connects
+     * this rank to the others. Returns 0, or negative after awl_error (the
+     * user's thread), having left nothing behind: shutdown is called only
+     * after a connect that succeeded. */
     int (*connect)(awl_process_group *pg);
     /* Runs one operation to its end on the communication thread. On failure
      * writes w->message and returns negative; the transport has already told
@@ -104,7 +120,18 @@ typedef struct dist_transport {
     /* The communication thread has stopped: says goodbye (when clean) and
      * closes everything. */
     void (*shutdown)(awl_process_group *pg, bool clean);
+    /* Optional (NULL: nothing to do). On the user's thread, once a work's
+     * buffers are bound and just before it is queued: captures in w->tx
+     * what the transport needs of that moment (NCCL: an event on the
+     * compute stream, after the kernels that produce the inputs). 0, or
+     * negative after awl_error (the work is then not queued). */
+    int (*enqueue)(awl_process_group *pg, awl_work *w);
+    /* Optional. On the user's thread, as awl_work_wait frees the work:
+     * frees what enqueue captured. */
+    void (*release)(awl_process_group *pg, awl_work *w);
 } dist_transport;
+
+#define DIST_DTYPE(d) (1u << (d))
 
 extern const dist_transport dist_tcp_transport;
 #ifndef AWL_WITH_MPI
@@ -115,6 +142,15 @@ extern const dist_transport dist_mpi_transport;
 #define dist_mpi (&dist_mpi_transport)
 #else
 #define dist_mpi (&dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses mpi */
+#endif
+#ifndef AWL_WITH_NCCL
+#define AWL_WITH_NCCL 0
+#endif
+#if AWL_WITH_NCCL
+extern const dist_transport dist_nccl_transport;
+#define dist_nccl (&dist_nccl_transport)
+#else
+#define dist_nccl (&dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses nccl */
 #endif
 
 struct awl_process_group {
@@ -132,12 +168,17 @@ struct awl_process_group {
     char master_addr[256];
     int master_port;
     char token[64];
+    /* where the transport's buffers live: "cpu", or this rank's GPU
+     * ("cuda:<local rank>" unless the options name one) for NCCL */
+    char device[32];
     double timeout, peer_timeout, init_timeout;
     int64_t segment_bytes;
     double t0; /* net_now() at creation */
 
     const dist_transport *transport;
-    void *tx; /* the transport's state */
+    bool connected; /* the transport's connect succeeded: shutdown is owed */
+    void *tx; /* the transport's state (NCCL: that of the TCP mesh it keeps beside) */
+    struct nccl_state *nccl; /* NCCL's communicator, stream and events (nccl.c) */
     store_server *server;
     awl_store *store;
 
@@ -173,9 +214,14 @@ static inline int dist_me(const awl_process_group *pg)
  * the flight ring to stderr. Any thread. */
 void dist_fail(awl_process_group *pg, const char *message);
 bool dist_failed(awl_process_group *pg, char *message, size_t size);
+/* w->message = "<operation> failed on rank <r>: <err>". */
+void dist_work_message(const awl_process_group *pg, awl_work *w, const char *err);
 /* Drains pg->wake and prints the flight ring when SIGUSR1 asked for it. The
  * transport calls it whenever pg->wake was readable. */
 void dist_service_wake(awl_process_group *pg);
+/* Waits up to `seconds` for pg->wake, then services it: the idle of a
+ * transport with nothing of its own to watch. */
+void dist_wait_wake(awl_process_group *pg, double seconds);
 /* Adds to the byte counters (communication thread). */
 void dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received);
 /* Seconds since the group was made. */

@@ -239,10 +239,11 @@ static int mpi_run(awl_process_group *pg, awl_work *w)
     return 0;
 }
 
-static int mpi_connect(awl_process_group *pg)
+/* The group's communicator: MPI_COMM_WORLD's duplicate, or a split of the
+ * parent's. */
+static int open_comm(awl_process_group *pg)
 {
-    mpi_state *st = calloc(1, sizeof *st);
-    pg->tx = st;
+    mpi_state *st = state_of(pg);
     int inited = 0;
     MPI_Initialized(&inited);
     int level = 0;
@@ -278,13 +279,6 @@ static int mpi_connect(awl_process_group *pg)
     return AWL_OK;
 }
 
-static void mpi_idle(awl_process_group *pg, double seconds)
-{
-    struct pollfd p = {pg->wake[0], POLLIN, 0};
-    poll(&p, 1, (int)(seconds * 1e3));
-    dist_service_wake(pg);
-}
-
 static void mpi_shutdown(awl_process_group *pg, bool clean)
 {
     mpi_state *st = state_of(pg);
@@ -295,11 +289,20 @@ static void mpi_shutdown(awl_process_group *pg, bool clean)
     pg->tx = NULL;
 }
 
+static int mpi_connect(awl_process_group *pg)
+{
+    pg->tx = calloc(1, sizeof(mpi_state));
+    int status = open_comm(pg);
+    if (status < 0) mpi_shutdown(pg, false); /* a failed connect leaves nothing behind */
+    return status;
+}
+
 const dist_transport dist_mpi_transport = {
     .name = "mpi",
+    .dtypes = DIST_DTYPE(AWL_F32) | DIST_DTYPE(AWL_F64) | DIST_DTYPE(AWL_I32),
     .connect = mpi_connect,
     .run = mpi_run,
-    .idle = mpi_idle,
+    .idle = dist_wait_wake,
     .shutdown = mpi_shutdown,
 };
 

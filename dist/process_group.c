@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,6 +62,16 @@ static void first_slurm_host(const char *list, char *out, size_t size)
     }
     size_t digits = strcspn(list + n + 1, "-,]");
     snprintf(out, size, "%.*s%.*s", (int)n, list, (int)digits, list + n + 1);
+}
+
+/* The transport of a name, or NULL; one this build lacks is there, by
+ * name, only to be refused with a message. */
+static const dist_transport *transport_named(const char *name)
+{
+    if (strcmp(name, "tcp") == 0) return &dist_tcp_transport;
+    if (strcmp(name, "mpi") == 0) return dist_mpi;
+    if (strcmp(name, "nccl") == 0) return dist_nccl;
+    return NULL;
 }
 
 int awl_dist_launch_info(const awl_dist_options *options, awl_dist_launch *out)
@@ -123,14 +134,21 @@ int awl_dist_launch_info(const awl_dist_options *options, awl_dist_launch *out)
     const char *backend = o.backend ? o.backend : getenv("AWL_DIST_BACKEND");
     bool mpi_launch = strcmp(out->launcher, "openmpi") == 0 || strcmp(out->launcher, "pmi") == 0;
     out->backend = backend && *backend ? backend : mpi_launch && AWL_WITH_MPI ? "mpi" : "tcp";
-    if (strcmp(out->backend, "tcp") != 0 && strcmp(out->backend, "mpi") != 0)
-        return awl_error(AWL_ERR_INVALID, "awl_dist_init: unknown transport '%s' (tcp or mpi)",
+    const dist_transport *t = transport_named(out->backend);
+    if (!t)
+        return awl_error(AWL_ERR_INVALID, "awl_dist_init: unknown transport '%s' (tcp, mpi or nccl)",
                          out->backend);
     if (strcmp(out->backend, "mpi") == 0 && !AWL_WITH_MPI)
         return awl_error(AWL_ERR_UNSUPPORTED,
                          "awl_dist_init: this build has no MPI transport (CMake did not find MPI: "
                          "install libopenmpi-dev, or use --dist-backend tcp)");
-    out->backend = strcmp(out->backend, "mpi") == 0 ? "mpi" : "tcp";
+    if (strcmp(out->backend, "nccl") == 0 && !AWL_WITH_NCCL)
+        return awl_error(AWL_ERR_UNSUPPORTED,
+                         "awl_dist_init: this build has no NCCL transport, so no process group "
+                         "of CUDA tensors (CMake found no CUDA, or no nccl.h and libnccl beside "
+                         "it: install NCCL and configure again, or use --dist-backend tcp, which "
+                         "stages CUDA tensors through host memory)");
+    out->backend = t->name;
     return AWL_OK;
 }
 
@@ -144,7 +162,13 @@ static int resolve_options(const awl_dist_options *in, awl_process_group *pg)
     pg->local_rank = l.local_rank;
     pg->master_port = l.master_port;
     snprintf(pg->master_addr, sizeof pg->master_addr, "%s", l.master_addr);
-    pg->transport = strcmp(l.backend, "mpi") == 0 ? dist_mpi : &dist_tcp_transport;
+    pg->transport = transport_named(l.backend);
+    if (!pg->transport->device_memory)
+        snprintf(pg->device, sizeof pg->device, "cpu");
+    else if (o.device)
+        snprintf(pg->device, sizeof pg->device, "%s", o.device);
+    else
+        snprintf(pg->device, sizeof pg->device, "cuda:%d", pg->local_rank);
     const char *token = o.token ? o.token : getenv("AWL_JOB_TOKEN");
     snprintf(pg->token, sizeof pg->token, "%s", token ? token : "");
     pg->timeout = o.timeout_s > 0 ? o.timeout_s : env_double("AWL_DIST_TIMEOUT", 300);
@@ -311,6 +335,13 @@ void dist_fail(awl_process_group *pg, const char *message)
     pthread_mutex_unlock(&pg->lock);
 }
 
+void dist_work_message(const awl_process_group *pg, awl_work *w, const char *err)
+{
+    char what[160];
+    snprintf(w->message, sizeof w->message, "%s failed on rank %d: %s",
+             dist_describe(&w->fp, what, sizeof what), dist_me(pg), err);
+}
+
 bool dist_failed(awl_process_group *pg, char *message, size_t size)
 {
     pthread_mutex_lock(&pg->lock);
@@ -329,6 +360,13 @@ void dist_service_wake(awl_process_group *pg)
         pg->dump_requested = 0;
         awl_dist_print_flight_ring(pg, stderr);
     }
+}
+
+void dist_wait_wake(awl_process_group *pg, double seconds)
+{
+    struct pollfd p = {pg->wake[0], POLLIN, 0};
+    poll(&p, 1, (int)(seconds * 1e3));
+    dist_service_wake(pg);
 }
 
 void dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received)
@@ -449,6 +487,7 @@ static int start_group(awl_process_group *pg)
     if (pipe2(pg->wake, O_CLOEXEC | O_NONBLOCK) < 0)
         return awl_error(AWL_ERR_DIST, "awl_dist_init: cannot make a pipe: %s", strerror(errno));
     if (pg->transport->connect(pg) < 0) return AWL_ERR_DIST;
+    pg->connected = true;
     if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0)
         return awl_error(AWL_ERR_DIST, "awl_dist_init: cannot start the communication thread");
     pg->thread_started = true;
@@ -466,8 +505,8 @@ awl_process_group *awl_dist_init(const awl_dist_options *options)
         return NULL;
     }
     size_group(pg, NULL);
-    if (pg->world == 1) return pg;
-    if (pg->transport != &dist_tcp_transport) { /* MPI: its own wire-up, no store */
+    if (pg->world == 1 && !pg->transport->device_memory) return pg; /* works run as they start */
+    if (pg->world == 1 || !pg->transport->store) { /* alone, or MPI: no rendezvous */
         if (start_group(pg) < 0) {
             awl_dist_destroy(pg);
             return NULL;
@@ -548,6 +587,7 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key)
     sub->peer_timeout = pg->peer_timeout;
     sub->init_timeout = pg->init_timeout;
     sub->segment_bytes = pg->segment_bytes;
+    snprintf(sub->device, sizeof sub->device, "%s", pg->device);
     /* the id: a digest of where the group comes from, the same on every
      * member (never 0, the job's group's) */
     char origin[128];
@@ -559,9 +599,11 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key)
     sub->parent = pg;
     sub->split_color = color;
     sub->split_key = key;
-    /* MPI_Comm_split is collective over the whole parent, singletons too */
-    bool mpi = pg->transport != &dist_tcp_transport;
-    if ((sub->world > 1 || mpi) && start_group(sub) < 0) {
+    /* a singleton needs no transport, except that MPI_Comm_split is
+     * collective over the whole parent, and that a device transport runs
+     * even alone */
+    bool alone = sub->world == 1 && sub->transport->store && !sub->transport->device_memory;
+    if (!alone && start_group(sub) < 0) {
         awl_dist_destroy(sub);
         return NULL;
     }
@@ -580,7 +622,7 @@ void awl_dist_destroy(awl_process_group *pg)
         (void)ignored;
         pthread_join(pg->thread, NULL);
     }
-    if (pg->transport && pg->tx) pg->transport->shutdown(pg, !pg->failed);
+    if (pg->connected) pg->transport->shutdown(pg, !pg->failed);
     if (pg->owns_store) store_close(pg->store);
     store_server_stop(pg->server);
     for (int i = 0; i < 2; i++)
@@ -598,40 +640,45 @@ int awl_dist_world_size(const awl_process_group *pg) { return pg ? pg->world : -
 int awl_dist_local_rank(const awl_process_group *pg) { return pg ? pg->local_rank : -1; }
 const char *awl_dist_backend(const awl_process_group *pg)
 {
-    return pg && pg->world > 1 && pg->transport ? pg->transport->name : "none";
+    return pg && pg->thread_started ? pg->transport->name : "none";
 }
 awl_store *awl_dist_store(awl_process_group *pg) { return pg ? pg->store : NULL; }
 
 /* ---- starting work ---------------------------------------------------------------------------- */
 
-static bool is_plain_host(const awl_tensor *t)
+/* Whether t lives where the transport's buffers do: host memory (the CPU,
+ * or any backend whose memory is the host's) or the group's GPU. */
+static bool in_transport_memory(const awl_process_group *pg, const awl_tensor *t)
 {
-    return awl_tensor_is_host(t) && awl_is_contiguous(t);
+    if (!pg->transport->device_memory) return awl_tensor_is_host(t);
+    char device[32];
+    return strcmp(awl_tensor_device_name(t, device, sizeof device), pg->device) == 0;
 }
 
-static void *host_ptr(const awl_tensor *t)
+/* t's first element (host or device memory). */
+static void *data_ptr(const awl_tensor *t)
 {
     return (char *)t->storage->data + t->offset * (int64_t)awl_dtype_size(t->dtype);
 }
 
-/* Binds one of the work's buffers to t: t's own memory, or a contiguous
- * host copy (copied from t when `read`). The work holds a reference to both. */
-static int stage(awl_work *w, awl_tensor *t, bool read, awl_tensor **user, awl_tensor **staged,
-                 void **ptr)
+/* Binds one of the work's buffers to t: t's own memory when it is
+ * contiguous on the transport's device, or else a contiguous copy there
+ * (copied from t when `read`). The work holds a reference to both. */
+static int stage(awl_process_group *pg, awl_tensor *t, bool read, awl_tensor **user,
+                 awl_tensor **staged, void **ptr)
 {
     *user = awl_retain(t);
-    if (is_plain_host(t)) {
-        *ptr = host_ptr(t);
+    if (in_transport_memory(pg, t) && awl_is_contiguous(t)) {
+        *ptr = data_ptr(t);
         return AWL_OK;
     }
     awl_scope_begin();
-    awl_tensor *s = awl_empty(t->ndim, t->shape, t->dtype, "cpu");
+    awl_tensor *s = awl_empty(t->ndim, t->shape, t->dtype, pg->device);
     if (s && read && awl_tensor_copy_(s, t) < 0) s = NULL;
     if (s) *staged = awl_retain(s);
     awl_scope_end();
-    (void)w;
     if (!s) return AWL_ERR_OOM;
-    *ptr = host_ptr(s);
+    *ptr = data_ptr(s);
     return AWL_OK;
 }
 
@@ -643,12 +690,27 @@ static void release_tensors(awl_work *w)
     awl_release(w->user_out);
 }
 
-static int check_tensor(const char *op, const awl_tensor *t)
+/* t's dtype is one the transport moves, and t is on the host or on the
+ * transport's own device (a GPU transport does not take another GPU's
+ * tensors, which belong to another rank's group). */
+static int check_tensor(const awl_process_group *pg, const char *op, const awl_tensor *t)
 {
-    if (t->dtype != AWL_F32 && t->dtype != AWL_F64 && t->dtype != AWL_I32)
-        return awl_error(AWL_ERR_INVALID, "%s: %s tensors are not supported (float32, float64, "
-                                          "int32)",
-                         op, awl_dtype_name(t->dtype));
+    const dist_transport *tx = pg->transport;
+    if (!(tx->dtypes & DIST_DTYPE(t->dtype))) {
+        char names[64] = "";
+        for (int d = 0; d < AWL_DTYPE_COUNT; d++)
+            if (tx->dtypes & DIST_DTYPE(d))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         names[0] ? ", " : "", awl_dtype_name((awl_dtype)d));
+        return awl_error(AWL_ERR_INVALID, "%s: %s tensors are not supported over %s (%s)", op,
+                         awl_dtype_name(t->dtype), tx->name, names);
+    }
+    char device[32];
+    awl_tensor_device_name(t, device, sizeof device);
+    if (tx->device_memory && !awl_tensor_is_host(t) && strcmp(device, pg->device) != 0)
+        return awl_error(AWL_ERR_INVALID,
+                         "%s: the tensor is on %s, but rank %d's %s group runs on %s", op, device,
+                         dist_me(pg), tx->name, pg->device);
     return AWL_OK;
 }
 
@@ -671,7 +733,7 @@ static void run_alone(awl_work *w)
 /* Queues w (the arguments are checked and staged). */
 static awl_work *submit(awl_process_group *pg, awl_work *w)
 {
-    if (pg->world == 1) {
+    if (!pg->thread_started) {
         run_alone(w);
         return w;
     }
@@ -693,7 +755,7 @@ static awl_work *submit(awl_process_group *pg, awl_work *w)
 static awl_work *make_work(awl_process_group *pg, const char *op, dist_fingerprint fp,
                            int64_t *bounds, awl_tensor *in, awl_tensor *out)
 {
-    if (!pg || !in || !out || check_tensor(op, in) < 0 || check_tensor(op, out) < 0) {
+    if (!pg || !in || !out || check_tensor(pg, op, in) < 0 || check_tensor(pg, op, out) < 0) {
         if (!pg) awl_error(AWL_ERR_INVALID, "%s: no process group", op);
         free(bounds); /* a NULL tensor: an earlier op failed, and its message stands */
         return NULL;
@@ -704,14 +766,16 @@ static awl_work *make_work(awl_process_group *pg, const char *op, dist_fingerpri
     w->bounds = bounds;
     w->in_count = awl_numel(in);
     w->out_count = awl_numel(out);
-    int status = stage(w, in, true, &w->user_in, &w->stage_in, &w->in);
+    int status = stage(pg, in, true, &w->user_in, &w->stage_in, &w->in);
     if (status == AWL_OK) {
         if (out == in) {
             w->out = w->in;
         } else {
-            status = stage(w, out, false, &w->user_out, &w->stage_out, &w->out);
+            status = stage(pg, out, false, &w->user_out, &w->stage_out, &w->out);
         }
     }
+    if (status == AWL_OK && pg->thread_started && pg->transport->enqueue)
+        status = pg->transport->enqueue(pg, w);
     if (status < 0) {
         release_tensors(w);
         free(w->bounds);
@@ -856,7 +920,7 @@ awl_work *awl_dist_recv_async(awl_process_group *pg, awl_tensor *t, int src)
 int awl_work_test(awl_work *w)
 {
     if (!w) return AWL_ERR_INVALID;
-    if (w->pg->world == 1) return 1;
+    if (!w->pg->thread_started) return 1;
     pthread_mutex_lock(&w->pg->lock);
     bool done = w->done;
     pthread_mutex_unlock(&w->pg->lock);
@@ -869,7 +933,7 @@ int dist_work_wait(awl_work *w, double *busy_s)
 {
     if (!w) return AWL_ERR_INVALID;
     awl_process_group *pg = w->pg;
-    if (pg->world > 1) {
+    if (pg->thread_started) {
         pthread_mutex_lock(&pg->lock);
         while (!w->done) pthread_cond_wait(&pg->cond, &pg->lock);
         pthread_mutex_unlock(&pg->lock);
@@ -881,6 +945,7 @@ int dist_work_wait(awl_work *w, double *busy_s)
     else if (status == AWL_OK && w->stage_in && w->out == w->in && w->fp.op != DIST_OP_SEND)
         status = awl_tensor_copy_(w->user_in, w->stage_in);
     if (w->status < 0) awl_error(AWL_ERR_DIST, "%s", w->message);
+    if (pg->transport->release) pg->transport->release(pg, w);
     release_tensors(w);
     free(w->bounds);
     free(w);

@@ -68,6 +68,16 @@ typedef struct schedule {
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
+/* Room for one more unit at the end of l. */
+static unit *push(unit_list *l)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->items = realloc(l->items, (size_t)l->cap * sizeof *l->items);
+    }
+    return &l->items[l->n++];
+}
+
 /* Adds the segments of elements [first, first + len) of a buffer whose
  * element `first` is at ptr (and whose partner operand is at local).
  * Returns the index of the first unit added. */
@@ -76,12 +86,8 @@ static int add_segments(unit_list *l, int peer, char *ptr, const char *local, in
 {
     int start = l->n;
     for (int64_t at = 0, k = 0; at < len; at += seg, k++) {
-        if (l->n == l->cap) {
-            l->cap = l->cap ? 2 * l->cap : 64;
-            l->items = realloc(l->items, (size_t)l->cap * sizeof *l->items);
-        }
         int64_t n = len - at < seg ? len - at : seg;
-        l->items[l->n++] = (unit){peer,
+        *push(l) = (unit){peer,
                                   ptr + at * (int64_t)esize,
                                   local ? local + at * (int64_t)esize : NULL,
                                   first + at,
@@ -174,6 +180,20 @@ static void plan_broadcast(schedule *s, int r, int n, char *buf, int64_t count, 
     if (position < n - 1)
         add_segments(&s->sends, mod(r + 1, n), buf, NULL, 0, count, seg, es, position > 0 ? 0 : -1,
                      false);
+}
+
+/* The fingerprints alone, for a transport that moves the data another way
+ * (nccl.c): a header-only frame to and from every peer for a collective,
+ * to the receiver for a send, from the sender for a recv. */
+static void plan_fingerprints(schedule *s, int r, int n, const dist_fingerprint *fp)
+{
+    for (int peer = 0; peer < n; peer++) {
+        bool involved = fp->op == DIST_OP_SEND || fp->op == DIST_OP_RECV ? peer == fp->root
+                                                                          : peer != r;
+        if (!involved) continue;
+        if (fp->op != DIST_OP_RECV) *push(&s->sends) = (unit){peer, NULL, NULL, 0, 0, -1, false};
+        if (fp->op != DIST_OP_SEND) *push(&s->recvs) = (unit){peer, NULL, NULL, 0, 0, -1, false};
+    }
 }
 
 /* ---- frames ------------------------------------------------------------------------------------- */
@@ -344,16 +364,17 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
         if (rc == TCP_FAULT_HERE) status = -1;
         next_service = net_now() + st->heartbeat_interval;
         if (status == 0 && net_now() > deadline) {
-            char who[96], doing[200];
+            char who[96], doing[200], what[64];
             bool receiving = in.next < nr;
-            const tcp_peer *p = &st->peers[receiving ? recvs[in.next].peer : sends[out.next].peer];
-            snprintf(err, size,
-                     "timed out after %g s (AWL_DIST_TIMEOUT) waiting for %s to %s the segment "
-                     "at element %lld: %s",
-                     pg->timeout,
-                     tcp_peer_name(p, who, sizeof who), receiving ? "send" : "receive",
-                     (long long)(receiving ? recvs[in.next].offset : sends[out.next].offset),
-                     tcp_peer_doing(pg, p, doing, sizeof doing));
+            const unit *u = receiving ? &recvs[in.next] : &sends[out.next];
+            if (u->count)
+                snprintf(what, sizeof what, "the segment at element %lld", (long long)u->offset);
+            else
+                snprintf(what, sizeof what, "the fingerprint of the operation");
+            snprintf(err, size, "timed out after %g s (AWL_DIST_TIMEOUT) waiting for %s to %s %s: %s",
+                     pg->timeout, tcp_peer_name(&st->peers[u->peer], who, sizeof who),
+                     receiving ? "send" : "receive", what,
+                     tcp_peer_doing(pg, &st->peers[u->peer], doing, sizeof doing));
             status = -1;
         }
     }
@@ -362,6 +383,67 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
 }
 
 /* ---- operations -------------------------------------------------------------------------------------- */
+
+static bool is_collective(const dist_fingerprint *fp)
+{
+    return fp->op != DIST_OP_SEND && fp->op != DIST_OP_RECV;
+}
+
+/* The start of w: a collective is announced in STATE frames (so that the
+ * peers see a disagreement, and timeouts say what each rank does); a fault
+ * noticed between operations, or a peer that left before this one, fails
+ * it at once. 0, or a TCP_FAULT_* code with err. */
+static int begin_operation(awl_process_group *pg, const awl_work *w, char *err, size_t size)
+{
+    tcp_state *st = pg->tx;
+    if (is_collective(&w->fp)) {
+        st->fp = w->fp;
+        st->in_collective = true;
+        tcp_broadcast_ctrl(pg, CTRL_STATE, NULL);
+    }
+    return tcp_check_peers(pg, err, size);
+}
+
+void tcp_end_operation(awl_process_group *pg, const awl_work *w)
+{
+    tcp_state *st = pg->tx;
+    if (!is_collective(&w->fp)) return;
+    st->in_collective = false;
+    st->last_seq = w->fp.seq;
+}
+
+int tcp_fail_operation(awl_process_group *pg, awl_work *w, int fault, const char *err)
+{
+    dist_work_message(pg, w, err);
+    if (fault != TCP_FAULT_RELAYED) tcp_broadcast_ctrl(pg, CTRL_ABORT, w->message);
+    return -1;
+}
+
+/* The fingerprint that the frames this rank receives for fp carry: fp's
+ * own, except for a recv, whose frames say what the sender does: send, to
+ * this rank. */
+static dist_fingerprint incoming(const awl_process_group *pg, const dist_fingerprint *fp)
+{
+    dist_fingerprint in = *fp;
+    if (fp->op == DIST_OP_RECV) {
+        in.op = DIST_OP_SEND;
+        in.root = pg->rank;
+    }
+    return in;
+}
+
+int tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w)
+{
+    schedule s = {0};
+    dist_fingerprint recv_fp = incoming(pg, &w->fp);
+    plan_fingerprints(&s, pg->rank, pg->world, &w->fp);
+    char err[1024] = "";
+    int status = begin_operation(pg, w, err, sizeof err);
+    if (status == 0) status = run_schedule(pg, w, &s, &w->fp, &recv_fp, err, sizeof err);
+    free(s.sends.items);
+    free(s.recvs.items);
+    return status < 0 ? tcp_fail_operation(pg, w, status, err) : 0;
+}
 
 static int reserve(void **buf, size_t *have, size_t need)
 {
@@ -381,10 +463,9 @@ int tcp_run(awl_process_group *pg, awl_work *w)
     const size_t es = awl_dtype_size(fp->dtype);
     const int64_t seg = pg->segment_bytes / (int64_t)es > 0 ? pg->segment_bytes / (int64_t)es : 1;
     const bool avg = fp->reduce == AWL_DIST_AVG && fp->op != DIST_OP_BARRIER;
-    dist_fingerprint send_fp = *fp, recv_fp = *fp;
+    dist_fingerprint send_fp = *fp, recv_fp = incoming(pg, fp);
     schedule s = {0};
     int status = 0;
-    bool collective = fp->op != DIST_OP_SEND && fp->op != DIST_OP_RECV;
     if (reserve(&st->scratch, &st->scratch_size, (size_t)seg * es) < 0) status = -1;
     switch (fp->op) {
     case DIST_OP_ALLREDUCE:
@@ -403,35 +484,18 @@ int tcp_run(awl_process_group *pg, awl_work *w)
         break;
     case DIST_OP_SEND: add_segments(&s.sends, fp->root, w->in, NULL, 0, w->in_count, seg, es, -1, false); break;
     case DIST_OP_RECV:
-        /* the frames say what the sender does: send, to this rank */
-        recv_fp.op = DIST_OP_SEND;
-        recv_fp.root = r;
         add_segments(&s.recvs, fp->root, w->out, NULL, 0, w->out_count, seg, es, -1, false);
         break;
     }
     if (status < 0) {
         snprintf(w->message, sizeof w->message, "rank %d: out of memory for the ring's buffers", dist_me(pg));
     } else {
-        if (collective) {
-            st->fp = *fp;
-            st->in_collective = true;
-            tcp_broadcast_ctrl(pg, CTRL_STATE, NULL);
-        }
         char err[1024] = "";
-        /* a fault noticed between operations, or a peer that left before this one */
-        status = tcp_check_peers(pg, err, sizeof err);
+        status = begin_operation(pg, w, err, sizeof err);
         if (status == 0)
             status = run_schedule(pg, w, &s, &send_fp, &recv_fp, err, sizeof err);
-        if (status < 0) {
-            char what[160];
-            snprintf(w->message, sizeof w->message, "%s failed on rank %d: %s",
-                     dist_describe(fp, what, sizeof what), dist_me(pg), err);
-            if (status != TCP_FAULT_RELAYED) tcp_broadcast_ctrl(pg, CTRL_ABORT, w->message);
-        }
-        if (collective) {
-            st->in_collective = false;
-            st->last_seq = fp->seq;
-        }
+        if (status < 0) tcp_fail_operation(pg, w, status, err);
+        tcp_end_operation(pg, w);
     }
     free(s.sends.items);
     free(s.recvs.items);

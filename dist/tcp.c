@@ -595,6 +595,8 @@ static void tcp_shutdown(awl_process_group *pg, bool clean)
 
 const dist_transport dist_tcp_transport = {
     .name = "tcp",
+    .store = true,
+    .dtypes = DIST_DTYPE(AWL_F32) | DIST_DTYPE(AWL_F64) | DIST_DTYPE(AWL_I32),
     .connect = tcp_connect,
     .run = tcp_run,
     .idle = tcp_idle,

@@ -117,4 +117,20 @@ const char *tcp_peer_doing(const awl_process_group *pg, const tcp_peer *p, char 
 /* ring.c: runs a work's schedule on the data connections. */
 int tcp_run(awl_process_group *pg, awl_work *w);
 
+/* For a transport that moves the data some other way but keeps this mesh
+ * for awl's guarantees (nccl.c), around each operation:
+ *   tcp_exchange_fingerprints announces w (a collective's STATE) and
+ *     exchanges header-only data frames carrying its fingerprint with the
+ *     ranks it involves (every peer for a collective, the one peer of a
+ *     send or recv), each checked as tcp_run checks data frames, watching
+ *     the control connections and the deadline as tcp_run does: 0, or -1
+ *     with w->message written and the peers told;
+ *   tcp_fail_operation writes w->message for a fault found later ("<op>
+ *     failed on rank r: <err>") and, unless `fault` is TCP_FAULT_RELAYED,
+ *     sends it to the peers as ABORT; returns -1;
+ *   tcp_end_operation, always last: the rank is between collectives again. */
+int tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w);
+int tcp_fail_operation(awl_process_group *pg, awl_work *w, int fault, const char *err);
+void tcp_end_operation(awl_process_group *pg, const awl_work *w);
+
 #endif

@@ -306,7 +306,7 @@ int awl_tp_gpt_gather_piece(awl_tp_gpt *m, const char *name, awl_tensor *mine, a
     } else {
         /* every rank's piece side by side, then each where it belongs */
         int64_t k = awl_numel(mine);
-        awl_tensor *pieces = awl_empty(AWL_SHAPE(k * n), whole->dtype, "cpu");
+        awl_tensor *pieces = awl_tensor_new_on(mine, 1, (int64_t[]){k * n}, whole->dtype);
         status = awl_dist_allgather(m->pg, pieces, awl_tensor_contiguous(mine));
         for (int r = 0; r < n && status == AWL_OK; r++) {
             awl_tensor *p = awl_tensor_reshape(awl_tensor_slice(pieces, 0, r * k, (r + 1) * k, 1),

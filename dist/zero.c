@@ -51,6 +51,8 @@ struct awl_zero {
     int64_t *shard;   /* world + 1 bounds in the flat space */
     int64_t **shares; /* per bucket: world counts */
     awl_tensor *shard_grad; /* stage 2 */
+    char device[32];        /* the parameters' (one device, one dtype) */
+    awl_dtype dtype;
     awl_param_list segments;
     awl_optimizer *opt; /* over segments; NULL for an empty shard */
     double lr, beta1, beta2, eps, weight_decay;
@@ -148,8 +150,25 @@ awl_zero *awl_zero_adamw_new(awl_process_group *pg, const awl_param_list *params
         awl_error(AWL_ERR_INVALID, "%s: stage %d (1 or 2)", op, o.stage);
         return NULL;
     }
+    /* one flat space, so one device and one dtype: the first parameter's */
+    for (int i = 0; i < params->count; i++) {
+        const awl_tensor *a = params->items[0].tensor, *t = params->items[i].tensor;
+        if (t->dtype != a->dtype || !awl_same_device(t, a)) {
+            char da[32], dt[32];
+            awl_error(AWL_ERR_INVALID, "%s: every parameter must have %s's dtype and device (%s on "
+                                       "%s), and %s is %s on %s",
+                      op, params->items[0].name, awl_dtype_name(a->dtype),
+                      awl_tensor_device_name(a, da, sizeof da), params->items[i].name,
+                      awl_dtype_name(t->dtype), awl_tensor_device_name(t, dt, sizeof dt));
+            return NULL;
+        }
+    }
     awl_zero *z = calloc(1, sizeof *z);
     z->pg = pg;
+    if (params->count) {
+        awl_tensor_device_name(params->items[0].tensor, z->device, sizeof z->device);
+        z->dtype = params->items[0].tensor->dtype;
+    }
     z->model = params;
     z->stage = o.stage;
     z->lr = lr;
@@ -176,7 +195,7 @@ awl_zero *awl_zero_adamw_new(awl_process_group *pg, const awl_param_list *params
         if (z->stage == 2) {
             int64_t mine = z->shard[pg->rank + 1] - z->shard[pg->rank];
             awl_scope_begin();
-            z->shard_grad = awl_retain(awl_zeros(AWL_SHAPE(mine), AWL_F32, "cpu"));
+            z->shard_grad = awl_retain(awl_zeros(AWL_SHAPE(mine), z->dtype, z->device));
             awl_scope_end();
             if (!z->shard_grad) status = AWL_ERR_OOM;
         }
@@ -246,7 +265,8 @@ static int gather_parameters(awl_zero *z)
     for (int k = 0; k < b->n_buckets && status == AWL_OK; k++) {
         dist_bucket *bk = &b->buckets[k];
         awl_scope_begin();
-        awl_tensor *flat = z->stage == 1 ? bk->flat : awl_empty(AWL_SHAPE(bk->numel), AWL_F32, "cpu");
+        awl_tensor *flat =
+            z->stage == 1 ? bk->flat : awl_empty(AWL_SHAPE(bk->numel), z->dtype, z->device);
         /* this rank's values into its share, then everyone's */
         for (int i = bk->first; i < bk->first + bk->n && status == AWL_OK; i++) {
             const dist_param *p = &b->params[i];
@@ -306,10 +326,13 @@ void awl_zero_get_stats(const awl_zero *z, awl_zero_stats *out)
     int me = z->pg->rank;
     out->shard_first = z->shard[me];
     out->shard_count = z->shard[me + 1] - z->shard[me];
+    int64_t es = (int64_t)awl_dtype_size(z->dtype);
     out->gradient_bytes = dist_buckets_bytes(&z->buckets) +
-                          (z->shard_grad ? awl_numel(z->shard_grad) * 4 : 0);
-    for (int i = 0; z->opt && i < awl_optimizer_num_states(z->opt); i++)
-        out->optimizer_bytes += awl_numel(awl_optimizer_state(z->opt, i, NULL)) * 4;
+                          (z->shard_grad ? awl_numel(z->shard_grad) * es : 0);
+    for (int i = 0; z->opt && i < awl_optimizer_num_states(z->opt); i++) {
+        const awl_tensor *state = awl_optimizer_state(z->opt, i, NULL);
+        out->optimizer_bytes += awl_numel(state) * (int64_t)awl_dtype_size(state->dtype);
+    }
 }
 
 /* ---- consolidated checkpoints ----------------------------------------------------------------- */

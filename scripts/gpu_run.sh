@@ -5,14 +5,10 @@
 #
 # Made for the lent H200 machine (the `device` tool: one `run` with carry
 # [".cudadev"]), whose image has nvcc, gcc and PyTorch but no pkg-config,
-# OpenBLAS, Check or zlib headers. So the build is no CMake: every .c is
-# compiled with gcc and every .cu with nvcc -arch=sm_90, all in parallel,
+# OpenBLAS, Check or zlib headers. So the build is no CMake but
+# scripts/gpu_build.sh's: gcc and nvcc -arch=sm_90, all in parallel,
 # against what the git-ignored folder .cudadev carries from a dev machine
-# (scripts/make_cudadev.sh fills it):
-#     .cudadev/include   cblas.h openblas_config.h check.h check_stdint.h zlib.h zconf.h
-#     .cudadev/lib       libopenblas.so.0 (+ libgfortran, libquadmath, libgomp),
-#                        libz.so.1 (the profile stage: the Debian libz.a is not PIC),
-#                        libcheck.a libsubunit.a libz.a
+# (scripts/make_cudadev.sh fills it; gpu_build.sh lists it), and also
 #     .cudadev/data/tinyshakespeare.txt      (from ../shared/data)
 #     .cudadev/torch_gpt_gpu.py              (from ../shared/peers: the PyTorch peer)
 # Only the checkout travels to the device, not ../shared: hence the copies.
@@ -121,49 +117,11 @@ has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 # determinism runs).
 train_reserve() { if has_stage train; then echo $(( TRAIN_STEPS * 15 / 1000 + 90 )); else echo 0; fi; }
 
-for f in include/cblas.h include/check.h include/zlib.h lib/libopenblas.so.0 lib/libcheck.a \
-         lib/libz.a data/tinyshakespeare.txt torch_gpt_gpu.py; do
-    [ -e "$D/$f" ] || { echo "gpu_run: missing .cudadev/$f (run scripts/make_cudadev.sh on a dev machine)"; exit 1; }
-done
-
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-CUBLAS_DIR=$(dirname "$(ls "$CUDA_HOME"/lib64/libcublas.so* /usr/local/cuda*/lib*/libcublas.so* 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$D/lib:$CUBLAS_DIR:$CUDA_HOME/lib64:$LD_LIBRARY_PATH
+. scripts/gpu_build.sh
+gpu_build_check include/cblas.h lib/libopenblas.so.0 data/tinyshakespeare.txt torch_gpt_gpu.py || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | sed 's/^/gpu: /' | tee -a "$SUMMARY"
 
-# ---- build ---------------------------------------------------------------------------
-CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=1 -DAWL_WITH_STUDENT=1
-        -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include
-        -I$CUDA_HOME/include"
-# --split-compile: the attention kernels' instances (dropout in and out) are
-# the longest compile; their optimisation runs on 4 threads
-NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
-         --split-compile=4"
-# OpenBLAS and cuBLAS are not linked: awl opens them on first use (dlopen,
-# found through LD_LIBRARY_PATH; backends/cpu/cpu_blas.c, the CUDA backend)
-LIBS="-L$D/lib -l:libcheck.a -l:libsubunit.a -l:libz.a -lgomp -ldl -lm -lrt
-      -lpthread"
-
-# Compiles $1 to $B/obj/<path with / as _>.o; a failure leaves $B/FAILED.
-compile() {
-    local src=$1 obj=$B/obj/${1//\//_}.o log=$B/log/${1//\//_}.log
-    case $src in
-        *.cu) nvcc $NVFLAGS -c "$src" -o "$obj" ;;
-        # as CMake: the CPU kernels promise no FP exceptions nor errno
-        backends/cpu/*) gcc $CFLAGS -fno-trapping-math -fno-math-errno -c "$src" -o "$obj" ;;
-        *) gcc $CFLAGS -c "$src" -o "$obj" ;;
-    esac > "$log" 2>&1 || { echo "compile failed: $src"; touch "$B/FAILED"; }
-}
-
-# Runs "$@" in the background, at most JOBS at once.
-spawn() {
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-    "$@" &
-}
-
-shopt -s nullglob
-LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c backends/student/*.c tensor/*.c autograd/*.c
-         nn/*.c data/*.c dist/*.c backends/cuda/*.cu)
+# ---- build (scripts/gpu_build.sh) --------------------------------------------------------
 TEST_SRC=(tests/test_*.c)
 CHECK_SRC=(tools/awl-check/*.c) # awl-check: main.c and the harness the suites share
 TRAIN_GPT_SRC=(examples/train_gpt/*.c)
@@ -173,33 +131,22 @@ PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" bench/bench_gpt.c bench/bench_
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
 rm -f "$B/FAILED"
 t0=$(date +%s)
-for src in "${LIB_SRC[@]}" "${PROG_SRC[@]}"; do spawn compile "$src"; done
-wait
-LIB_OBJ=()
-for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
-HELPERS=()
-for src in tests/helpers/*.c; do HELPERS+=("$B/obj/${src//\//_}.o"); done
+gpu_compile "${LIB_SRC[@]}" "${PROG_SRC[@]}"
 HARNESS=() # awl-check's harness, without its main
 for src in "${CHECK_SRC[@]}"; do
-    [ "$src" = tools/awl-check/main.c ] || HARNESS+=("$B/obj/${src//\//_}.o")
+    [ "$src" = tools/awl-check/main.c ] || HARNESS+=("$(gpu_obj "$src")")
 done
-link() { # name, objects...
-    local name=$1; shift
-    nvcc -arch=sm_90 -o "$B/bin/$name" "$@" "${LIB_OBJ[@]}" $LIBS > "$B/log/link_$name.log" 2>&1 ||
-        { echo "link failed: $name"; cat "$B/log/link_$name.log"; touch "$B/FAILED"; }
-}
 if [ ! -e "$B/FAILED" ]; then
     TRAIN_GPT_OBJ=()
-    for src in "${TRAIN_GPT_SRC[@]}"; do TRAIN_GPT_OBJ+=("$B/obj/${src//\//_}.o"); done
-    spawn link train_gpt "${TRAIN_GPT_OBJ[@]}"
-    spawn link bench_gpt "$B/obj/bench_bench_gpt.c.o"
-    spawn link bench_cuda "$B/obj/bench_bench_cuda.c.o"
-    spawn link bench_generate "$B/obj/bench_bench_generate.c.o"
-    spawn link generate "$B/obj/examples_generate_main.c.o"
-    spawn link awl-check "$B/obj/tools_awl-check_main.c.o" "${HARNESS[@]}" "${HELPERS[@]}"
+    for src in "${TRAIN_GPT_SRC[@]}"; do TRAIN_GPT_OBJ+=("$(gpu_obj "$src")"); done
+    gpu_spawn gpu_link train_gpt "${TRAIN_GPT_OBJ[@]}"
+    gpu_spawn gpu_link bench_gpt "$(gpu_obj bench/bench_gpt.c)"
+    gpu_spawn gpu_link bench_cuda "$(gpu_obj bench/bench_cuda.c)"
+    gpu_spawn gpu_link bench_generate "$(gpu_obj bench/bench_generate.c)"
+    gpu_spawn gpu_link generate "$(gpu_obj examples/generate/main.c)"
+    gpu_spawn gpu_link awl-check "$(gpu_obj tools/awl-check/main.c)" "${HARNESS[@]}" "${HELPERS[@]}"
     for src in "${TEST_SRC[@]}"; do
-        name=$(basename "$src" .c)
-        spawn link "$name" "$B/obj/${src//\//_}.o" "${HELPERS[@]}" "${HARNESS[@]}"
+        gpu_spawn gpu_link "$(basename "$src" .c)" "$(gpu_obj "$src")" "${HELPERS[@]}" "${HARNESS[@]}"
     done
     wait
 fi
@@ -210,7 +157,6 @@ if [ -e "$B/FAILED" ]; then
     exit 1
 fi
 row "build: $(( $(date +%s) - t0 )) s"
-BIN=$B/bin
 
 # ---- tests ------------------------------------------------------------------------------
 # Runs one suite (unless SUITES names others): name, then env assignments;

@@ -243,3 +243,12 @@ int awl_synchronize(const char *device)
     if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
     return d.backend->synchronize(d.index);
 }
+
+int awl_device_stream(const char *device, void **stream)
+{
+    awl_device d;
+    *stream = NULL;
+    if (awl_device_parse(device, &d) < 0) return AWL_ERR_INVALID;
+    if (d.backend->stream) *stream = d.backend->stream(d.index);
+    return AWL_OK;
+}

@@ -150,6 +150,14 @@ int awl_device_missing_primitives(const char *device, char *report, size_t size)
 /* Waits for all queued work on a device ("cuda:0"); a no-op on the CPU. */
 int awl_synchronize(const char *device);
 
+/* The stream awl queues a device's work on, in call order, into *stream:
+ * a cudaStream_t for "cuda:N" (record events on it with that device
+ * current), NULL for the CPU, whose work is done when each call returns.
+ * For libraries that queue device work of their own and order it after
+ * awl's kernels with an event (dist/nccl.c). 0, or negative for an unknown
+ * device. */
+int awl_device_stream(const char *device, void **stream);
+
 /* Whether fused backend kernels may be used (on by default): off, every op
  * composes from primitives, which is what the tests compare the two paths
  * with. A process-wide setting; returns the previous one. */

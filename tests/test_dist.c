@@ -5,8 +5,8 @@
  * bits on every rank and in every run.
  *
  * Each case forks one process per rank (tests/helpers/dist_harness.h);
- * values are small integers (exact in every dtype and every summation
- * order), so a result is either right or wrong, never "close".
+ * the collectives are tests/helpers/dist_collectives.h's, which
+ * tests/test_nccl.c runs over NCCL.
  */
 #include <check.h>
 #include <math.h>
@@ -14,166 +14,17 @@
 #include <string.h>
 
 #include "awl.h"
-#include "helpers/dist_harness.h"
-
-/* What rank r contributes at element i. */
-static double value_at(int r, int64_t i) { return (double)((r + 1) * 3 + (i % 17)) - 8.0; }
-
-static awl_tensor *filled(int r, int64_t n, awl_dtype dtype)
-{
-    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = value_at(r, i);
-    awl_tensor *t = awl_tensor_cast(awl_from_data(v, AWL_SHAPE(n), AWL_F64, "cpu"), dtype);
-    free(v);
-    return t;
-}
-
-/* Compares t with want[0..n); writes a message into me on the first miss. */
-static bool expect(dist_rank *me, const char *what, awl_tensor *t, const double *want, int64_t n)
-{
-    double *got = malloc((size_t)(n ? n : 1) * sizeof *got);
-    awl_scope_begin();
-    awl_to_host(awl_tensor_cast(t, AWL_F64), got, (size_t)n * sizeof *got);
-    awl_scope_end();
-    bool ok = true;
-    for (int64_t i = 0; i < n && ok; i++)
-        if (got[i] != want[i]) {
-            snprintf(me->message, sizeof me->message,
-                     "rank %d: %s (%s, %lld elements): element %lld is %g, want %g", me->rank, what,
-                     awl_dtype_name(t->dtype), (long long)n, (long long)i, got[i], want[i]);
-            ok = false;
-        }
-    free(got);
-    return ok;
-}
+#include "helpers/dist_collectives.h"
 
 static const awl_dtype dtypes[] = {AWL_F32, AWL_F64, AWL_I32};
 static const int64_t sizes[] = {0, 1, 7, 1000003, 786432 /* 3 MiB of float32 */};
-
-/* Every collective on every size and dtype; reports the first failure. */
-static void all_collectives(dist_rank *me)
-{
-    awl_dist_options o = dist_test_options(me);
-    awl_process_group *pg = awl_dist_init(&o);
-    if (!pg) {
-        snprintf(me->message, sizeof me->message, "init: %s", awl_last_error());
-        me->status = -1;
-        return;
-    }
-    int n = me->world, r = me->rank;
-    bool ok = true;
-    for (size_t di = 0; di < sizeof dtypes / sizeof *dtypes && ok; di++) {
-        for (size_t si = 0; si < sizeof sizes / sizeof *sizes && ok; si++) {
-            awl_dtype dt = dtypes[di];
-            int64_t count = sizes[si];
-            awl_scope_begin();
-            double *want = malloc((size_t)(count * n + 3 * n + 1) * sizeof *want);
-            /* allreduce: sum, max, avg */
-            awl_tensor *t = filled(r, count, dt);
-            ok = awl_dist_allreduce(pg, t, AWL_DIST_SUM) == 0;
-            for (int64_t i = 0; i < count; i++) {
-                want[i] = 0;
-                for (int k = 0; k < n; k++) want[i] += value_at(k, i);
-            }
-            ok = ok && expect(me, "allreduce sum", t, want, count);
-            t = filled(r, count, dt);
-            ok = ok && awl_dist_allreduce(pg, t, AWL_DIST_MAX) == 0;
-            for (int64_t i = 0; i < count; i++) want[i] = value_at(n - 1, i);
-            ok = ok && expect(me, "allreduce max", t, want, count);
-            if (dt != AWL_I32) {
-                t = filled(r, count, dt);
-                ok = ok && awl_dist_allreduce(pg, t, AWL_DIST_AVG) == 0;
-                for (int64_t i = 0; i < count; i++) {
-                    double s = 0;
-                    for (int k = 0; k < n; k++) s += value_at(k, i);
-                    want[i] = dt == AWL_F32 ? (double)((float)s / (float)n) : s / n;
-                }
-                ok = ok && expect(me, "allreduce avg", t, want, count);
-            }
-            /* broadcast from the last rank */
-            t = filled(r, count, dt);
-            ok = ok && awl_dist_broadcast(pg, t, n - 1) == 0;
-            for (int64_t i = 0; i < count; i++) want[i] = value_at(n - 1, i);
-            ok = ok && expect(me, "broadcast", t, want, count);
-            /* allgather */
-            awl_tensor *all = awl_zeros(AWL_SHAPE(count * n), dt, "cpu");
-            ok = ok && awl_dist_allgather(pg, all, filled(r, count, dt)) == 0;
-            for (int k = 0; k < n; k++)
-                for (int64_t i = 0; i < count; i++) want[k * count + i] = value_at(k, i);
-            ok = ok && expect(me, "allgather", all, want, count * n);
-            /* reduce_scatter: rank k's input element j is value_at(k, j) */
-            awl_tensor *mine = awl_zeros(AWL_SHAPE(count), dt, "cpu");
-            ok = ok && awl_dist_reduce_scatter(pg, mine, filled(r, count * n, dt), AWL_DIST_SUM) == 0;
-            for (int64_t i = 0; i < count; i++) {
-                want[i] = 0;
-                for (int k = 0; k < n; k++) want[i] += value_at(k, r * count + i);
-            }
-            ok = ok && expect(me, "reduce_scatter", mine, want, count);
-            /* the _v forms: uneven shares, zeros among them */
-            int64_t counts[DIST_MAX_RANKS], total = 0, before = 0;
-            for (int k = 0; k < n; k++) {
-                counts[k] = (count + k * 7) % (count + 3);
-                if (k < r) before += counts[k];
-                total += counts[k];
-            }
-            awl_tensor *gathered = awl_zeros(AWL_SHAPE(total), dt, "cpu");
-            awl_tensor *share = awl_tensor_slice(filled(r, total, dt), 0, before, before + counts[r], 1);
-            ok = ok && awl_dist_allgather_v(pg, gathered, share, counts) == 0;
-            for (int k = 0, at = 0; k < n; k++)
-                for (int64_t i = 0; i < counts[k]; i++, at++) want[at] = value_at(k, at);
-            ok = ok && expect(me, "allgather_v", gathered, want, total);
-            awl_tensor *mine_v = awl_zeros(AWL_SHAPE(counts[r]), dt, "cpu");
-            ok = ok && awl_dist_reduce_scatter_v(pg, mine_v, filled(r, total, dt), counts, AWL_DIST_MAX) == 0;
-            for (int64_t i = 0; i < counts[r]; i++) want[i] = value_at(n - 1, before + i);
-            ok = ok && expect(me, "reduce_scatter_v", mine_v, want, counts[r]);
-            /* send/recv around the ring */
-            if (n > 1) {
-                awl_work *s = awl_dist_send_async(pg, filled(r, count, dt), (r + 1) % n);
-                awl_tensor *got = awl_zeros(AWL_SHAPE(count), dt, "cpu");
-                ok = ok && awl_dist_recv(pg, got, (r + n - 1) % n) == 0;
-                ok = awl_work_wait(s) == 0 && ok;
-                for (int64_t i = 0; i < count; i++) want[i] = value_at((r + n - 1) % n, i);
-                ok = ok && expect(me, "recv", got, want, count);
-            }
-            ok = ok && awl_dist_barrier(pg) == 0;
-            if (!ok && !me->message[0])
-                snprintf(me->message, sizeof me->message, "rank %d: %s", r, awl_last_error());
-            free(want);
-            awl_scope_end();
-        }
-    }
-    /* a strided tensor: the transpose of a (3,5) */
-    awl_scope_begin();
-    awl_tensor *m = awl_tensor_transpose(
-        awl_tensor_reshape(filled(r, 15, AWL_F32), AWL_SHAPE(3, 5)), 0, 1);
-    ok = ok && awl_dist_allreduce(pg, m, AWL_DIST_SUM) == 0;
-    double want[15];
-    for (int a = 0; a < 5; a++)
-        for (int b = 0; b < 3; b++) {
-            want[a * 3 + b] = 0;
-            for (int k = 0; k < n; k++) want[a * 3 + b] += value_at(k, b * 5 + a);
-        }
-    ok = ok && expect(me, "allreduce of a transposed view", m, want, 15);
-    awl_scope_end();
-    me->status = ok ? 0 : -1;
-    awl_dist_destroy(pg);
-}
-
-static void check_all_ok(dist_run *run, int world)
-{
-    ck_assert_msg(!run->timed_out, "the ranks did not finish in time");
-    for (int r = 0; r < world; r++)
-        ck_assert_msg(run->rank[r].status == 0 && WIFEXITED(run->exit_status[r]) &&
-                          WEXITSTATUS(run->exit_status[r]) == 0,
-                      "rank %d: status %d (exit %d): %s", r, run->rank[r].status,
-                      run->exit_status[r], run->rank[r].message);
-}
+static const dist_collectives_case tcp = {"tcp", false, dtypes, 3, sizes, 5, false};
 
 START_TEST(test_collectives)
 {
     int world = _i; /* 1..4 */
-    dist_run *run = dist_run_ranks(world, 120, all_collectives, NULL);
-    check_all_ok(run, world);
+    dist_run *run = dist_run_ranks(world, 120, dist_all_collectives, (void *)&tcp);
+    dist_check_all_ok(run, world);
     dist_run_free(run);
 }
 END_TEST
@@ -208,7 +59,7 @@ START_TEST(test_deterministic)
     uint64_t first = 0;
     for (int round = 0; round < 2; round++) {
         dist_run *run = dist_run_ranks(world, 60, random_allreduce, NULL);
-        check_all_ok(run, world);
+        dist_check_all_ok(run, world);
         for (int r = 0; r < world; r++)
             ck_assert_msg(run->rank[r].digest == run->rank[0].digest,
                           "rank %d's result differs from rank 0's", r);
@@ -262,7 +113,7 @@ static void grid(dist_rank *me)
 START_TEST(test_split_groups)
 {
     dist_run *run = dist_run_ranks(4, 60, grid, NULL);
-    check_all_ok(run, 4);
+    dist_check_all_ok(run, 4);
     dist_run_free(run);
 }
 END_TEST

@@ -115,6 +115,15 @@ static int cuda_copy_to_host(int device, void *dst, const void *src, size_t nbyt
     return awlc_index_faults(device);
 }
 
+/* Every kernel, copy and cuBLAS call goes to the device's legacy default
+ * stream (cuda_common.cuh); cudaStreamLegacy names it whatever the
+ * compiler's default-stream setting. */
+static void *cuda_stream(int device)
+{
+    (void)device;
+    return (void *)cudaStreamLegacy;
+}
+
 static int cuda_synchronize(int device)
 {
     AWLC_TRY_STATUS(awlc_set_device(device));
@@ -183,6 +192,7 @@ static awl_backend make_table(void)
     t.empty_cache = awlc_empty_cache;
     t.set_num_threads = NULL;
     t.set_matmul_fast_fp32 = awlc_set_matmul_fast_fp32;
+    t.stream = cuda_stream;
     t.set_option = cuda_set_option;
     t.softmax_forward = awlc_softmax_forward;
     t.softmax_backward = awlc_softmax_backward;

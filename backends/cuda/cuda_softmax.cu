@@ -211,11 +211,15 @@ int awlc_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view
     return AWLC_DISPATCH_FLOAT(dx->dtype, run);
 }
 
-/* The (N, V) logits and the per-row vectors, or AWL_ERR_UNSUPPORTED. */
+/* The (N, V) logits and the per-row vectors, or AWL_ERR_UNSUPPORTED.
+ * The saved log-sum-exp is float32, which cannot carry a float64 row's
+ * precision (its backward came out ~5e-8 off), so float64 logits take the
+ * composed path, as on the CPU. */
 static int ce_setup(const awl_view *logits, const awl_view *lse, const awl_view *targets,
                     int ignore_index, ce_args *a)
 {
-    if (!awlc_rows_of(logits, &a->N, &a->V, &a->s_logits) || lse->dtype != AWL_F32 ||
+    if (logits->dtype == AWL_F64 || !awlc_rows_of(logits, &a->N, &a->V, &a->s_logits) ||
+        lse->dtype != AWL_F32 ||
         targets->dtype != AWL_I32 || !awlc_vector_of(lse, a->N, &a->s_lse) ||
         !awlc_vector_of(targets, a->N, &a->s_targets))
         return AWL_ERR_UNSUPPORTED;

@@ -28,7 +28,8 @@
  * exits at once.
  *
  * Data-parallel: started by awlrun, torchrun, mpirun or srun (their
- * variables set; --dist-backend picks the transport), every
+ * variables set; --dist-backend picks the transport: NCCL for --device
+ * cuda, which puts rank k on cuda:<its LOCAL_RANK>), every
  * rank builds the same model, draws batches from a stream of its own and
  * trains under DDP, whose averaged gradients keep the ranks' weights
  * bit-identical; the global batch is the sum of the ranks'. Rank 0 alone
@@ -48,6 +49,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#if defined(AWL_WITH_NCCL) && AWL_WITH_NCCL
+#define AWL_HAS_NCCL 1
+#else
+#define AWL_HAS_NCCL 0
+#endif
 
 #include "train_gpt.h"
 
@@ -322,15 +329,35 @@ static int print_sample(trainer *t)
 
 /* ---- the run ----------------------------------------------------------------------- */
 
+/* Under a launcher, --device cuda is this rank's GPU: cuda:<LOCAL_RANK>
+ * (as torchrun users call torch.cuda.set_device(local_rank)). */
+static int rank_device(trainer *t)
+{
+    settings *s = &t->s;
+    awl_dist_launch launch;
+    if (strcmp(s->device, "cuda") != 0 || awl_dist_launch_info(NULL, &launch) < 0 ||
+        strcmp(launch.launcher, "none") == 0)
+        return 0;
+    snprintf(t->device, sizeof t->device, "cuda:%d", launch.local_rank);
+    s->device = t->device;
+    return 0;
+}
+
 /* Joins the job a launcher started (awlrun, torchrun, mpirun or srun: its
- * variables set), or stays alone. */
+ * variables set), or stays alone. The transport: --dist-backend, or for
+ * auto NCCL between GPUs (a build with it), else the launcher's default. */
 static int join_job(trainer *t)
 {
     const settings *s = &t->s;
     t->rank = t->dp_rank = 0;
     t->world = t->dp_world = 1;
     awl_dist_options options = awl_dist_default_options();
-    if (strcmp(s->dist_backend, "auto") != 0) options.backend = s->dist_backend;
+    bool gpu = strncmp(s->device, "cuda", 4) == 0;
+    if (strcmp(s->dist_backend, "auto") != 0)
+        options.backend = s->dist_backend;
+    else if (gpu && AWL_HAS_NCCL && !getenv("AWL_DIST_BACKEND"))
+        options.backend = "nccl";
+    if (gpu) options.device = s->device;
     awl_dist_launch launch;
     if (awl_dist_launch_info(&options, &launch) < 0) return fail("reading the launcher's variables");
     if (strcmp(launch.launcher, "none") == 0) {
@@ -374,7 +401,7 @@ static int run(trainer *t)
 {
     settings *s = &t->s;
     awl_set_num_threads(thread_count(s));
-    if (check_device(s) < 0 || join_job(t) < 0) return 1;
+    if (rank_device(t) < 0 || check_device(s) < 0 || join_job(t) < 0) return 1;
     if (is_leader(t) && s->save && check_writable("save", s->save) < 0) return 1;
     if (is_leader(t) && s->log && s->log[0] && check_writable("log", s->log) < 0) return 1;
     if (s->resume) {

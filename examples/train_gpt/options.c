@@ -122,9 +122,10 @@ const option_spec train_options[] = {
      "groups of N that share a batch; default 1)",
      OPT_INT, FIELD(tensor_parallel), SCOPE_INVOCATION, COUNT(1, 4096)},
     {"dist-backend", "NAME",
-     "under a launcher: the transport between ranks, tcp (awl's own) or mpi (a build with MPI); "
-     "default auto: mpi under mpirun, tcp under awlrun, torchrun and srun",
-     OPT_CHOICE, FIELD(dist_backend), SCOPE_INVOCATION, .choices = "auto|tcp|mpi"},
+     "under a launcher: the transport between ranks, tcp (awl's own), mpi (a build with MPI) or "
+     "nccl (GPUs, a build with NCCL); default auto: nccl with --device cuda, else mpi under "
+     "mpirun, tcp under awlrun, torchrun and srun",
+     OPT_CHOICE, FIELD(dist_backend), SCOPE_INVOCATION, .choices = "auto|tcp|mpi|nccl"},
     {"baseline-tokens-per-s", "X",
      "one rank's tokens/s: a parallel run ends by comparing its own with it (scaling "
      "efficiency)",

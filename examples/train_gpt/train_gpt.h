@@ -141,6 +141,7 @@ typedef struct trainer {
     awl_zero *zero;
     awl_tp_gpt *tp_model;
     int rank, world, dp_rank, dp_world;
+    char device[32]; /* under a launcher, --device cuda: "cuda:<LOCAL_RANK>" */
 } trainer;
 
 /* The parameters that train: the split model's pieces, or the model's. */

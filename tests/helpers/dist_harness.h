@@ -176,10 +176,12 @@ static inline awl_gpt_config dist_tiny_gpt(void)
 
 /* Forward and backward of (loss * scale) on rows [first, first + n) of
  * the global batch of (step, micro): token ids a fixed function of the row
- * and position, the same on every rank. */
+ * and position, the same on every rank, on the model's device. */
 static inline int dist_tiny_backward(awl_gpt *model, int step, int micro, int first, int n,
                                      double scale)
 {
+    char device[32];
+    awl_tensor_device_name(awl_gpt_parameters(model)->items[0].tensor, device, sizeof device);
     int32_t *xs = malloc((size_t)n * 8 * sizeof *xs), *ys = malloc((size_t)n * 8 * sizeof *ys);
     for (int b = 0; b < n; b++)
         for (int t = 0; t < 8; t++) {
@@ -188,8 +190,8 @@ static inline int dist_tiny_backward(awl_gpt *model, int step, int micro, int fi
             ys[b * 8 + t] = (row * 5 + t * 2 + step * 3 + micro) % 17;
         }
     awl_scope_begin();
-    awl_tensor *x = awl_from_data(xs, AWL_SHAPE(n, 8), AWL_I32, "cpu");
-    awl_tensor *y = awl_from_data(ys, AWL_SHAPE(n, 8), AWL_I32, "cpu");
+    awl_tensor *x = awl_from_data(xs, AWL_SHAPE(n, 8), AWL_I32, device);
+    awl_tensor *y = awl_from_data(ys, AWL_SHAPE(n, 8), AWL_I32, device);
     awl_tensor *loss = awl_keep(awl_mul_scalar(awl_gpt_loss(model, x, y), scale));
     awl_scope_end();
     free(xs);
