@@ -3,6 +3,7 @@
  * cache, one JSON line per configuration and mode.
  *
  *     ./build/bench_generate                                  # the three configurations, CPU
+ *                          (gpt2-124m's recompute of 256 tokens takes minutes on a CPU core)
  *     ./build/bench_generate --configs gpt2-124m --new 64 --rounds 2
  *     ./build/bench_generate --device cuda --precision bf16
  *
