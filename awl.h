@@ -6,7 +6,8 @@
  *             the BLAS library under the CPU backend (cpu/cpu_blas.h)
  *   tensor/   the strided tensor, scopes, creation, raw compute
  *   autograd/ differentiable ops, the backward engine, checkpointing
- *   nn/       modules, the GPT, optimizers, schedules, checkpoints
+ *   nn/       modules, the GPT and its generation, optimizers, schedules,
+ *             checkpoints
  *   data/     tokenizers and text datasets
  *   dist/     process groups, collectives, DDP (data-parallel training)
  *
@@ -24,6 +25,7 @@
 #include "nn/param.h"
 #include "nn/nn.h"
 #include "nn/gpt.h"
+#include "nn/generate.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
 #include "nn/checkpoint_io.h"

@@ -29,11 +29,21 @@
  *     P = softmax(S), S = q k^T * scale (masked)
  *     dv = P^T dO, dP = dO v^T, dS = P * (dP - rowsum(dP * P)),
  *     dq = dS k * scale, dk = dS^T q * scale.
+ *
+ * Generation (awl_attention_qkv_cached) keeps each layer's keys and values
+ * in a cache, so that a new token's query attends to them without
+ * recomputing them. Its writes go through the same views of qkv into the
+ * cache; reading the cache's first S positions is a slice. A prompt that
+ * fills an empty cache is ordinary causal attention (the fused kernel);
+ * later tokens, whose queries are fewer than their keys, take the composed
+ * path, with the causal mask shifted by the positions already cached. No
+ * graph is recorded: the cache is written in place.
  */
 #include "nn/nn.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autograd/node.h"
 #include "common/alloc.h"
@@ -73,13 +83,14 @@ static void give_back_dropout(const awl_dropout_args *d, uint64_t before)
 
 /* ---- the composed computation ------------------------------------------------------ */
 
-/* (T, S) in like's dtype and device: 1 where key j lies after query i. */
-static awl_tensor *causal_mask(awl_tensor *like, int64_t T, int64_t S)
+/* (T, S) in like's dtype and device: 1 where key j lies after query i,
+ * which sits at position offset + i (0 but over a key/value cache). */
+static awl_tensor *causal_mask(awl_tensor *like, int64_t T, int64_t S, int64_t offset)
 {
     char device[32];
     double *m = awl_xmalloc((size_t)(T * S > 0 ? T * S : 1) * sizeof *m);
     for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < S; j++) m[i * S + j] = j > i ? 1.0 : 0.0;
+        for (int64_t j = 0; j < S; j++) m[i * S + j] = j > offset + i ? 1.0 : 0.0;
     awl_tensor *mask =
         awl_tensor_cast(awl_from_data(m, AWL_SHAPE(T, S), AWL_F64,
                                       awl_tensor_device_name(like, device, sizeof device)),
@@ -88,14 +99,22 @@ static awl_tensor *causal_mask(awl_tensor *like, int64_t T, int64_t S)
     return mask;
 }
 
-/* softmax(q k^T * scale, masked): q (..., T, D), k (..., S, D) -> (..., T, S). */
-static awl_tensor *attention_weights(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+/* q k^T * scale, causally masked when causal (query i at position offset
+ * + i): q (..., T, D), k (..., S, D) -> (..., T, S). */
+static awl_tensor *attention_scores(awl_tensor *q, awl_tensor *k, double scale, bool causal,
+                                    int64_t offset)
 {
     awl_tensor *s = awl_mul_scalar(awl_matmul(q, awl_transpose(k, -2, -1)), scale);
     if (causal && s)
-        s = awl_masked_fill(s, causal_mask(s, q->shape[q->ndim - 2], k->shape[k->ndim - 2]),
+        s = awl_masked_fill(s, causal_mask(s, q->shape[q->ndim - 2], k->shape[k->ndim - 2], offset),
                             -INFINITY);
-    return awl_softmax(s, -1);
+    return s;
+}
+
+/* softmax(q k^T * scale, masked): q (..., T, D), k (..., S, D) -> (..., T, S). */
+static awl_tensor *attention_weights(awl_tensor *q, awl_tensor *k, double scale, bool causal)
+{
+    return awl_softmax(attention_scores(q, k, scale, causal, 0), -1);
 }
 
 static awl_tensor *sdpa_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, double scale,
@@ -383,6 +402,83 @@ awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double d
     return merge_heads(sdpa_composed(heads[0], heads[1], heads[2], scale, causal, dropout_p));
 }
 
+/* ---- attention over a key/value cache (generation) ------------------------------------- */
+
+/* What a hidden key scores: not -infinity, so that a padding position,
+ * which may see no key at all, still gets finite (unused) values; a NaN
+ * there would reach the real positions through 0 * NaN in the product with
+ * v. Representable in float32 and bfloat16, and far below any real score. */
+#define HIDDEN_KEY_SCORE (-1e30)
+
+static int check_cache(const awl_tensor *qkv, int n_head, const awl_attention_cache *c)
+{
+    char s1[AWL_MAX_DIMS * 24], s2[AWL_MAX_DIMS * 24];
+    bool ok = qkv->ndim == 3 && n_head > 0 && qkv->shape[2] % (3 * (int64_t)n_head) == 0 && c->k &&
+              c->v && c->k->ndim == 4 && awl_same_shape(c->k, c->v);
+    if (ok) {
+        int64_t C = qkv->shape[2] / 3;
+        const int64_t *k = c->k->shape;
+        ok = k[0] == qkv->shape[0] && k[1] == n_head && k[3] == C / n_head && c->length >= 0 &&
+             c->length + qkv->shape[1] <= k[2] && c->k->dtype == qkv->dtype &&
+             c->v->dtype == qkv->dtype;
+    }
+    if (!ok)
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_attention_qkv_cached: qkv %s (n_head %d) does not fit the cache "
+                         "%s holding %lld: expected qkv (B, T, 3C), a cache (B, n_head, "
+                         "capacity, C / n_head) of its dtype with room for T more",
+                         awl_shape_str(qkv, s1, sizeof s1), n_head,
+                         c->k ? awl_shape_str(c->k, s2, sizeof s2) : "(none)",
+                         (long long)c->length);
+    return AWL_OK;
+}
+
+/* The new tokens' keys and values (views of qkv) into the cache at
+ * [length, length + T). */
+static int cache_append(awl_tensor *qkv, int n_head, awl_attention_cache *c)
+{
+    int64_t T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / n_head;
+    int64_t start = c->length, stop = start + T;
+    int status =
+        awl_tensor_copy_(awl_tensor_slice(c->k, 2, start, stop, 1), heads_view(qkv, n_head, C, D));
+    if (status == AWL_OK)
+        status = awl_tensor_copy_(awl_tensor_slice(c->v, 2, start, stop, 1),
+                                  heads_view(qkv, n_head, 2 * C, D));
+    return status;
+}
+
+awl_tensor *awl_attention_qkv_cached(awl_tensor *qkv, int n_head, awl_attention_cache *cache)
+{
+    if (!qkv || !cache || check_cache(qkv, n_head, cache) < 0) return NULL;
+    int64_t T = qkv->shape[1], D = qkv->shape[2] / 3 / n_head;
+    int64_t past = cache->length, S = past + T;
+    awl_no_grad_begin();
+    awl_scope_begin();
+    awl_tensor *x = awl_tensor_contiguous(qkv), *out = NULL;
+    if (x && cache_append(x, n_head, cache) == AWL_OK) {
+        if (past == 0 && !cache->key_mask) {
+            /* the cache holds these tokens alone: ordinary attention (fused
+             * where the device has the kernel) */
+            out = awl_attention_qkv(x, n_head, true, 0.0);
+        } else {
+            /* query i sits at position past + i; one query sees every key */
+            awl_tensor *s = attention_scores(heads_view(x, n_head, 0, D),
+                                             awl_tensor_slice(cache->k, 2, 0, S, 1),
+                                             1.0 / sqrt((double)D), T > 1, past);
+            if (cache->key_mask)
+                s = awl_masked_fill(s, awl_tensor_slice(cache->key_mask, 3, 0, S, 1),
+                                    HIDDEN_KEY_SCORE);
+            out =
+                merge_heads(awl_matmul(awl_softmax(s, -1), awl_tensor_slice(cache->v, 2, 0, S, 1)));
+        }
+    }
+    if (out) cache->length = S;
+    out = awl_keep(out);
+    awl_scope_end();
+    awl_no_grad_end();
+    return out;
+}
+
 /* ---- the layer -------------------------------------------------------------------------- */
 
 typedef struct attention_layer {
@@ -390,6 +486,7 @@ typedef struct attention_layer {
     awl_module *c_attn, *c_proj;
     int n_head;
     double dropout;
+    awl_attention_cache *cache; /* during generation; NULL otherwise */
 } attention_layer;
 
 /* x (B, T, C) -> (B, T, C). */
@@ -397,8 +494,20 @@ static awl_tensor *attention_forward(awl_module *self, awl_tensor *x)
 {
     attention_layer *a = (attention_layer *)self;
     double p = self->training ? a->dropout : 0.0;
-    awl_tensor *y = awl_attention_qkv(awl_module_forward(a->c_attn, x), a->n_head, true, p);
+    awl_tensor *qkv = awl_module_forward(a->c_attn, x);
+    awl_tensor *y = a->cache ? awl_attention_qkv_cached(qkv, a->n_head, a->cache)
+                             : awl_attention_qkv(qkv, a->n_head, true, p);
     return awl_dropout(awl_module_forward(a->c_proj, y), p, self->training);
+}
+
+int awl_causal_self_attention_set_cache(awl_module *attn, awl_attention_cache *cache)
+{
+    if (!attn || strcmp(attn->type, "CausalSelfAttention") != 0)
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_causal_self_attention_set_cache: %s is not a CausalSelfAttention",
+                         attn ? attn->type : "(null)");
+    ((attention_layer *)attn)->cache = cache;
+    return AWL_OK;
 }
 
 awl_module *awl_causal_self_attention_new(int64_t n_embd, int n_head, double dropout, bool bias,

@@ -13,9 +13,10 @@
  * which reads the embedding through a transposed view. That is the weight
  * tying, and it is why the head's weight is listed once.
  *
- * Two shortcuts on the hot path: position embeddings are a slice of wpe's
- * first T rows (positions are 0..T-1, so no index tensor and no gather), and
- * generation computes the head only for the last position.
+ * A shortcut on the hot path: position embeddings are a slice of wpe's
+ * first T rows (positions are 0..T-1, so no index tensor and no gather).
+ * Generation (nn/generate.c) runs the same layers through
+ * nn/gpt_internal.h, with positions of its own and a key/value cache.
  *
  * Mixed precision: the model keeps an autocast dtype and sets the thread's
  * autocast state (nn/autocast.c) around each of its forwards, restoring the
@@ -38,26 +39,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/philox.h"
 #include "common/alloc.h"
-
-/* What a checkpointed block's replay needs: the block and the autocast
- * dtype its forward ran under. */
-typedef struct block_segment_ctx {
-    awl_module *block;
-    awl_dtype autocast;
-} block_segment_ctx;
-
-struct awl_gpt {
-    awl_module base; /* the root, type "GPT"; awl_gpt_free frees it */
-    awl_gpt_config cfg;
-    awl_module *wte, *wpe, *ln_f;
-    awl_module **blocks;
-    block_segment_ctx *segments; /* one per block */
-    bool checkpointing;
-    awl_dtype autocast; /* AWL_F32: off */
-    awl_param_list params;
-};
+#include "nn/gpt_internal.h"
 
 /* ---- configurations ------------------------------------------------------------------- */
 
@@ -329,9 +312,7 @@ int awl_gpt_set_autocast(awl_gpt *model, awl_dtype dtype)
 
 awl_dtype awl_gpt_get_autocast(const awl_gpt *model) { return model ? model->autocast : AWL_F32; }
 
-/* Enters the model's autocast (leaving the caller's state alone when the
- * model's is off); returns the state to restore. */
-static awl_dtype autocast_enter(const awl_gpt *g)
+awl_dtype awl_gpt_autocast_enter(const awl_gpt *g)
 {
     awl_dtype before = awl_autocast_get();
     if (g->autocast != AWL_F32) awl_autocast_set(g->autocast);
@@ -350,8 +331,7 @@ static awl_tensor *block_segment(void *ctx, int n_inputs, awl_tensor *const *inp
     return out;
 }
 
-/* idx (B, T) -> the final LayerNorm's output (B, T, C). */
-static awl_tensor *gpt_hidden(awl_gpt *g, awl_tensor *idx)
+awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
 {
     if (!idx) return NULL;
     char s[AWL_MAX_DIMS * 24];
@@ -366,7 +346,8 @@ static awl_tensor *gpt_hidden(awl_gpt *g, awl_tensor *idx)
     int64_t T = idx->shape[1];
     awl_tensor *wte = awl_module_get_param(g->wte, "weight");
     awl_tensor *wpe = awl_module_get_param(g->wpe, "weight");
-    awl_tensor *x = awl_add(awl_embedding(wte, idx), awl_slice(wpe, 0, 0, T, 1));
+    awl_tensor *x = awl_add(awl_embedding(wte, idx),
+                            pos ? awl_embedding(wpe, pos) : awl_slice(wpe, 0, 0, T, 1));
     x = awl_dropout(x, g->cfg.dropout, g->base.training);
     bool checkpoint = g->checkpointing && awl_is_grad_enabled();
     for (int i = 0; i < g->cfg.n_layer; i++) {
@@ -377,9 +358,7 @@ static awl_tensor *gpt_hidden(awl_gpt *g, awl_tensor *idx)
     return awl_module_forward(g->ln_f, x);
 }
 
-/* The tied head: h (..., C) -> logits (..., vocab), in the autocast dtype
- * when autocast is on (the float32 embedding is cast for the product). */
-static awl_tensor *gpt_head(awl_gpt *g, awl_tensor *h)
+awl_tensor *awl_gpt_head(awl_gpt *g, awl_tensor *h)
 {
     return awl_linear(awl_autocast(h), awl_autocast(awl_module_get_param(g->wte, "weight")), NULL);
 }
@@ -387,8 +366,8 @@ static awl_tensor *gpt_head(awl_gpt *g, awl_tensor *h)
 awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx)
 {
     if (!model) return NULL;
-    awl_dtype before = autocast_enter(model);
-    awl_tensor *logits = gpt_head(model, gpt_hidden(model, idx));
+    awl_dtype before = awl_gpt_autocast_enter(model);
+    awl_tensor *logits = awl_gpt_head(model, awl_gpt_hidden(model, idx, NULL));
     awl_autocast_set(before);
     return logits;
 }
@@ -399,95 +378,4 @@ awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets)
 {
     if (!model || !targets) return NULL;
     return awl_cross_entropy(awl_gpt_forward(model, idx), targets, -1);
-}
-
-/* ---- generation ----------------------------------------------------------------------------- */
-
-static int compare_desc(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x < y) - (x > y);
-}
-
-/* Picks a token from logits[0..V) (overwritten); u uniform in [0, 1). */
-static int32_t sample_token(double *logits, double *scratch, int V, double temperature, int top_k,
-                            double u)
-{
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temperature <= 0.0) return best;
-    double cutoff = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
-        qsort(scratch, (size_t)V, sizeof *scratch, compare_desc);
-        cutoff = scratch[top_k - 1];
-    }
-    const double max = logits[best]; /* read once: the loop overwrites logits[best] */
-    double total = 0.0;
-    for (int i = 0; i < V; i++) {
-        logits[i] = logits[i] < cutoff ? 0.0 : exp((logits[i] - max) / temperature);
-        total += logits[i];
-    }
-    double target = u * total, acc = 0.0;
-    for (int i = 0; i < V; i++) {
-        acc += logits[i];
-        if (logits[i] > 0.0 && acc > target) return i;
-    }
-    return best;
-}
-
-/* Logits of the next token after ids[0..n) (the last block of them), as
- * doubles on the host. */
-static int next_logits(awl_gpt *g, const int32_t *ids, int n, double *out)
-{
-    int start = n > g->cfg.block ? n - g->cfg.block : 0;
-    int64_t T = n - start;
-    char device[32];
-    awl_tensor *wte = awl_module_get_param(g->wte, "weight");
-    awl_scope_begin();
-    awl_tensor *idx = awl_from_data(ids + start, AWL_SHAPE(1, T), AWL_I32,
-                                    awl_tensor_device_name(wte, device, sizeof device));
-    awl_dtype before = autocast_enter(g);
-    awl_tensor *last = awl_slice(gpt_hidden(g, idx), 1, T - 1, T, 1); /* (1, 1, C) */
-    awl_tensor *logits = awl_tensor_cast(gpt_head(g, last), AWL_F64);
-    awl_autocast_set(before);
-    int status =
-        logits ? awl_to_host(logits, out, (size_t)g->cfg.vocab * sizeof *out) : AWL_ERR_INVALID;
-    awl_scope_end();
-    return status;
-}
-
-int awl_gpt_generate(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_new,
-                     double temperature, int top_k, uint64_t seed, int32_t *out)
-{
-    if (!model || !prompt || !out || n_prompt < 1 || n_new < 0)
-        return awl_error(AWL_ERR_INVALID, "awl_gpt_generate: needs a model, a prompt of at least "
-                                          "one token, n_new >= 0 and an output buffer");
-    int V = model->cfg.vocab;
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            return awl_error(AWL_ERR_INVALID,
-                             "awl_gpt_generate: prompt token %d at %d is outside "
-                             "the vocabulary [0, %d)",
-                             prompt[i], i, V);
-    memmove(out, prompt, (size_t)n_prompt * sizeof *out);
-    bool was_training = model->base.training;
-    awl_module_train(&model->base, false);
-    awl_no_grad_begin();
-    double *logits = awl_xmalloc((size_t)V * sizeof *logits);
-    double *scratch = awl_xmalloc((size_t)V * sizeof *scratch);
-    int status = AWL_OK;
-    for (int step = 0; step < n_new && status == AWL_OK; step++) {
-        int n = n_prompt + step;
-        status = next_logits(model, out, n, logits);
-        if (status == AWL_OK)
-            out[n] = sample_token(logits, scratch, V, temperature, top_k,
-                                  awl_philox_uniform_at(seed, (uint64_t)step, 0));
-    }
-    free(logits);
-    free(scratch);
-    awl_no_grad_end();
-    awl_module_train(&model->base, was_training);
-    return status < 0 ? status : n_prompt + n_new;
 }

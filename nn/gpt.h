@@ -128,15 +128,8 @@ int awl_gpt_set_autocast(awl_gpt *model, awl_dtype dtype);
 /* The model's autocast dtype (AWL_F32 when off). */
 awl_dtype awl_gpt_get_autocast(const awl_gpt *model);
 
-/* Samples n_new tokens after prompt[0..n_prompt) (n_prompt >= 1), in
- * no-grad and evaluation mode (the mode is restored afterwards), cropping
- * the context to the last `block` tokens. temperature <= 0 picks the most
- * likely token; top_k > 0 keeps only the k most likely. Sampling uses its own
- * Philox stream keyed by seed (the global generator is untouched). out
- * receives prompt and samples: n_prompt + n_new ids. Returns the number of
- * ids written, or negative. */
-int awl_gpt_generate(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_new,
-                     double temperature, int top_k, uint64_t seed, int32_t *out);
+/* Generation (a key/value cache, sampling, awl_gpt_generate) is in
+ * nn/generate.h. */
 
 /* ---- weights from other tools (nn/gpt_io.c) ---------------------------------------- */
 

@@ -176,6 +176,26 @@ awl_module *awl_gelu_new(void);
  * multiple of n_head. */
 awl_module *awl_causal_self_attention_new(int64_t n_embd, int n_head, double dropout, bool bias,
                                           const char *device);
+
+/* One attention layer's key/value cache, for generation (nn/generate.h
+ * makes one per layer of a GPT): the keys and values of the tokens seen so
+ * far, k and v (B, n_head, capacity, head_dim) in the dtype attention
+ * computes in, of which the first `length` positions are filled; key_mask
+ * NULL, or (B, 1, 1, capacity) in that dtype, nonzero at positions no query
+ * may see (a batch's padding). Whoever makes it owns the tensors. */
+typedef struct awl_attention_cache {
+    awl_tensor *k, *v;
+    int64_t length;
+    awl_tensor *key_mask;
+} awl_attention_cache;
+
+/* While cache is not NULL, the layer's forward attends over it
+ * (awl_attention_qkv_cached) instead of over x alone: x (B, T, n_embd) is
+ * then the next T tokens, and the cache grows by T. Meant for evaluation
+ * mode. NULL turns it back into ordinary attention. The layer does not own
+ * the cache. Returns 0, or negative when attn is not a
+ * CausalSelfAttention. */
+int awl_causal_self_attention_set_cache(awl_module *attn, awl_attention_cache *cache);
 /* c_fc (n_embd -> 4 n_embd), GELU, c_proj (4 n_embd -> n_embd), dropout. */
 awl_module *awl_mlp_new(int64_t n_embd, double dropout, bool bias, const char *device);
 /* Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(·)).
@@ -275,6 +295,16 @@ awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_t
  * written straight into one (B, T, 3C) buffer, with no slice, transpose or
  * concatenation copies. */
 awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double dropout_p);
+
+/* awl_attention_qkv for T new tokens over a key/value cache: qkv (B, T, 3C)
+ * holds the new tokens' q, k and v; their keys and values are written into
+ * the cache at positions [length, length + T), length grows by T, and each
+ * new query attends causally to the cached keys up to its own position
+ * (length + i), except those key_mask hides. out (B, T, C). Records no
+ * graph (the cache is written in place), whatever the grad mode. NULL for
+ * a cache that does not fit qkv (batch, heads, dtype, room left); after a
+ * failure the cache's contents are undefined (start it again). */
+awl_tensor *awl_attention_qkv_cached(awl_tensor *qkv, int n_head, awl_attention_cache *cache);
 
 /* Inverted dropout: in training (p > 0), each element is zeroed with
  * probability p and the rest scaled by 1 / (1 - p); otherwise x itself. The

@@ -35,6 +35,13 @@
 #          for the triples in TORCH_COMPILE) on shakespeare-char and gpt2-124m
 #          in fp32, tf32 and bf16, at each dropout of BENCH_DROPOUT (both
 #          sides get the same --dropout); JSON lines in $OUT/bench.jsonl;
+#   generate  test_generate on cuda:0 (cached attention against uncached,
+#          cached generation against the full recompute), then bench_generate
+#          and its PyTorch peer (bench/torch_generate.py, eager with its own
+#          key/value cache) on GEN_CONFIGS in GEN_PRECISIONS: decode tokens/s
+#          with and without the cache, GEN_NEW new tokens after a prompt of
+#          16, GEN_ROUNDS rounds; JSON lines in $OUT/generate.jsonl; not part
+#          of all;
 #   train  two 100-step runs per DET_SETTINGS pair (same seed, same losses?),
 #          then train_gpt on tinyshakespeare, shakespeare-char with nanoGPT's
 #          settings (lr 1e-3 warmup 100 cosine to 1e-4, dropout 0.2, batch
@@ -91,6 +98,10 @@ SUITES=${SUITES:-}
 CHECK_OP=${CHECK_OP:-}
 CUDA_CASE=${CUDA_CASE:-}
 TIME_BUDGET=${TIME_BUDGET:-560}
+GEN_CONFIGS=${GEN_CONFIGS:-cpu-small,shakespeare-char,gpt2-124m}
+GEN_PRECISIONS=${GEN_PRECISIONS:-fp32 bf16}
+GEN_NEW=${GEN_NEW:-256}
+GEN_ROUNDS=${GEN_ROUNDS:-3}
 JOBS=$(nproc)
 DATA=$D/data/tinyshakespeare.txt
 SUMMARY=$OUT/summary.txt
@@ -115,6 +126,7 @@ TEST_SRC=(tests/test_*.c)
 CHECK_SRC=(tools/awl-check/*.c) # awl-check: main.c and the harness the suites share
 TRAIN_GPT_SRC=(examples/train_gpt/*.c)
 PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" bench/bench_gpt.c bench/bench_cuda.c
+          bench/bench_generate.c examples/generate/main.c
           "${CHECK_SRC[@]}" "${TEST_SRC[@]}")
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
 rm -f "$B/FAILED"
@@ -130,6 +142,8 @@ if [ ! -e "$B/FAILED" ]; then
     gpu_spawn gpu_link train_gpt "${TRAIN_GPT_OBJ[@]}"
     gpu_spawn gpu_link bench_gpt "$(gpu_obj bench/bench_gpt.c)"
     gpu_spawn gpu_link bench_cuda "$(gpu_obj bench/bench_cuda.c)"
+    gpu_spawn gpu_link bench_generate "$(gpu_obj bench/bench_generate.c)"
+    gpu_spawn gpu_link generate "$(gpu_obj examples/generate/main.c)"
     gpu_spawn gpu_link awl-check "$(gpu_obj tools/awl-check/main.c)" "${HARNESS[@]}" "${HELPERS[@]}"
     for src in "${TEST_SRC[@]}"; do
         gpu_spawn gpu_link "$(basename "$src" .c)" "$(gpu_obj "$src")" "${HELPERS[@]}" "${HARNESS[@]}"
@@ -173,7 +187,7 @@ stage_tests() {
     echo "== tests (each under ${TEST_TIMEOUT} s, all at once)"
     local t0=$(date +%s) gpu_suites=(test_ops_convert test_ops_elementwise test_ops_index
         test_ops_matmul test_ops_reduce test_ops_shape test_nn test_gpt test_checkpoint
-        test_higher_order test_errors)
+        test_higher_order test_errors test_generate)
     local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors
         test_student)
     rm -f "$B"/log/result_* "$B"/log/run_*
@@ -318,6 +332,47 @@ EOF
     row "bench: $(( $(date +%s) - t0 )) s"
 }
 
+# ---- generate ---------------------------------------------------------------------------
+stage_generate() {
+    echo "== generate: test_generate on cuda:0, decode tokens/s with and without the cache"
+    local t0=$(date +%s) p
+    env OMP_NUM_THREADS=2 CK_FORK=no AWL_TEST_DEVICE=cuda:0 timeout "$TEST_TIMEOUT" \
+        "$BIN/test_generate" > "$B/log/run_generate.log" 2>&1
+    row "test_generate (cuda:0): rc $? $(grep -h -E '^[0-9]+%: Checks' "$B/log/run_generate.log")"
+    grep -h -E ':[FE]:' "$B/log/run_generate.log" | head -5 | tee -a "$SUMMARY"
+    : > "$OUT/generate.jsonl"
+    for p in $GEN_PRECISIONS; do
+        timeout 200 "$BIN/bench_generate" --device cuda --precision "$p" --configs "$GEN_CONFIGS" \
+            --new "$GEN_NEW" --rounds "$GEN_ROUNDS" | tee -a "$OUT/generate.jsonl"
+        PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_generate.py --device cuda \
+            --precision "$p" --configs "$GEN_CONFIGS" --new "$GEN_NEW" --rounds "$GEN_ROUNDS" |
+            tee -a "$OUT/generate.jsonl"
+    done
+    row ""
+    python3 - "$OUT/generate.jsonl" <<'EOF' | tee -a "$SUMMARY"
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    who = "awl" if r["impl"] == "awl" else "torch"
+    rows[(r["config"], r["precision"], r["mode"], who)] = r
+print(f"{'config':17} {'prec':5} {'new':>4} {'awl cache':>10} {'recompute':>10} {'speedup':>8} "
+      f"{'torch cache':>11} {'recompute':>10} {'speedup':>8} {'awl/torch':>9}  (decode tokens/s)")
+for cfg, prec in sorted({k[:2] for k in rows}):
+    g = lambda mode, who: rows.get((cfg, prec, mode, who), {}).get("decode_tokens_per_s", 0)
+    ac, ar = g("cache", "awl"), g("recompute", "awl")
+    tc, tr = g("cache", "torch"), g("recompute", "torch")
+    new = rows.get((cfg, prec, "cache", "awl"), {}).get("new", 0)
+    q = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+    print(f"{cfg:17} {prec:5} {new:>4} {ac:>10.1f} {ar:>10.1f} {q(ac, ar):>8} {tc:>11.1f} "
+          f"{tr:>10.1f} {q(tc, tr):>8} {q(ac, tc):>9}")
+EOF
+    row "generate: $(( $(date +%s) - t0 )) s"
+}
+
 # ---- train ------------------------------------------------------------------------------
 stage_train() {
     # determinism (issue 4 point 8, issue 13 point 6): two short runs with
@@ -358,6 +413,7 @@ has_stage tests && stage_tests
 has_stage kernels && stage_kernels
 has_stage profile && stage_profile
 has_stage bench && stage_bench
+has_stage generate && stage_generate
 has_stage train && stage_train
 row ""
 row "total: $(elapsed) s (stages: $STAGES)"

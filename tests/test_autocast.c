@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "helpers/gradcheck.h"
-#include "nn/gpt.h"
+#include "nn/generate.h"
 #include "nn/optim.h"
 
 #define GPU "cuda:0"
@@ -281,9 +281,15 @@ static void train_fixed_batch(awl_dtype autocast, int steps, double *first, doub
         if (step == 0) *first = loss;
         *last = loss;
     }
-    int32_t prompt[1] = {0}, out[9];
-    ck_assert_msg(awl_gpt_generate(model, prompt, 1, 8, 1.0, 0, 3, out) == 9, "%s",
+    const int32_t prompt[1] = {0}, *prompts[1] = {prompt};
+    int32_t out[9], *outs[1] = {out};
+    int n_prompt = 1, n_out = 0;
+    awl_generate_options o = awl_generate_defaults();
+    o.max_new_tokens = 8;
+    o.seed = 3;
+    ck_assert_msg(awl_gpt_generate(model, 1, prompts, &n_prompt, &o, outs, &n_out) == 0, "%s",
                   awl_last_error());
+    ck_assert_int_eq(n_out, 9);
     awl_optimizer_free(opt);
     awl_gpt_free(model);
 }

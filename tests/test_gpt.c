@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "helpers/gradcheck.h"
-#include "nn/gpt.h"
+#include "nn/generate.h"
 
 static awl_gpt_config tiny_config(int vocab, int block, int n_layer, int n_embd)
 {
@@ -276,6 +276,21 @@ static void adam_step(const awl_param_list *ps, float *m, float *v, int step, do
     }
 }
 
+/* One prompt through awl_gpt_generate (with the cache): the number of ids
+ * written to out (prompt and new tokens), or negative. */
+static int generate_one(awl_gpt *model, const int32_t *prompt, int n_prompt, int n_new,
+                        double temperature, int top_k, uint64_t seed, int32_t *out)
+{
+    awl_generate_options o = awl_generate_defaults();
+    o.max_new_tokens = n_new;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.seed = seed;
+    int n_out = 0;
+    int status = awl_gpt_generate(model, 1, &prompt, &n_prompt, &o, &out, &n_out);
+    return status < 0 ? status : n_out;
+}
+
 START_TEST(test_overfit_and_generate)
 {
     awl_gc_begin(5);
@@ -329,24 +344,24 @@ START_TEST(test_overfit_and_generate)
     /* greedy generation recites the corpus, across the block boundary */
     int32_t out[BLOCK + 24];
     awl_module_train(awl_gpt_module(model), true);
-    ck_assert_int_eq(awl_gpt_generate(model, corpus, BLOCK, 24, 0.0, 0, 1, out), BLOCK + 24);
+    ck_assert_int_eq(generate_one(model, corpus, BLOCK, 24, 0.0, 0, 1, out), BLOCK + 24);
     ck_assert(awl_gpt_module(model)->training); /* restored */
     ck_assert(memcmp(out, corpus, (BLOCK + 24) * sizeof *out) == 0);
     int32_t top1[BLOCK + 24];
-    awl_gpt_generate(model, corpus, BLOCK, 24, 1.0, 1, 99, top1);
+    generate_one(model, corpus, BLOCK, 24, 1.0, 1, 99, top1);
     ck_assert(memcmp(top1, out, sizeof out) == 0);
 
     /* sampling: reproducible from its seed, tokens in range */
     int32_t s1[40], s2[40], s3[40];
     int32_t prompt[1] = {3};
-    ck_assert_int_eq(awl_gpt_generate(model, prompt, 1, 39, 2.0, 0, 11, s1), 40);
-    awl_gpt_generate(model, prompt, 1, 39, 2.0, 0, 11, s2);
-    awl_gpt_generate(model, prompt, 1, 39, 2.0, 0, 12, s3);
+    ck_assert_int_eq(generate_one(model, prompt, 1, 39, 2.0, 0, 11, s1), 40);
+    generate_one(model, prompt, 1, 39, 2.0, 0, 11, s2);
+    generate_one(model, prompt, 1, 39, 2.0, 0, 12, s3);
     ck_assert(memcmp(s1, s2, sizeof s1) == 0);
     ck_assert(memcmp(s1, s3, sizeof s1) != 0);
     for (int i = 0; i < 40; i++) ck_assert(s1[i] >= 0 && s1[i] < V);
     int32_t bad[1] = {V};
-    ck_assert_int_lt(awl_gpt_generate(model, bad, 1, 3, 1.0, 0, 1, s1), 0);
+    ck_assert_int_lt(generate_one(model, bad, 1, 3, 1.0, 0, 1, s1), 0);
     ck_assert(strstr(awl_last_error(), "outside the vocabulary") != NULL);
     awl_gpt_free(model);
     ck_assert(awl_gc_end());
@@ -421,8 +436,8 @@ START_TEST(test_sampling_distribution)
         for (int i = 0; i < V; i++) q[i] = 0;
         for (int n = 0; n < N; n++) {
             int32_t s[3];
-            ck_assert_int_eq(
-                awl_gpt_generate(model, prompt, 2, 1, temperature, top_k, (uint64_t)n, s), 3);
+            ck_assert_int_eq(generate_one(model, prompt, 2, 1, temperature, top_k, (uint64_t)n, s),
+                             3);
             q[s[2]] += 1.0 / N;
         }
         for (int i = 0; i < V; i++) {

@@ -49,12 +49,18 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
                          int, float, float *, int);
 typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
                          const double *, int, double, double *, int);
+typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int, float,
+                         float *, int);
+typedef void (*dgemv_fn)(int, int, int, int, double, const double *, int, const double *, int,
+                         double, double *, int);
 
 static struct {
     pthread_once_t once;
     void *handle;
     sgemm_fn sgemm;
     dgemm_fn dgemm;
+    sgemv_fn sgemv;
+    dgemv_fn dgemv;
     void (*set_num_threads)(int);
     int (*get_num_threads)(void);
     awl_blas_info info;
@@ -136,12 +142,15 @@ static void load(void)
     }
     blas.sgemm = (sgemm_fn)dlsym(blas.handle, "cblas_sgemm");
     blas.dgemm = (dgemm_fn)dlsym(blas.handle, "cblas_dgemm");
+    blas.sgemv = (sgemv_fn)dlsym(blas.handle, "cblas_sgemv");
+    blas.dgemv = (dgemv_fn)dlsym(blas.handle, "cblas_dgemv");
     *(void **)&blas.set_num_threads = dlsym(blas.handle, "openblas_set_num_threads");
     *(void **)&blas.get_num_threads = dlsym(blas.handle, "openblas_get_num_threads");
     const char *(*get_config)(void) = NULL, *(*get_corename)(void) = NULL;
     *(void **)&get_config = dlsym(blas.handle, "openblas_get_config");
     *(void **)&get_corename = dlsym(blas.handle, "openblas_get_corename");
-    if (!blas.sgemm || !blas.dgemm || !blas.set_num_threads || !get_config || !get_corename) {
+    if (!blas.sgemm || !blas.dgemm || !blas.sgemv || !blas.dgemv || !blas.set_num_threads ||
+        !get_config || !get_corename) {
         snprintf(in->error, sizeof in->error, "%s is not OpenBLAS (a symbol is missing)",
                  AWL_OPENBLAS_PATH);
         blas.sgemm = NULL;
@@ -202,4 +211,21 @@ int awl_blas_dgemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha
                    trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c,
                    ldc);
     return status;
+}
+
+void awl_cpu_blas_gemv(awl_dtype dtype, bool trans, int rows, int cols, const void *a, int lda,
+                       const void *x, int incx, double beta, void *y, int incy)
+{
+    const int t = trans ? CBLAS_TRANS : CBLAS_NO_TRANS, len = trans ? cols : rows;
+    if (beta == 0.0) /* y may be uninitialised: a NaN there must not survive 0 * y */
+        for (int i = 0; i < len; i++) {
+            if (dtype == AWL_F32)
+                ((float *)y)[(int64_t)i * incy] = 0.0f;
+            else
+                ((double *)y)[(int64_t)i * incy] = 0.0;
+        }
+    if (dtype == AWL_F32)
+        blas.sgemv(CBLAS_ROW_MAJOR, t, rows, cols, 1.0f, a, lda, x, incx, (float)beta, y, incy);
+    else
+        blas.dgemv(CBLAS_ROW_MAJOR, t, rows, cols, 1.0, a, lda, x, incx, beta, y, incy);
 }

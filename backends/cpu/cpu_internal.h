@@ -133,6 +133,12 @@ int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bo
 /* Loads OpenBLAS once (cpu_blas.c); an error naming `caller` when it cannot
  * be loaded. Call it on the thread that reports errors, before any gemm. */
 int awl_cpu_blas_load(const char *caller);
+/* y (inc incy) = op(A) x (inc incx), A rows x cols row-major (lda), op(A)
+ * A^T when trans: cblas_?gemv, which the matmul takes for a product with
+ * one row or one column (a decoding step's), where ?gemm would first pack
+ * the whole weight matrix. Call after awl_cpu_blas_load. */
+void awl_cpu_blas_gemv(awl_dtype dtype, bool trans, int rows, int cols, const void *a, int lda,
+                       const void *x, int incx, double beta, void *y, int incy);
 
 /* cpu_index.c */
 int awl_cpu_index_select(const awl_view *out, const awl_view *src, const awl_view *idx);

@@ -110,9 +110,18 @@ static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
 static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
-    if (dtype == AWL_F32)
-        awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
-                       (float)beta, c, (int)ldc);
+    /* One row of C is op(B)^T times a's row; one column, op(A) times b's
+     * column: matrix-vector products, which read the matrix once where
+     * gemm would pack it first (a decoding step's products are all so). */
+    if (m == 1) /* b is k x n, or n x k when tb; a's row has stride lda when ta */
+        awl_cpu_blas_gemv(dtype, !tb, tb ? (int)n : (int)k, tb ? (int)k : (int)n, b, (int)ldb, a,
+                          ta ? (int)lda : 1, beta, c, 1);
+    else if (n == 1) /* a is m x k, or k x m when ta; b's column has stride 1 when tb */
+        awl_cpu_blas_gemv(dtype, ta, ta ? (int)k : (int)m, ta ? (int)m : (int)k, a, (int)lda, b,
+                          tb ? 1 : (int)ldb, beta, c, (int)ldc);
+    else if (dtype == AWL_F32)
+        awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta,
+                       c, (int)ldc);
     else
         awl_blas_dgemm(ta, tb, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, beta, c,
                        (int)ldc);

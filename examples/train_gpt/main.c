@@ -305,12 +305,16 @@ static int print_sample(trainer *t)
     int status = awl_tokenizer_encode(t->tok, s->prompt, strlen(s->prompt), &prompt, &n_prompt);
     if (status == 0) {
         out = malloc((n_prompt + (size_t)s->sample_tokens) * sizeof *out);
-        int vocab = awl_tokenizer_vocab_size(t->tok);
-        int top_k = s->top_k < vocab ? s->top_k : vocab; /* as nanoGPT: min(top_k, vocab) */
-        int n = out ? awl_gpt_generate(t->model, prompt, (int)n_prompt, s->sample_tokens,
-                                       s->temperature, top_k, (uint64_t)s->seed, out)
-                    : -1;
-        status = n > 0 ? awl_tokenizer_decode(t->tok, out, (size_t)n, &text, &len) : -1;
+        int vocab = awl_tokenizer_vocab_size(t->tok), n = 0, n_in = (int)n_prompt;
+        awl_generate_options o = awl_generate_defaults(); /* with the key/value cache */
+        o.max_new_tokens = s->sample_tokens;
+        o.temperature = s->temperature;
+        o.top_k = s->top_k < vocab ? s->top_k : vocab; /* as nanoGPT: min(top_k, vocab) */
+        o.seed = (uint64_t)s->seed;
+        status = out ? awl_gpt_generate(t->model, 1, (const int32_t *const *)&prompt, &n_in, &o,
+                                        &out, &n)
+                     : -1;
+        if (status == 0) status = awl_tokenizer_decode(t->tok, out, (size_t)n, &text, &len);
     }
     if (status == 0)
         printf("---- sample (temperature %.2f, top-k %d) ----\n%.*s\n----\n", s->temperature,

@@ -458,6 +458,20 @@ static void matmul_cases(ac_list *l)
                     "1x9x1 ");
         matmul_case(l, dt, 0, none, 1, 9, 6, AC_SLICED, AC_CONTIG, AC_TRANSPOSED, false, true,
                     "1x9x6 ");
+        /* one row or one column (a decoding step's products): the CPU
+         * backend's matrix-vector path, in every layout, and split between
+         * threads */
+        for (int la = 0; la < 3; la++)
+            for (int lb = 0; lb < 3; lb++) {
+                matmul_case(l, dt, 0, none, 1, 9, 6, ls[la], ls[lb], ls[(la + lb) % 3], false,
+                            lb == 1, "1x9x6 ");
+                matmul_case(l, dt, 0, none, 6, 9, 1, ls[la], ls[lb], ls[(la + 2 * lb) % 3], false,
+                            la == 1, "6x9x1 ");
+            }
+        matmul_case(l, dt, 0, none, 1, 512, 512, AC_CONTIG, AC_TRANSPOSED, AC_CONTIG, false, false,
+                    "1x512x512 ");
+        matmul_case(l, dt, 0, none, 512, 512, 1, AC_TRANSPOSED, AC_CONTIG, AC_SLICED, false, true,
+                    "512x512x1 ");
         matmul_case(l, dt, 0, none, 6, 0, 4, AC_CONTIG, AC_CONTIG, AC_SLICED, false, false, "K=0 ");
         matmul_case(l, dt, 0, none, 6, 0, 4, AC_CONTIG, AC_CONTIG, AC_CONTIG, false, true, "K=0 ");
         matmul_case(l, dt, 1, many, 16, 8, 16, AC_CONTIG, AC_TRANSPOSED, AC_CONTIG, false, false,

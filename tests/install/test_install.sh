@@ -1,0 +1,53 @@
+#!/bin/sh
+# tests/install/test_install.sh - install awl into a temporary prefix and
+# build a program against the installed copy, outside the source tree.
+#
+#   sh tests/install/test_install.sh BUILD_DIR C_COMPILER [SANITIZE]
+#
+# Checks: the headers under include/awl, the static library, the shared
+# library with its versioned SONAME (libawl.so.<major>), the programs in
+# bin; tests/install/hello.c built with pkg-config (awl.pc) and run, then
+# built by tests/install/consumer with find_package(awl) against awl::awl
+# and awl::awl_static, and run. Exit 77 (skipped) in a sanitizer build.
+set -eu
+BUILD=$1
+CC=$2
+case "${3:-OFF}" in ON | TRUE | 1) echo "install: skipped in the sanitizer build"; exit 77 ;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/awl_install.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+PREFIX=$WORK/prefix
+
+fail() { echo "FAIL [install]: $*"; exit 1; }
+
+cmake --install "$BUILD" --prefix "$PREFIX" > "$WORK/install.log" || { cat "$WORK/install.log"; fail "cmake --install"; }
+LIBDIR=$(dirname "$(find "$PREFIX" -name awl.pc)")/..
+[ -f "$PREFIX/include/awl/awl.h" ] || fail "no include/awl/awl.h"
+[ -f "$PREFIX/include/awl/nn/generate.h" ] || fail "no include/awl/nn/generate.h"
+[ -f "$LIBDIR/libawl.a" ] || fail "no libawl.a"
+for p in train_gpt generate awlrun awl-check; do [ -x "$PREFIX/bin/$p" ] || fail "no bin/$p"; done
+soname=$(readelf -d "$LIBDIR/libawl.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+case "$soname" in libawl.so.[0-9]*) ;; *) fail "the shared library's SONAME is '$soname'" ;; esac
+[ -f "$LIBDIR/$soname" ] || fail "no $soname beside libawl.so"
+
+# pkg-config, from a directory that is not the source tree
+cd "$WORK"
+export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
+pkg-config --exists awl || fail "pkg-config does not find awl.pc"
+# shellcheck disable=SC2046
+"$CC" -std=c11 $(pkg-config --cflags awl) "$HERE/hello.c" -o hello_pc $(pkg-config --libs awl) ||
+    fail "building with pkg-config"
+LD_LIBRARY_PATH="$LIBDIR" ./hello_pc > pc.txt || fail "hello (pkg-config): $(cat pc.txt)"
+grep -q "^hello awl: sum 54, tokens 1 2" pc.txt || fail "hello (pkg-config) printed: $(cat pc.txt)"
+ldd ./hello_pc | grep -q "$soname" || fail "hello (pkg-config) does not load $soname"
+
+# find_package(awl), the shared and the static library
+cmake -S "$HERE/consumer" -B consumer -DCMAKE_C_COMPILER="$CC" -DCMAKE_PREFIX_PATH="$PREFIX" \
+    > consumer.log 2>&1 || { cat consumer.log; fail "configuring with find_package(awl)"; }
+cmake --build consumer > build.log 2>&1 || { cat build.log; fail "building with find_package(awl)"; }
+for p in hello hello_static; do
+    ./consumer/$p > $p.txt || fail "$p (find_package): $(cat $p.txt)"
+    grep -q "^hello awl: sum 54, tokens 1 2" $p.txt || fail "$p printed: $(cat $p.txt)"
+done
+if ldd ./consumer/hello_static | grep -q libawl; then fail "hello_static loads libawl.so"; fi
+echo "install: ok ($soname, pkg-config and find_package)"
