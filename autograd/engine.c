@@ -237,7 +237,9 @@ static int accumulate_into_leaf(pass *p, awl_tensor *leaf, awl_tensor *g)
         leaf->grad = awl_retain(sum);
         awl_release(have);
     }
-    awl_tensor_set_memory_role(leaf->grad, AWL_MEMORY_GRADIENT);
+    /* a parameter's gradient (not a checkpointed segment's input's) */
+    if (awl_tensor_memory_role(leaf) == AWL_MEMORY_PARAMETER)
+        awl_tensor_set_memory_role(leaf->grad, AWL_MEMORY_GRADIENT);
     for (int i = 0; i < leaf->n_hooks; i++) leaf->hooks[i].fn(leaf, leaf->hooks[i].user);
     return AWL_OK;
 }

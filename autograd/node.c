@@ -269,6 +269,7 @@ int awl_set_grad(awl_tensor *leaf, awl_tensor *grad)
     awl_retain(grad);
     awl_release(leaf->grad);
     leaf->grad = grad;
+    if (awl_tensor_memory_role(leaf) != AWL_MEMORY_PARAMETER) return AWL_OK;
     return awl_tensor_set_memory_role(grad, AWL_MEMORY_GRADIENT);
 }
 

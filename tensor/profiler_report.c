@@ -270,7 +270,7 @@ int awl_profiler_print_summary(FILE *f, const awl_roofline *r)
             t.steps == 1 ? "" : "s", 1e3 * step, 1e3 * t.kernel_seconds / (t.steps ? t.steps : 1),
             t.step_seconds > 0 ? 100 * t.kernel_seconds / t.step_seconds : 0);
     if (r)
-        fprintf(f, "ceilings on %s (measured now): matmul %.1f GFLOP/s, copy %.1f GB/s; peak %.1f "
+        fprintf(f, "ceilings on %s (measured in this process): matmul %.1f GFLOP/s, copy %.1f GB/s; peak %.1f "
                    "GFLOP/s (%s)\n",
                 r->device, 1e-9 * r->matmul_flops, 1e-9 * r->copy_bytes, 1e-9 * r->peak_flops,
                 r->peak_source);

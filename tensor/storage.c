@@ -126,6 +126,14 @@ int awl_tensor_set_memory_role(awl_tensor *t, awl_memory_role role)
     return AWL_OK;
 }
 
+awl_memory_role awl_tensor_memory_role(const awl_tensor *t)
+{
+    pthread_mutex_lock(&stats.mu);
+    awl_memory_role role = t ? counted_role(t->storage) : AWL_MEMORY_TEMPORARY;
+    pthread_mutex_unlock(&stats.mu);
+    return role;
+}
+
 void awl_tensor_saved(awl_tensor *t, int delta)
 {
     if (t) move_storage(t->storage, t->storage->role, delta);

@@ -285,6 +285,9 @@ int awl_memory_get_ledger(const char *device, awl_memory_ledger *out);
  * NULL is a no-op. Tagging AWL_MEMORY_ACTIVATION is an error: that role
  * follows from awl_tensor_saved. */
 int awl_tensor_set_memory_role(awl_tensor *t, awl_memory_role role);
+/* The role t's storage counts under now (a saved temporary is an
+ * activation). */
+awl_memory_role awl_tensor_memory_role(const awl_tensor *t);
 /* A graph node starts (+1) or stops (-1) keeping t for backward: while
  * some node keeps a temporary's storage, it counts as a saved activation. */
 void awl_tensor_saved(awl_tensor *t, int delta);

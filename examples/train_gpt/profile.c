@@ -7,8 +7,8 @@
  * drawn and stops after step B (and B's evaluation, when there is one), so
  * the trace holds the steps' ranges, every kernel of their forward,
  * backward and optimizer step, and the memory track. The summary's
- * ceilings are measured after the recording stops, so their own kernels
- * are not in it.
+ * ceilings are measured just before the recording starts, so their own
+ * kernels are not in it.
  *
  * The ledger is the tensor layer's (awl_memory_get_ledger): every byte the
  * device holds is counted under one role. Each step starts with
@@ -51,12 +51,19 @@ double mfu_peak(const trainer *t, char *source, size_t size)
     return awl_device_peak_flops(s->device, dtype, source, size) * t->world;
 }
 
+/* The summary's ceilings, measured before the recording starts (and
+ * before the step's peak is reset: the probes' buffers are not the step's). */
+static awl_roofline ceilings;
+
 int profile_step_begin(trainer *t, int64_t step)
 {
     const settings *s = &t->s;
-    awl_memory_reset_peak(s->device);
-    if (s->profile && step == s->profile_from && awl_profiler_start() < 0)
+    bool start = s->profile && step == s->profile_from;
+    awl_dtype dtype = strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32;
+    if (start && is_leader(t) && awl_roofline_measure(s->device, dtype, &ceilings) < 0)
         return fail("--profile");
+    awl_memory_reset_peak(s->device);
+    if (start && awl_profiler_start() < 0) return fail("--profile");
     awl_profiler_begin(AWL_PROFILE_STEP, "step");
     return 0;
 }
@@ -78,16 +85,13 @@ int profile_step_end(trainer *t, int64_t step, bool last)
     if (is_leader(t)) {
         char tsv[1024];
         summary_path(s->profile, tsv, sizeof tsv);
-        awl_roofline r;
-        awl_dtype dtype = strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32;
-        if (awl_profiler_write(s->profile) < 0 || awl_roofline_measure(s->device, dtype, &r) < 0 ||
-            awl_profiler_write_summary(tsv, &r) < 0)
+        if (awl_profiler_write(s->profile) < 0 || awl_profiler_write_summary(tsv, &ceilings) < 0)
             status = fail("--profile");
         else {
             printf("profile: steps %lld to %lld in %s (open it in https://ui.perfetto.dev), "
                    "summary in %s\n",
                    (long long)s->profile_from, (long long)step, s->profile, tsv);
-            awl_profiler_print_summary(stdout, &r);
+            awl_profiler_print_summary(stdout, &ceilings);
         }
     }
     awl_profiler_clear();
