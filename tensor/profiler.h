@@ -103,9 +103,12 @@ typedef struct awl_profile_op {
     double flops;      /* 0 for data movement */
 } awl_profile_op;
 
-/* The recording as it stands (after awl_profiler_stop): the sums of its
- * kernels, by time, longest first, in *ops (n_ops entries, free() it; the
- * names live as long as the recording), and the time of its steps. */
+/* The recording as it stands (after awl_profiler_stop; AWL_ERR_INVALID
+ * while it records): the sums of its kernels by (name, phase), longest
+ * first, in ops (n_ops entries; awl_profile_totals_free frees them, the
+ * names live as long as the recording), and the time of its steps. When
+ * the recording has closed steps, only the kernels that start inside one
+ * are summed, so that the ops' shares are of the steps. */
 typedef struct awl_profile_totals {
     awl_profile_op *ops;
     int n_ops;
@@ -136,7 +139,8 @@ typedef struct awl_roofline {
 } awl_roofline;
 
 /* Measures the ceilings (a second or so; leaves the global generator as it
- * was). 0 or negative with a message. */
+ * was). Not while the profiler records (AWL_ERR_INVALID): its own kernels
+ * would be recorded. 0 or negative with a message. */
 int awl_roofline_measure(const char *device, awl_dtype dtype, awl_roofline *out);
 
 /* MFU's denominator: the device's peak dense matmul rate in dtype (float32
@@ -153,9 +157,11 @@ double awl_measure_matmul_rate(const char *device, awl_dtype dtype);
 /* Bytes per second (read + write) of a 64 MiB float32 copy on device. */
 double awl_measure_copy_bandwidth(const char *device);
 
-/* The table of ops by total time: calls, time, share of the steps,
- * achieved GB/s and GFLOP/s, arithmetic intensity and the fraction of the
- * roofline's attainable rate (r may be NULL: no fractions). */
+/* The table of ops by total time (awl_profiler_totals): calls and time per
+ * step, share of the steps, achieved GB/s and GFLOP/s, arithmetic intensity
+ * and the fraction of the roofline's attainable rate, min(matmul_flops,
+ * intensity x copy_bytes), or of copy_bytes for data movement (r may be
+ * NULL: no fractions); then the phases' time per step. */
 int awl_profiler_print_summary(FILE *f, const awl_roofline *r);
 /* The same as tab-separated columns, with the ceilings in '#' lines, for
  * scripts/plot_roofline.sh. 0 or negative with a message. */

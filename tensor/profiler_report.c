@@ -274,8 +274,8 @@ int awl_profiler_print_summary(FILE *f, const awl_roofline *r)
                    "GFLOP/s (%s)\n",
                 r->device, 1e-9 * r->matmul_flops, 1e-9 * r->copy_bytes, 1e-9 * r->peak_flops,
                 r->peak_source);
-    fprintf(f, "%-26s %-10s %7s %10s %6s %9s %9s %7s %8s\n", "op", "phase", "calls", "ms/step",
-            "share", "GB/s", "GFLOP/s", "FLOP/B", "ceiling");
+    fprintf(f, "%-26s %-10s %10s %10s %6s %9s %9s %7s %8s\n", "op", "phase", "calls/step",
+            "ms/step", "share", "GB/s", "GFLOP/s", "FLOP/B", "ceiling");
     for (int i = 0; i < t.n_ops; i++) {
         const awl_profile_op *op = &t.ops[i];
         double per_step = op->seconds / (t.steps ? t.steps : 1);
@@ -285,7 +285,7 @@ int awl_profiler_print_summary(FILE *f, const awl_roofline *r)
             snprintf(intensity, sizeof intensity, "%.1f", op->flops / op->bytes);
         }
         if (r) snprintf(ceiling, sizeof ceiling, "%.0f%%", 100 * of_ceiling(op, r));
-        fprintf(f, "%-26s %-10s %7lld %10.3f %5.1f%% %9.1f %9s %7s %8s\n", op->name, op->phase,
+        fprintf(f, "%-26s %-10s %10lld %10.3f %5.1f%% %9.1f %9s %7s %8s\n", op->name, op->phase,
                 (long long)(op->calls / (t.steps ? t.steps : 1)), 1e3 * per_step,
                 t.step_seconds > 0 ? 100 * op->seconds / t.step_seconds : 0,
                 op->seconds > 0 ? 1e-9 * op->bytes / op->seconds : 0, gflops, intensity, ceiling);

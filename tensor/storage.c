@@ -21,8 +21,12 @@
  *
  * The statistics are shared by all threads, under one mutex: allocating a
  * storage already costs a backend call, so the lock is not what a step
- * pays for. While the profiler records, every change is also a sample of
- * its memory track (tensor/profiler.c).
+ * pays for. A storage's keeper count (graph nodes saving it) changes
+ * without the lock, as its reference count does: only when the count
+ * leaves or reaches 0 do its bytes move between roles, under the lock. So
+ * saving a tensor costs nothing but an increment, unless it is the first
+ * node to keep it. While the profiler records, every change is also a
+ * sample of its memory track (tensor/profiler.c).
  */
 #include "tensor/tensor_internal.h"
 
@@ -56,7 +60,7 @@ static device_stats *stats_for(awl_device device)
     return &stats.tracked[stats.n_tracked++];
 }
 
-/* The role a storage's bytes count under now. */
+/* The role a storage's bytes should count under. */
 static awl_memory_role counted_role(const awl_storage *s)
 {
     if (s->role == AWL_MEMORY_TEMPORARY && s->saved > 0) return AWL_MEMORY_ACTIVATION;
@@ -79,11 +83,12 @@ typedef struct memory_sample {
     int64_t by_role[AWL_MEMORY_ROLE_COUNT];
 } memory_sample;
 
-static memory_sample sample_of(const device_stats *d)
+static void sample_of(const device_stats *d, memory_sample *m)
 {
-    memory_sample m = {awl_profiler_recording(), d->device, {0}};
-    if (m.take) memcpy(m.by_role, d->ledger.now, sizeof m.by_role);
-    return m;
+    m->take = awl_profiler_recording();
+    if (!m->take) return;
+    m->device = d->device;
+    memcpy(m->by_role, d->ledger.now, sizeof m->by_role);
 }
 
 static void record_sample(const memory_sample *m)
@@ -91,20 +96,20 @@ static void record_sample(const memory_sample *m)
     if (m->take) awl_profiler_memory_sample(m->device, m->by_role);
 }
 
-/* Moves a storage's bytes from the role they count under now to the one
- * they count under with its new tag and keeper count. */
-static void move_storage(awl_storage *s, int role, int saved_delta)
+/* Moves a storage's bytes from the role they are counted under to the one
+ * its tag and keeper count give now. */
+static void move_storage(awl_storage *s)
 {
     pthread_mutex_lock(&stats.mu);
     device_stats *d = stats_for(s->device);
-    account(d, counted_role(s), -(int64_t)s->nbytes);
-    s->role = role;
-    s->saved += saved_delta;
-    account(d, counted_role(s), (int64_t)s->nbytes);
+    account(d, (awl_memory_role)s->counted, -(int64_t)s->nbytes);
+    s->counted = counted_role(s);
+    account(d, (awl_memory_role)s->counted, (int64_t)s->nbytes);
     /* a storage tagged right after the allocation that made the peak
      * (a gradient, say) is part of the peak under its new role */
     if (d->at_peak_now) memcpy(d->ledger.at_peak, d->ledger.now, sizeof d->ledger.at_peak);
-    memory_sample m = sample_of(d);
+    memory_sample m;
+    sample_of(d, &m);
     pthread_mutex_unlock(&stats.mu);
     record_sample(&m);
 }
@@ -122,21 +127,28 @@ int awl_tensor_set_memory_role(awl_tensor *t, awl_memory_role role)
     if (role < 0 || role >= AWL_MEMORY_ROLE_COUNT || role == AWL_MEMORY_ACTIVATION)
         return awl_error(AWL_ERR_INVALID, "awl_tensor_set_memory_role: invalid role %d",
                          (int)role);
-    if (t->storage->role != (int)role) move_storage(t->storage, role, 0);
+    if (t->storage->role != (int)role) {
+        t->storage->role = role;
+        move_storage(t->storage);
+    }
     return AWL_OK;
 }
 
 awl_memory_role awl_tensor_memory_role(const awl_tensor *t)
 {
-    pthread_mutex_lock(&stats.mu);
-    awl_memory_role role = t ? counted_role(t->storage) : AWL_MEMORY_TEMPORARY;
-    pthread_mutex_unlock(&stats.mu);
-    return role;
+    return t ? counted_role(t->storage) : AWL_MEMORY_TEMPORARY;
 }
 
+/* Called for every tensor a graph node saves and drops, so it takes the
+ * lock only when the keeper count leaves or reaches 0 (a storage is used
+ * by one thread at a time, as its reference count is). */
 void awl_tensor_saved(awl_tensor *t, int delta)
 {
-    if (t) move_storage(t->storage, t->storage->role, delta);
+    if (!t) return;
+    awl_storage *s = t->storage;
+    bool was_kept = s->saved > 0;
+    s->saved += delta;
+    if ((s->saved > 0) != was_kept && s->role == AWL_MEMORY_TEMPORARY) move_storage(s);
 }
 
 int awl_memory_get_stats(const char *device, awl_memory_stats *out)
@@ -198,7 +210,7 @@ awl_storage *awl_storage_new(const char *op, awl_device device, size_t nbytes)
     s->data = data;
     s->nbytes = nbytes;
     s->device = device;
-    s->role = AWL_MEMORY_TEMPORARY;
+    s->role = s->counted = AWL_MEMORY_TEMPORARY;
     s->saved = 0;
     pthread_mutex_lock(&stats.mu);
     device_stats *d = stats_for(device);
@@ -212,7 +224,8 @@ awl_storage *awl_storage_new(const char *op, awl_device device, size_t nbytes)
         st->peak = st->in_use;
         memcpy(d->ledger.at_peak, d->ledger.now, sizeof d->ledger.at_peak);
     }
-    memory_sample m = sample_of(d);
+    memory_sample m;
+    sample_of(d, &m);
     pthread_mutex_unlock(&stats.mu);
     record_sample(&m);
     return s;
@@ -226,8 +239,9 @@ void awl_storage_release(awl_storage *s)
     d->stats.in_use -= (int64_t)s->nbytes;
     d->stats.live--;
     d->at_peak_now = false;
-    account(d, counted_role(s), -(int64_t)s->nbytes);
-    memory_sample m = sample_of(d);
+    account(d, (awl_memory_role)s->counted, -(int64_t)s->nbytes);
+    memory_sample m;
+    sample_of(d, &m);
     pthread_mutex_unlock(&stats.mu);
     record_sample(&m);
     s->device.backend->free(s->device.index, s->data, s->nbytes);

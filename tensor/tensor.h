@@ -63,8 +63,9 @@ typedef struct awl_storage {
     void *data;
     size_t nbytes;
     awl_device device;
-    int role;  /* its awl_memory_role (the ledger); set through the API */
-    int saved; /* graph nodes keeping it for backward */
+    int role;    /* its awl_memory_role (the ledger); set through the API */
+    int saved;   /* graph nodes keeping it for backward */
+    int counted; /* the role its bytes are counted under (tensor/storage.c) */
 } awl_storage;
 
 /* The part of an autograd graph node the tensor layer needs in order to drop

@@ -18,7 +18,9 @@
  *   parameters, gradients and optimizer state are exactly 4 psi, 4 psi and
  *   8 psi bytes; the roles add up to the bytes in use; checkpointing every
  *   block lowers the most the saved activations held;
- * - the peak MFU divides by: known for the CPU, half as much in float64.
+ * - the peak MFU divides by: known for the CPU, half as much in float64;
+ * - on CUDA (skipped without a GPU): kernels are timed on the device, by
+ *   events, on a track of their own, and the chip's peak is known.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -506,9 +508,55 @@ START_TEST(test_peak_flops)
 }
 END_TEST
 
+START_TEST(test_cuda_device_time)
+{
+    if (!awl_device_available("cuda")) {
+        printf("test_cuda_device_time: skipped: no CUDA device\n");
+        awl_clear_error();
+        return;
+    }
+    awl_gc_begin(7);
+    awl_scope_begin();
+    awl_tensor *a = awl_randn(AWL_SHAPE(1024, 1024), AWL_F32, "cuda");
+    awl_tensor *b = awl_randn(AWL_SHAPE(1024, 1024), AWL_F32, "cuda");
+    ck_assert_int_eq(awl_profiler_start(), 0);
+    awl_profiler_begin(AWL_PROFILE_STEP, "step");
+    for (int i = 0; i < 4; i++) ck_assert_ptr_nonnull(awl_tensor_matmul(a, b));
+    ck_assert_int_eq(awl_synchronize("cuda"), 0);
+    awl_profiler_end();
+    awl_profiler_stop();
+    awl_profile_totals t;
+    ck_assert_int_eq(awl_profiler_totals(&t), 0);
+    ck_assert_int_eq(t.n_ops, 1);
+    ck_assert_int_eq(t.ops[0].calls, 4);
+    /* 4 products of 2 GFLOP each: device time, well above zero and below the step */
+    ck_assert_msg(t.ops[0].seconds > 1e-6 && t.ops[0].seconds <= t.step_seconds,
+                  "matmul %g s in a step of %g s", t.ops[0].seconds, t.step_seconds);
+    awl_profile_totals_free(&t);
+    char path[] = "/tmp/awl_trace_cuda_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ck_assert_int_eq(awl_profiler_write(path), 0);
+    parser ps = read_trace(path);
+    remove(path);
+    int on_device = 0;
+    for (int i = 0; i < ps.n_events; i++)
+        on_device += strcmp(ps.events[i].cat, "kernel") == 0 && ps.events[i].pid == 2;
+    ck_assert_int_eq(on_device, 4);
+    free(ps.events);
+    awl_profiler_clear();
+    char source[160];
+    double peak = awl_device_peak_flops("cuda", AWL_BF16, source, sizeof source);
+    printf("test_cuda_device_time: bf16 peak %g FLOP/s (%s)\n", peak, source);
+    if (strstr(source, "H100") || strstr(source, "H200")) ck_assert(peak > 900e12);
+    awl_scope_end();
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("profiler", test_trace_of_a_step, test_counts_of_a_matmul,
                             test_off_records_nothing, test_bad_calls, test_ledger_formulas,
-                            test_ledger_tags, test_peak_flops);
+                            test_ledger_tags, test_peak_flops, test_cuda_device_time);
 }
