@@ -8,6 +8,7 @@
  *     parallel.c    a step's verbs for one process, DDP, ZeRO or a split model;
  *                   the whole model from the pieces; the memory ledger
  *     main.c        setting a run up, signals, the sample
+ *     profile.c     --profile, --memory-ledger, MFU's peak
  *
  * Under awlrun, torchrun, mpirun or srun the run is
  * data-parallel: every rank trains the same model on its own batches, DDP
