@@ -8,8 +8,12 @@
  * one vector FMA per cycle. Vendors do not publish it for a given machine
  * (the clock under load depends on the part, the cooling and the
  * hypervisor), so it is measured, once, by a loop that does nothing but
- * independent FMAs on the widest vectors the CPU has (16 chains, more than
- * the latency times the units of any current core), and cached.
+ * independent FMAs on the widest vectors the CPU has, and cached. The loop
+ * keeps more chains in flight than an FMA's latency times the FMA units of
+ * any current core (4 cycles x 2 units), but no more than the vector
+ * registers hold beside the two constants: 12 of AVX2's 16, 24 of
+ * AVX-512's 32. A chain spilled to memory would measure the loads and
+ * stores instead of the FMAs.
  *
  * Per core, then multiplied: the rate is measured on one thread (the best
  * of several short runs, so a neighbour taking the core for a moment does
@@ -40,7 +44,9 @@
 #define CPU_PEAK_X86 1
 #endif
 
-#define CHAINS 16
+#define CHAINS_AVX512 24
+#define CHAINS_AVX2 12
+#define CHAINS_SCALAR 12
 
 static double seconds_now(void)
 {
@@ -49,33 +55,33 @@ static double seconds_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Each loop runs `iters` rounds of CHAINS independent FMAs (x = x * m + a)
+/* Each loop runs `iters` rounds of its chains' independent FMAs (x = x * m + a)
  * and returns a sum of the chains, so the compiler must do them all. The
  * chains stay finite: m is just below 1. */
 #ifdef CPU_PEAK_X86
 __attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters)
 {
-    __m512 x[CHAINS];
+    __m512 x[CHAINS_AVX512];
     const __m512 m = _mm512_set1_ps(0.9999999f), a = _mm512_set1_ps(1e-7f);
-    for (int c = 0; c < CHAINS; c++) x[c] = _mm512_set1_ps((float)c);
+    for (int c = 0; c < CHAINS_AVX512; c++) x[c] = _mm512_set1_ps((float)c);
     for (int64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) x[c] = _mm512_fmadd_ps(x[c], m, a);
+#pragma GCC unroll 24
+        for (int c = 0; c < CHAINS_AVX512; c++) x[c] = _mm512_fmadd_ps(x[c], m, a);
     }
-    for (int c = 1; c < CHAINS; c++) x[0] = _mm512_add_ps(x[0], x[c]);
+    for (int c = 1; c < CHAINS_AVX512; c++) x[0] = _mm512_add_ps(x[0], x[c]);
     return _mm512_reduce_add_ps(x[0]);
 }
 
 __attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters)
 {
-    __m256 x[CHAINS];
+    __m256 x[CHAINS_AVX2];
     const __m256 m = _mm256_set1_ps(0.9999999f), a = _mm256_set1_ps(1e-7f);
-    for (int c = 0; c < CHAINS; c++) x[c] = _mm256_set1_ps((float)c);
+    for (int c = 0; c < CHAINS_AVX2; c++) x[c] = _mm256_set1_ps((float)c);
     for (int64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) x[c] = _mm256_fmadd_ps(x[c], m, a);
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS_AVX2; c++) x[c] = _mm256_fmadd_ps(x[c], m, a);
     }
-    for (int c = 1; c < CHAINS; c++) x[0] = _mm256_add_ps(x[0], x[c]);
+    for (int c = 1; c < CHAINS_AVX2; c++) x[0] = _mm256_add_ps(x[0], x[c]);
     float lanes[8];
     _mm256_storeu_ps(lanes, x[0]);
     return lanes[0] + lanes[7];
@@ -85,34 +91,36 @@ __attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters)
 /* Without FMA: a multiply and an add, counted as two FLOPs. */
 static float mul_add_loop(int64_t iters)
 {
-    float x[CHAINS];
-    for (int c = 0; c < CHAINS; c++) x[c] = (float)c;
+    float x[CHAINS_SCALAR];
+    for (int c = 0; c < CHAINS_SCALAR; c++) x[c] = (float)c;
     for (int64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) x[c] = x[c] * 0.9999999f + 1e-7f;
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS_SCALAR; c++) x[c] = x[c] * 0.9999999f + 1e-7f;
     }
     float s = 0;
-    for (int c = 0; c < CHAINS; c++) s += x[c];
+    for (int c = 0; c < CHAINS_SCALAR; c++) s += x[c];
     return s;
 }
 
 typedef struct fma_kind {
     const char *isa;
-    int lanes; /* floats per vector */
+    int lanes;  /* floats per vector */
+    int chains; /* FMAs per round */
     float (*loop)(int64_t iters);
 } fma_kind;
 
 static fma_kind widest_fma(void)
 {
 #ifdef CPU_PEAK_X86
-    if (__builtin_cpu_supports("avx512f")) return (fma_kind){"avx512", 16, fma_loop_avx512};
+    if (__builtin_cpu_supports("avx512f")) return (fma_kind){"avx512", 16, CHAINS_AVX512, fma_loop_avx512};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return (fma_kind){"avx2-fma", 8, fma_loop_avx2};
+        return (fma_kind){"avx2-fma", 8, CHAINS_AVX2, fma_loop_avx2};
 #endif
-    return (fma_kind){"scalar", 1, mul_add_loop};
+    return (fma_kind){"scalar", 1, CHAINS_SCALAR, mul_add_loop};
 }
 
-/* FLOP/s of one thread: the best of 7 runs of about 20 ms each. */
+/* FLOP/s of one thread: the best of 25 runs of about 20 ms each (on a
+ * shared machine, the best catches a moment the core was its own). */
 static double measure_per_core(fma_kind k)
 {
     volatile float sink = 0;
@@ -124,11 +132,11 @@ static double measure_per_core(fma_kind k)
         iters *= 2;
     }
     double best = 0;
-    for (int run = 0; run < 7; run++) {
+    for (int run = 0; run < 25; run++) {
         double t0 = seconds_now();
         sink += k.loop(iters);
         double t = seconds_now() - t0;
-        double rate = 2.0 * (double)CHAINS * k.lanes * (double)iters / t;
+        double rate = 2.0 * (double)k.chains * k.lanes * (double)iters / t;
         if (rate > best) best = rate;
     }
     (void)sink;
