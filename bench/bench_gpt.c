@@ -55,10 +55,18 @@
 #define PROFILED_STEPS 3
 
 /* The parts of a step bench_gpt reports, and which kernels make each. */
-enum { PART_MATMUL, PART_ATTENTION, PART_LAYERNORM, PART_GELU, PART_CROSS_ENTROPY,
-       PART_OPTIMIZER, PART_REST, N_PARTS };
-static const char *const part_names[N_PARTS] = {
-    "matmul", "attention", "layernorm", "gelu", "cross_entropy", "optimizer", "rest"};
+enum {
+    PART_MATMUL,
+    PART_ATTENTION,
+    PART_LAYERNORM,
+    PART_GELU,
+    PART_CROSS_ENTROPY,
+    PART_OPTIMIZER,
+    PART_REST,
+    N_PARTS
+};
+static const char *const part_names[N_PARTS] = {"matmul",        "attention", "layernorm", "gelu",
+                                                "cross_entropy", "optimizer", "rest"};
 
 static bool starts_with(const char *s, const char *prefix)
 {
@@ -211,10 +219,11 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     awl_memory_get_stats(o->device, &mem); /* before the profiled steps */
     double split[N_PARTS];
     if (status == 0)
-        status = profiled_split(o->device, model, opt, &cfg, tokens, n_tokens,
-                                2 * (uint64_t)total, split);
+        status = profiled_split(o->device, model, opt, &cfg, tokens, n_tokens, 2 * (uint64_t)total,
+                                split);
     char source[160];
-    double peak = awl_device_peak_flops(o->device, bf16 ? AWL_BF16 : AWL_F32, source, sizeof source);
+    double peak =
+        awl_device_peak_flops(o->device, bf16 ? AWL_BF16 : AWL_F32, source, sizeof source);
     if (status < 0) {
         fprintf(stderr, "bench_gpt: %s: %s\n", config, awl_last_error());
     } else {
@@ -236,9 +245,8 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false", o->steps,
                median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, peak * 1e-12, peak > 0 ? flops / peak : 0,
-               (double)mem.peak / 1048576.0,
-               (double)(mem.peak - resident) / 1048576.0, (double)ru.ru_maxrss / 1024.0, loss_first,
-               loss_last);
+               (double)mem.peak / 1048576.0, (double)(mem.peak - resident) / 1048576.0,
+               (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
         double step = 0;
         for (int k = 0; k < N_PARTS; k++) step += split[k];
         for (int pass = 0; pass < 2; pass++) {

@@ -144,7 +144,8 @@ awl_tensor *awl_tensor_unary(awl_unary_op op, awl_tensor *x, double alpha)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
     awl_trace k;
-    awl_trace_begin(&k, awl_unary_op_name(op), x, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vx});
+    awl_trace_begin(&k, awl_unary_op_name(op), x, AWL_WORK(OUTPUT, 1), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
     return finish(name, out, awl_trace_end(&k, backend_of(x)->unary(op, &vo, &vx, alpha)));
 }
 
@@ -163,7 +164,8 @@ awl_tensor *awl_tensor_binary(awl_binary_op op, awl_tensor *a, awl_tensor *b)
     awl_view vo = awl_tensor_view(out);
     awl_view va = broadcast_view(a, ndim, shape), vb = broadcast_view(b, ndim, shape);
     awl_trace k;
-    awl_trace_begin(&k, awl_binary_op_name(op), a, AWL_WORK(OUTPUT, 1), 1, 3, (const awl_view *[]){&vo, &va, &vb});
+    awl_trace_begin(&k, awl_binary_op_name(op), a, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vo, &va, &vb});
     return finish(name, out, awl_trace_end(&k, backend_of(a)->binary(op, &vo, &va, &vb)));
 }
 
@@ -183,7 +185,8 @@ awl_tensor *awl_tensor_where(awl_tensor *cond, awl_tensor *a, awl_tensor *b)
     awl_view vo = awl_tensor_view(out), vc = broadcast_view(cond, n2, s2);
     awl_view va = broadcast_view(a, n2, s2), vb = broadcast_view(b, n2, s2);
     awl_trace k;
-    awl_trace_begin(&k, "where", a, AWL_WORK(NONE, 0), 1, 4, (const awl_view *[]){&vo, &vc, &va, &vb});
+    awl_trace_begin(&k, "where", a, AWL_WORK(NONE, 0), 1, 4,
+                    (const awl_view *[]){&vo, &vc, &va, &vb});
     return finish(op, out, awl_trace_end(&k, backend_of(a)->where(&vo, &vc, &va, &vb)));
 }
 
@@ -198,9 +201,9 @@ int awl_tensor_unary_out(awl_unary_op op, awl_tensor *dst, awl_tensor *x, double
         return AWL_ERR_INVALID;
     awl_view vo = awl_tensor_view(dst), vx = broadcast_view(x, dst->ndim, dst->shape);
     awl_trace k;
-    awl_trace_begin(&k, awl_unary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vx});
-    return awl_backend_status(name,
-                              awl_trace_end(&k, backend_of(dst)->unary(op, &vo, &vx, alpha)));
+    awl_trace_begin(&k, awl_unary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
+    return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->unary(op, &vo, &vx, alpha)));
 }
 
 int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_tensor *b)
@@ -217,7 +220,8 @@ int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_
     awl_view va = broadcast_view(a, dst->ndim, dst->shape);
     awl_view vb = broadcast_view(b, dst->ndim, dst->shape);
     awl_trace k;
-    awl_trace_begin(&k, awl_binary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 3, (const awl_view *[]){&vo, &va, &vb});
+    awl_trace_begin(&k, awl_binary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vo, &va, &vb});
     return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->binary(op, &vo, &va, &vb)));
 }
 
@@ -353,7 +357,8 @@ awl_tensor *awl_tensor_reduce(awl_reduce_op op, awl_tensor *x, int ndims, const 
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
     awl_trace k;
-    awl_trace_begin(&k, awl_reduce_op_name(op), x, AWL_WORK(INPUT, 1), 1, 2, (const awl_view *[]){&vo, &vx});
+    awl_trace_begin(&k, awl_reduce_op_name(op), x, AWL_WORK(INPUT, 1), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
     if (!finish(name, out, awl_trace_end(&k, backend_of(x)->reduce(op, &vo, &vx)))) return NULL;
     if (!keepdim) { /* drop the reduced axes from the fresh, contiguous result */
         int n = 0;
@@ -457,7 +462,8 @@ awl_tensor *awl_tensor_matmul(awl_tensor *a, awl_tensor *b)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out);
     awl_trace k;
-    awl_trace_begin(&k, "matmul", a, AWL_WORK(MATMUL, 0), 1, 3, (const awl_view *[]){&vo, &p.a, &p.b});
+    awl_trace_begin(&k, "matmul", a, AWL_WORK(MATMUL, 0), 1, 3,
+                    (const awl_view *[]){&vo, &p.a, &p.b});
     if (!finish(op, out, awl_trace_end(&k, backend_of(a)->matmul(&vo, &p.a, &p.b, false))))
         return NULL;
     out->ndim = p.result_ndim; /* drop promoted axes: same elements, same order */
@@ -493,8 +499,8 @@ int awl_tensor_matmul_out(awl_tensor *dst, awl_tensor *a, awl_tensor *b, bool ac
         }
     }
     awl_trace k;
-    awl_trace_begin(&k, "matmul", dst, accumulate ? AWL_WORK_RMW(MATMUL, 1) : AWL_WORK(MATMUL, 0), 1,
-                    3, (const awl_view *[]){&vo, &p.a, &p.b});
+    awl_trace_begin(&k, "matmul", dst, accumulate ? AWL_WORK_RMW(MATMUL, 1) : AWL_WORK(MATMUL, 0),
+                    1, 3, (const awl_view *[]){&vo, &p.a, &p.b});
     return awl_backend_status(
         op, awl_trace_end(&k, backend_of(dst)->matmul(&vo, &p.a, &p.b, accumulate)));
 }
@@ -553,7 +559,8 @@ awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx)
     awl_view vo = awl_tensor_view(out), vs = awl_tensor_view(src), vi = awl_tensor_view(idx);
     awl_trace k;
     /* the rows read are as many as the rows written */
-    awl_trace_begin(&k, "index_select", src, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){&vo, &vi});
+    awl_trace_begin(&k, "index_select", src, AWL_WORK(NONE, 0), 1, 2,
+                    (const awl_view *[]){&vo, &vi});
     if (k.on) k.e.bytes *= 2;
     return finish(op, out, awl_trace_end(&k, backend_of(src)->index_select(&vo, &vs, &vi)));
 }
@@ -628,7 +635,8 @@ int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tenso
         return AWL_ERR_INVALID;
     awl_view vd = awl_tensor_view(dst), vi = awl_tensor_view(idx), vs = awl_tensor_view(src);
     awl_trace k;
-    awl_trace_begin(&k, "scatter_add", dst, AWL_WORK(INPUT, 1), 0, 2, (const awl_view *[]){&vs, &vi});
+    awl_trace_begin(&k, "scatter_add", dst, AWL_WORK(INPUT, 1), 0, 2,
+                    (const awl_view *[]){&vs, &vi});
     if (k.on) k.e.bytes *= 2;
     return awl_backend_status(op,
                               awl_trace_end(&k, backend_of(dst)->scatter_add(&vd, d, &vi, &vs)));

@@ -150,8 +150,8 @@ int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, b
         awl_trace k;
         awl_trace_begin(&k, "softmax_backward", y, AWL_WORK(OUTPUT, 4), 1, 3,
                         (const awl_view *[]){&vdx, &vdy, &vy});
-        status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(y)->softmax_backward(
-                                                         &vdx, &vdy, &vy, log)));
+        status = kernel_status(
+            op, awl_trace_end(&k, awl_tensor_backend(y)->softmax_backward(&vdx, &vdy, &vy, log)));
     }
     awl_scope_end();
     return status;
@@ -229,9 +229,9 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         awl_trace k;
         awl_trace_begin(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, 14), 1, 3,
                         (const awl_view *[]){&vdx, &vdy, &vx});
-        status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
-                                                         &vdx, p[0], p[1], &vdy, &vx, p[2], p[3],
-                                                         p[4])));
+        status = kernel_status(
+            op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
+                                      &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4])));
     }
     awl_scope_end();
     return status;
@@ -382,9 +382,8 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
     awl_trace_begin(&t, "attention_backward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 5)), 3,
                     8, (const awl_view *[]){&vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo});
     return kernel_status(op, awl_trace_end(&t, awl_tensor_backend(q)->attention_backward(
-                                                   &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo,
-                                                   &vl, args->scale, args->causal,
-                                                   args->dropout)));
+                                                   &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl,
+                                                   args->scale, args->causal, args->dropout)));
 }
 
 /* ---- dropout ------------------------------------------------------------------------------ */
@@ -485,10 +484,9 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
     awl_trace_begin(&k, "adamw_step", params[0], AWL_WORK(NONE, 0), 1, 1,
                     (const awl_view *[]){&views[0]});
     awl_trace_set_work(&k, 7 * size * elements, 12 * elements);
-    int status = kernel_status(
-        op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(
-                                  n, views, views + n, views + 2 * n, views + 3 * n, weight_decay,
-                                  args)));
+    int status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(
+                                                         n, views, views + n, views + 2 * n,
+                                                         views + 3 * n, weight_decay, args)));
     free(views);
     return status;
 }

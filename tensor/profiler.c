@@ -117,8 +117,8 @@ static int my_tid(void)
 {
     if (me.tid < 0) {
         me.tid = prof.n_threads++;
-        prof.thread_names = awl_xrealloc(prof.thread_names,
-                                         (size_t)prof.n_threads * sizeof *prof.thread_names);
+        prof.thread_names =
+            awl_xrealloc(prof.thread_names, (size_t)prof.n_threads * sizeof *prof.thread_names);
         prof.thread_names[me.tid] = NULL;
     }
     return me.tid;
@@ -274,9 +274,13 @@ static int add_range(awl_profile_kind kind, char ph, const char *name, uint64_t 
               sizeof *prof.rec.ranges))
         return -1;
     double t = since_start();
-    prof.rec.ranges[prof.rec.n_ranges] = (awl_range_event){
-        .name = intern(name), .kind = kind, .ph = ph, .tid = my_tid(), .t0 = t,
-        .t1 = ph == 'X' || ph == 'b' ? -1 : t, .id = id};
+    prof.rec.ranges[prof.rec.n_ranges] = (awl_range_event){.name = intern(name),
+                                                           .kind = kind,
+                                                           .ph = ph,
+                                                           .tid = my_tid(),
+                                                           .t0 = t,
+                                                           .t1 = ph == 'X' || ph == 'b' ? -1 : t,
+                                                           .id = id};
     return prof.rec.n_ranges++;
 }
 

@@ -98,9 +98,9 @@ typedef struct awl_profile_op {
     const char *name;  /* "matmul", "add", "layernorm_forward" */
     const char *phase; /* the innermost phase it ran in, or "other" */
     int64_t calls;
-    double seconds;    /* device time */
-    double bytes;      /* read and written, each operand's footprint once */
-    double flops;      /* 0 for data movement */
+    double seconds; /* device time */
+    double bytes;   /* read and written, each operand's footprint once */
+    double flops;   /* 0 for data movement */
 } awl_profile_op;
 
 /* The recording as it stands (after awl_profiler_stop; AWL_ERR_INVALID
@@ -112,10 +112,10 @@ typedef struct awl_profile_op {
 typedef struct awl_profile_totals {
     awl_profile_op *ops;
     int n_ops;
-    int steps;            /* AWL_PROFILE_STEP ranges, closed ones           */
-    double step_seconds;  /* their total; the recording's span when none    */
-    double kernel_seconds;/* all kernels together (inside steps, when any)  */
-    double phase_seconds[8];   /* time inside each phase named in phases[]  */
+    int steps;               /* AWL_PROFILE_STEP ranges, closed ones           */
+    double step_seconds;     /* their total; the recording's span when none    */
+    double kernel_seconds;   /* all kernels together (inside steps, when any)  */
+    double phase_seconds[8]; /* time inside each phase named in phases[]  */
     const char *phases[8];
     int n_phases;
 } awl_profile_totals;

@@ -52,19 +52,19 @@ typedef struct awl_trace_work {
 
 /* One recorded kernel call. */
 typedef struct awl_kernel_event {
-    const char *name;   /* a string with static storage               */
-    const char *phase;  /* the innermost phase range, or NULL          */
-    const char *op;     /* the innermost op range (a node's backward)  */
+    const char *name;  /* a string with static storage               */
+    const char *phase; /* the innermost phase range, or NULL          */
+    const char *op;    /* the innermost op range (a node's backward)  */
     awl_device device;
     awl_dtype dtype;
     int tid;
-    int n_shapes;       /* shapes[0] the output, then the inputs       */
+    int n_shapes; /* shapes[0] the output, then the inputs       */
     int8_t ndim[AWL_TRACE_SHAPES];
     int64_t shape[AWL_TRACE_SHAPES][AWL_MAX_DIMS];
     double bytes, flops;
-    double t0, t1;      /* host seconds since the recording started    */
-    void *m0, *m1;      /* device markers (asynchronous backends)      */
-    double d0, d1;      /* device time on the host's clock, once read  */
+    double t0, t1; /* host seconds since the recording started    */
+    void *m0, *m1; /* device markers (asynchronous backends)      */
+    double d0, d1; /* device time on the host's clock, once read  */
 } awl_kernel_event;
 
 typedef struct awl_trace {
@@ -112,9 +112,9 @@ void awl_profiler_memory_sample(awl_device device, const int64_t *by_role);
 typedef struct awl_range_event {
     const char *name; /* interned: lives as long as the recording */
     awl_profile_kind kind;
-    char ph;          /* 'X' a range, 'i' an instant, 'b' and 'e' an async span */
-    bool nested;      /* a phase inside a phase of the same name (a re-entrant backward) */
-    bool cut;         /* still open at stop: t1 is the stop */
+    char ph;     /* 'X' a range, 'i' an instant, 'b' an async span (written as b and e) */
+    bool nested; /* a phase inside a phase of the same name (a re-entrant backward) */
+    bool cut;    /* still open at stop: t1 is the stop */
     int tid;
     double t0, t1;
     uint64_t id;
@@ -127,7 +127,7 @@ typedef struct awl_memory_event {
 } awl_memory_event;
 
 typedef struct awl_recording {
-    double span;        /* seconds from start to stop */
+    double span; /* seconds from start to stop */
     awl_kernel_event *kernels;
     int n_kernels;
     awl_range_event *ranges;

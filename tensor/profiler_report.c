@@ -77,7 +77,8 @@ static void put_kernel(FILE *f, const awl_kernel_event *e, int pid, int tid, dou
     fprintf(f, "\"args\":{\"shapes\":\"");
     for (int i = 0; i < e->n_shapes; i++) {
         char buf[160];
-        fprintf(f, "%s%s", i ? " " : "", awl_format_shape(e->ndim[i], e->shape[i], buf, sizeof buf));
+        fprintf(f, "%s%s", i ? " " : "",
+                awl_format_shape(e->ndim[i], e->shape[i], buf, sizeof buf));
     }
     char dev[32];
     fprintf(f, "\",\"dtype\":\"%s\",\"device\":\"%s\",\"bytes\":%.0f,\"flops\":%.0f,\"phase\":",
@@ -98,8 +99,9 @@ static void write_events(FILE *f, const awl_recording *r)
     for (int tid = 0; tid < r->n_threads; tid++) {
         char fallback[32];
         snprintf(fallback, sizeof fallback, "thread %d", tid);
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{"
-                   "\"name\":",
+        fprintf(f,
+                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{"
+                "\"name\":",
                 tid);
         put_string(f, r->thread_names[tid] ? r->thread_names[tid] : fallback);
         fprintf(f, "}}");
@@ -114,12 +116,14 @@ static void write_events(FILE *f, const awl_recording *r)
         else if (e->ph == 'i')
             fprintf(f, "\"ph\":\"i\",\"s\":\"t\",\"ts\":%.3f}", us(e->t0));
         else
-            fprintf(f, "\"ph\":\"b\",\"id\":%llu,\"ts\":%.3f},\n{\"name\":",
-                    (unsigned long long)e->id, us(e->t0));
+            fprintf(f,
+                    "\"ph\":\"b\",\"id\":%llu,\"ts\":%.3f},\n{\"name\":", (unsigned long long)e->id,
+                    us(e->t0));
         if (e->ph == 'b') {
             put_string(f, e->name);
-            fprintf(f, ",\"cat\":\"comm\",\"pid\":1,\"tid\":%d,\"ph\":\"e\",\"id\":%llu,"
-                       "\"ts\":%.3f}",
+            fprintf(f,
+                    ",\"cat\":\"comm\",\"pid\":1,\"tid\":%d,\"ph\":\"e\",\"id\":%llu,"
+                    "\"ts\":%.3f}",
                     e->tid, (unsigned long long)e->id, us(e->t1));
         }
     }
@@ -137,8 +141,9 @@ static void write_events(FILE *f, const awl_recording *r)
                    "\"device time\"}}");
         for (int i = 0; i < n_devs; i++) {
             char dev[32];
-            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":2,\"tid\":%d,"
-                       "\"args\":{\"name\":\"%s\"}}",
+            fprintf(f,
+                    ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":2,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s\"}}",
                     i, awl_device_name(devs[i], dev, sizeof dev));
         }
     }
@@ -166,8 +171,7 @@ int awl_profiler_write(const char *path)
         return awl_error(AWL_ERR_IO, "awl_profiler_write: cannot write %s: %s", path,
                          strerror(errno));
     write_events(f, r);
-    if (fclose(f) != 0)
-        return awl_error(AWL_ERR_IO, "awl_profiler_write: writing %s failed", path);
+    if (fclose(f) != 0) return awl_error(AWL_ERR_IO, "awl_profiler_write: writing %s failed", path);
     return AWL_OK;
 }
 
@@ -228,7 +232,8 @@ int awl_profiler_totals(awl_profile_totals *out)
         while (k < out->n_ops &&
                (strcmp(out->ops[k].name, e->name) != 0 || strcmp(out->ops[k].phase, phase) != 0))
             k++;
-        if (k == out->n_ops) out->ops[out->n_ops++] = (awl_profile_op){.name = e->name, .phase = phase};
+        if (k == out->n_ops)
+            out->ops[out->n_ops++] = (awl_profile_op){.name = e->name, .phase = phase};
         awl_profile_op *op = &out->ops[k];
         double t = kernel_seconds(e);
         op->calls++;
@@ -270,8 +275,10 @@ int awl_profiler_print_summary(FILE *f, const awl_roofline *r)
             t.steps == 1 ? "" : "s", 1e3 * step, 1e3 * t.kernel_seconds / (t.steps ? t.steps : 1),
             t.step_seconds > 0 ? 100 * t.kernel_seconds / t.step_seconds : 0);
     if (r)
-        fprintf(f, "ceilings on %s (measured in this process): matmul %.1f GFLOP/s, copy %.1f GB/s; peak %.1f "
-                   "GFLOP/s (%s)\n",
+        fprintf(f,
+                "ceilings on %s (measured in this process): matmul %.1f GFLOP/s, copy %.1f GB/s; "
+                "peak %.1f "
+                "GFLOP/s (%s)\n",
                 r->device, 1e-9 * r->matmul_flops, 1e-9 * r->copy_bytes, 1e-9 * r->peak_flops,
                 r->peak_source);
     fprintf(f, "%-26s %-10s %10s %10s %6s %9s %9s %7s %8s\n", "op", "phase", "calls/step",

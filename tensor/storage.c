@@ -125,8 +125,7 @@ int awl_tensor_set_memory_role(awl_tensor *t, awl_memory_role role)
 {
     if (!t) return AWL_OK;
     if (role < 0 || role >= AWL_MEMORY_ROLE_COUNT || role == AWL_MEMORY_ACTIVATION)
-        return awl_error(AWL_ERR_INVALID, "awl_tensor_set_memory_role: invalid role %d",
-                         (int)role);
+        return awl_error(AWL_ERR_INVALID, "awl_tensor_set_memory_role: invalid role %d", (int)role);
     if (t->storage->role != (int)role) {
         t->storage->role = role;
         move_storage(t->storage);

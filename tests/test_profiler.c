@@ -281,8 +281,7 @@ START_TEST(test_trace_of_a_step)
         ck_assert(a->ts >= 0 && a->dur >= 0);
         for (int j = 0; j < ps.n_events; j++) {
             const trace_event *b = &ps.events[j];
-            if (j == i || strcmp(b->ph, "X") != 0 || b->tid != a->tid || b->pid != a->pid)
-                continue;
+            if (j == i || strcmp(b->ph, "X") != 0 || b->tid != a->tid || b->pid != a->pid) continue;
             bool starts_inside = b->ts >= a->ts && b->ts < a->ts + a->dur;
             if (starts_inside && !(b->ts == a->ts && b->dur > a->dur))
                 ck_assert_msg(b->ts + b->dur <= a->ts + a->dur + slack,

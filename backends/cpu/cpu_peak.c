@@ -112,7 +112,8 @@ typedef struct fma_kind {
 static fma_kind widest_fma(void)
 {
 #ifdef CPU_PEAK_X86
-    if (__builtin_cpu_supports("avx512f")) return (fma_kind){"avx512", 16, CHAINS_AVX512, fma_loop_avx512};
+    if (__builtin_cpu_supports("avx512f"))
+        return (fma_kind){"avx512", 16, CHAINS_AVX512, fma_loop_avx512};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return (fma_kind){"avx2-fma", 8, CHAINS_AVX2, fma_loop_avx2};
 #endif
@@ -256,7 +257,7 @@ double awl_cpu_peak_flops(int device, awl_dtype dtype, bool fast_fp32, char *sou
     static double per_core; /* measured or read once per process */
     static char how[64];
     fma_kind k = widest_fma();
-    #pragma omp critical(awl_cpu_peak)
+#pragma omp critical(awl_cpu_peak)
     if (per_core == 0) {
         char model[256];
         cpu_model(model, sizeof model);

@@ -32,8 +32,8 @@ int parse_profile_steps(settings *s)
                         "(1 <= A <= B)",
                         s->profile_steps);
     if (given && s->profile && b > s->steps)
-        return complain("--profile-steps %s: the run ends at step %lld (--steps)",
-                        s->profile_steps, (long long)s->steps);
+        return complain("--profile-steps %s: the run ends at step %lld (--steps)", s->profile_steps,
+                        (long long)s->steps);
     /* the default, 2:4, is cut to a shorter run */
     s->profile_to = b < s->steps ? b : s->steps;
     s->profile_from = a < s->profile_to ? a : s->profile_to;

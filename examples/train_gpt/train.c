@@ -339,9 +339,9 @@ int train(trainer *t)
      * with --precision tf32), so it cannot read above 100%; the sgemm rate
      * is shown beside it (the probe leaves the generator alone) */
     v.peak = mfu_peak(t, v.peak_source, sizeof v.peak_source);
-    v.matmul = awl_gpt_matmul_rate(s->device,
-                                   strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32) *
-               t->world;
+    v.matmul =
+        awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32) *
+        t->world;
     v.flops_per_token = awl_gpt_flops_per_token(&t->cfg);
     v.tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum * t->dp_world;
     print_banner(t, &v);
@@ -362,8 +362,7 @@ int train(trainer *t)
         t->state.step++;
         int64_t step = t->state.step;
         awl_memory_ledger ledger;
-        ledger_step(t, step, !tty && (step % s->log_interval == 0 || step == s->steps),
-                    &ledger);
+        ledger_step(t, step, !tty && (step % s->log_interval == 0 || step == s->steps), &ledger);
         speed_update(&v, t);
         show_progress(&p, step, loss, lr, v.tok_s, v.mfu, t->ddp || t->zero ? v.comm : -1,
                       s->log_interval);

@@ -56,7 +56,7 @@ typedef struct settings {
     const char *profile, *profile_steps; /* --profile's trace; "A:B" */
     int64_t profile_from, profile_to;    /* parsed from profile_steps (profile.c) */
     bool memory_ledger;
-    double peak_gflops; /* 0: the device's own peak */
+    double peak_gflops;       /* 0: the device's own peak */
     uint64_t given;           /* bit i: train_options[i] was on the command line */
     uint64_t from_checkpoint; /* bit i: its value came from --resume's checkpoint */
 } settings;
