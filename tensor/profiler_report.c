@@ -188,11 +188,11 @@ static bool is_step(const awl_range_event *r)
     return r->kind == AWL_PROFILE_STEP && r->ph == 'X' && !r->cut;
 }
 
-/* Whether host time t lies inside a closed step range. */
-static bool inside_step(const awl_recording *r, double t)
+/* Whether host time t lies inside one of the steps[0..n). */
+static bool inside_step(const awl_range_event *const *steps, int n, double t)
 {
-    for (int i = 0; i < r->n_ranges; i++)
-        if (is_step(&r->ranges[i]) && t >= r->ranges[i].t0 && t <= r->ranges[i].t1) return true;
+    for (int i = 0; i < n; i++)
+        if (t >= steps[i]->t0 && t <= steps[i]->t1) return true;
     return false;
 }
 
@@ -207,10 +207,11 @@ int awl_profiler_totals(awl_profile_totals *out)
     memset(out, 0, sizeof *out);
     const awl_recording *r = awl_profiler_recording_data();
     if (!r) return awl_error(AWL_ERR_INVALID, "awl_profiler_totals: the profiler still records");
+    const awl_range_event **steps = awl_xcalloc((size_t)r->n_ranges + 1, sizeof *steps);
     for (int i = 0; i < r->n_ranges; i++) {
         const awl_range_event *e = &r->ranges[i];
         if (is_step(e)) {
-            out->steps++;
+            steps[out->steps++] = e;
             out->step_seconds += e->t1 - e->t0;
         }
         if (e->kind != AWL_PROFILE_PHASE || e->ph != 'X' || e->nested) continue;
@@ -226,7 +227,7 @@ int awl_profiler_totals(awl_profile_totals *out)
     out->ops = awl_xcalloc((size_t)r->n_kernels + 1, sizeof *out->ops);
     for (int i = 0; i < r->n_kernels; i++) {
         const awl_kernel_event *e = &r->kernels[i];
-        if (out->steps && !inside_step(r, e->t0)) continue;
+        if (out->steps && !inside_step(steps, out->steps, e->t0)) continue;
         const char *phase = e->phase ? e->phase : "other";
         int k = 0;
         while (k < out->n_ops &&
@@ -242,6 +243,7 @@ int awl_profiler_totals(awl_profile_totals *out)
         op->flops += e->flops;
         out->kernel_seconds += t;
     }
+    free(steps);
     qsort(out->ops, (size_t)out->n_ops, sizeof *out->ops, by_time);
     return AWL_OK;
 }
