@@ -79,7 +79,7 @@ static awl_view broadcast_view(const awl_tensor *t, int ndim, const int64_t *sha
 static int traced_copy(const awl_tensor *dst, const awl_view *out, const awl_view *in)
 {
     awl_trace k;
-    awl_trace_begin(&k, "copy", dst, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){out, in});
+    AWL_TRACE_BEGIN(&k, "copy", dst, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){out, in});
     return awl_trace_end(&k, backend_of(dst)->copy(out, in));
 }
 
@@ -144,7 +144,7 @@ awl_tensor *awl_tensor_unary(awl_unary_op op, awl_tensor *x, double alpha)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
     awl_trace k;
-    awl_trace_begin(&k, awl_unary_op_name(op), x, AWL_WORK(OUTPUT, 1), 1, 2,
+    AWL_TRACE_BEGIN(&k, awl_unary_op_name(op), x, AWL_WORK(OUTPUT, 1), 1, 2,
                     (const awl_view *[]){&vo, &vx});
     return finish(name, out, awl_trace_end(&k, backend_of(x)->unary(op, &vo, &vx, alpha)));
 }
@@ -164,7 +164,7 @@ awl_tensor *awl_tensor_binary(awl_binary_op op, awl_tensor *a, awl_tensor *b)
     awl_view vo = awl_tensor_view(out);
     awl_view va = broadcast_view(a, ndim, shape), vb = broadcast_view(b, ndim, shape);
     awl_trace k;
-    awl_trace_begin(&k, awl_binary_op_name(op), a, AWL_WORK(OUTPUT, 1), 1, 3,
+    AWL_TRACE_BEGIN(&k, awl_binary_op_name(op), a, AWL_WORK(OUTPUT, 1), 1, 3,
                     (const awl_view *[]){&vo, &va, &vb});
     return finish(name, out, awl_trace_end(&k, backend_of(a)->binary(op, &vo, &va, &vb)));
 }
@@ -185,7 +185,7 @@ awl_tensor *awl_tensor_where(awl_tensor *cond, awl_tensor *a, awl_tensor *b)
     awl_view vo = awl_tensor_view(out), vc = broadcast_view(cond, n2, s2);
     awl_view va = broadcast_view(a, n2, s2), vb = broadcast_view(b, n2, s2);
     awl_trace k;
-    awl_trace_begin(&k, "where", a, AWL_WORK(NONE, 0), 1, 4,
+    AWL_TRACE_BEGIN(&k, "where", a, AWL_WORK(NONE, 0), 1, 4,
                     (const awl_view *[]){&vo, &vc, &va, &vb});
     return finish(op, out, awl_trace_end(&k, backend_of(a)->where(&vo, &vc, &va, &vb)));
 }
@@ -201,7 +201,7 @@ int awl_tensor_unary_out(awl_unary_op op, awl_tensor *dst, awl_tensor *x, double
         return AWL_ERR_INVALID;
     awl_view vo = awl_tensor_view(dst), vx = broadcast_view(x, dst->ndim, dst->shape);
     awl_trace k;
-    awl_trace_begin(&k, awl_unary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 2,
+    AWL_TRACE_BEGIN(&k, awl_unary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 2,
                     (const awl_view *[]){&vo, &vx});
     return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->unary(op, &vo, &vx, alpha)));
 }
@@ -220,7 +220,7 @@ int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_
     awl_view va = broadcast_view(a, dst->ndim, dst->shape);
     awl_view vb = broadcast_view(b, dst->ndim, dst->shape);
     awl_trace k;
-    awl_trace_begin(&k, awl_binary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 3,
+    AWL_TRACE_BEGIN(&k, awl_binary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 3,
                     (const awl_view *[]){&vo, &va, &vb});
     return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->binary(op, &vo, &va, &vb)));
 }
@@ -230,7 +230,7 @@ int awl_tensor_fill_(awl_tensor *dst, double value)
     if (!dst) return AWL_ERR_INVALID;
     awl_view v = awl_tensor_view(dst);
     awl_trace k;
-    awl_trace_begin(&k, "fill", dst, AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&v});
+    AWL_TRACE_BEGIN(&k, "fill", dst, AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&v});
     return awl_backend_status("awl_fill_", awl_trace_end(&k, backend_of(dst)->fill(&v, value)));
 }
 
@@ -357,7 +357,7 @@ awl_tensor *awl_tensor_reduce(awl_reduce_op op, awl_tensor *x, int ndims, const 
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
     awl_trace k;
-    awl_trace_begin(&k, awl_reduce_op_name(op), x, AWL_WORK(INPUT, 1), 1, 2,
+    AWL_TRACE_BEGIN(&k, awl_reduce_op_name(op), x, AWL_WORK(INPUT, 1), 1, 2,
                     (const awl_view *[]){&vo, &vx});
     if (!finish(name, out, awl_trace_end(&k, backend_of(x)->reduce(op, &vo, &vx)))) return NULL;
     if (!keepdim) { /* drop the reduced axes from the fresh, contiguous result */
@@ -462,7 +462,7 @@ awl_tensor *awl_tensor_matmul(awl_tensor *a, awl_tensor *b)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out);
     awl_trace k;
-    awl_trace_begin(&k, "matmul", a, AWL_WORK(MATMUL, 0), 1, 3,
+    AWL_TRACE_BEGIN(&k, "matmul", a, AWL_WORK(MATMUL, 0), 1, 3,
                     (const awl_view *[]){&vo, &p.a, &p.b});
     if (!finish(op, out, awl_trace_end(&k, backend_of(a)->matmul(&vo, &p.a, &p.b, false))))
         return NULL;
@@ -499,7 +499,7 @@ int awl_tensor_matmul_out(awl_tensor *dst, awl_tensor *a, awl_tensor *b, bool ac
         }
     }
     awl_trace k;
-    awl_trace_begin(&k, "matmul", dst, accumulate ? AWL_WORK_RMW(MATMUL, 1) : AWL_WORK(MATMUL, 0),
+    AWL_TRACE_BEGIN(&k, "matmul", dst, accumulate ? AWL_WORK_RMW(MATMUL, 1) : AWL_WORK(MATMUL, 0),
                     1, 3, (const awl_view *[]){&vo, &p.a, &p.b});
     return awl_backend_status(
         op, awl_trace_end(&k, backend_of(dst)->matmul(&vo, &p.a, &p.b, accumulate)));
@@ -559,7 +559,7 @@ awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx)
     awl_view vo = awl_tensor_view(out), vs = awl_tensor_view(src), vi = awl_tensor_view(idx);
     awl_trace k;
     /* the rows read are as many as the rows written */
-    awl_trace_begin(&k, "index_select", src, AWL_WORK(NONE, 0), 1, 2,
+    AWL_TRACE_BEGIN(&k, "index_select", src, AWL_WORK(NONE, 0), 1, 2,
                     (const awl_view *[]){&vo, &vi});
     if (k.on) k.e.bytes *= 2;
     return finish(op, out, awl_trace_end(&k, backend_of(src)->index_select(&vo, &vs, &vi)));
@@ -583,7 +583,7 @@ int awl_tensor_index_add_(awl_tensor *dst, awl_tensor *idx, awl_tensor *src)
         return AWL_ERR_INVALID;
     awl_view vd = awl_tensor_view(dst), vi = awl_tensor_view(idx), vs = awl_tensor_view(src);
     awl_trace k;
-    awl_trace_begin(&k, "index_add", dst, AWL_WORK(INPUT, 1), 0, 2, (const awl_view *[]){&vs, &vi});
+    AWL_TRACE_BEGIN(&k, "index_add", dst, AWL_WORK(INPUT, 1), 0, 2, (const awl_view *[]){&vs, &vi});
     if (k.on) k.e.bytes *= 2; /* the rows added to are read and written: as many as the source's */
     return awl_backend_status(op, awl_trace_end(&k, backend_of(dst)->index_add(&vd, &vi, &vs)));
 }
@@ -612,7 +612,7 @@ awl_tensor *awl_tensor_gather(awl_tensor *x, int dim, awl_tensor *idx)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x), vi = awl_tensor_view(idx);
     awl_trace k;
-    awl_trace_begin(&k, "gather", x, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){&vo, &vi});
+    AWL_TRACE_BEGIN(&k, "gather", x, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){&vo, &vi});
     if (k.on) k.e.bytes *= 2;
     return finish(op, out, awl_trace_end(&k, backend_of(x)->gather(&vo, &vx, d, &vi)));
 }
@@ -635,7 +635,7 @@ int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tenso
         return AWL_ERR_INVALID;
     awl_view vd = awl_tensor_view(dst), vi = awl_tensor_view(idx), vs = awl_tensor_view(src);
     awl_trace k;
-    awl_trace_begin(&k, "scatter_add", dst, AWL_WORK(INPUT, 1), 0, 2,
+    AWL_TRACE_BEGIN(&k, "scatter_add", dst, AWL_WORK(INPUT, 1), 0, 2,
                     (const awl_view *[]){&vs, &vi});
     if (k.on) k.e.bytes *= 2;
     return awl_backend_status(op,

@@ -125,7 +125,7 @@ int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log)
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = rows_view(out), vx = rows_view(x);
     awl_trace k;
-    awl_trace_begin(&k, "softmax_forward", x, AWL_WORK(OUTPUT, 5), 1, 2,
+    AWL_TRACE_BEGIN(&k, "softmax_forward", x, AWL_WORK(OUTPUT, 5), 1, 2,
                     (const awl_view *[]){&vo, &vx});
     return kernel_status(op,
                          awl_trace_end(&k, awl_tensor_backend(x)->softmax_forward(&vo, &vx, log)));
@@ -148,7 +148,7 @@ int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, b
     if (dyc) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vy = rows_view(y);
         awl_trace k;
-        awl_trace_begin(&k, "softmax_backward", y, AWL_WORK(OUTPUT, 4), 1, 3,
+        AWL_TRACE_BEGIN(&k, "softmax_backward", y, AWL_WORK(OUTPUT, 4), 1, 3,
                         (const awl_view *[]){&vdx, &vdy, &vy});
         status = kernel_status(
             op, awl_trace_end(&k, awl_tensor_backend(y)->softmax_backward(&vdx, &vdy, &vy, log)));
@@ -192,7 +192,7 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = rows_view(out), vx = rows_view(x);
     awl_trace k;
-    awl_trace_begin(&k, "layernorm_forward", x, AWL_WORK(OUTPUT, 8), 1, 2,
+    AWL_TRACE_BEGIN(&k, "layernorm_forward", x, AWL_WORK(OUTPUT, 8), 1, 2,
                     (const awl_view *[]){&vo, &vx});
     return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_forward(
                                                    &vo, p[0], p[1], &vx, p[2], p[3], eps)));
@@ -227,7 +227,7 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
     if (dyc) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
         awl_trace k;
-        awl_trace_begin(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, 14), 1, 3,
+        AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, 14), 1, 3,
                         (const awl_view *[]){&vdx, &vdy, &vx});
         status = kernel_status(
             op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
@@ -268,7 +268,7 @@ int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tens
         return AWL_ERR_UNSUPPORTED;
     awl_view vx = rows_view(logits);
     awl_trace k;
-    awl_trace_begin(&k, "cross_entropy_forward", logits, AWL_WORK(INPUT, 4), 1, 3,
+    AWL_TRACE_BEGIN(&k, "cross_entropy_forward", logits, AWL_WORK(INPUT, 4), 1, 3,
                     (const awl_view *[]){&vl, &vx, &vt});
     return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(logits)->cross_entropy_forward(
                                                    &vl, &vz, &vx, &vt, ignore_index)));
@@ -291,7 +291,7 @@ int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, aw
         return AWL_ERR_UNSUPPORTED;
     awl_view vd = rows_view(dlogits), vx = rows_view(logits);
     awl_trace k;
-    awl_trace_begin(&k, "cross_entropy_backward", logits, AWL_WORK(OUTPUT, 4), 1, 3,
+    AWL_TRACE_BEGIN(&k, "cross_entropy_backward", logits, AWL_WORK(OUTPUT, 4), 1, 3,
                     (const awl_view *[]){&vd, &vx, &vt});
     return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(logits)->cross_entropy_backward(
                                                    &vd, &vg, &vx, &vz, &vt, ignore_index)));
@@ -353,7 +353,7 @@ int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q
     awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(q),
              vk = awl_tensor_view(k), vv = awl_tensor_view(v);
     awl_trace t;
-    awl_trace_begin(&t, "attention_forward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 2)), 1,
+    AWL_TRACE_BEGIN(&t, "attention_forward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 2)), 1,
                     4, (const awl_view *[]){&vo, &vq, &vk, &vv});
     return kernel_status(op, awl_trace_end(&t, awl_tensor_backend(q)->attention_forward(
                                                    &vo, &vl, &vq, &vk, &vv, args->scale,
@@ -379,7 +379,7 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
              vdo = awl_tensor_view(dout), vq = awl_tensor_view(q), vk = awl_tensor_view(k),
              vv = awl_tensor_view(v), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
     awl_trace t;
-    awl_trace_begin(&t, "attention_backward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 5)), 3,
+    AWL_TRACE_BEGIN(&t, "attention_backward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 5)), 3,
                     8, (const awl_view *[]){&vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo});
     return kernel_status(op, awl_trace_end(&t, awl_tensor_backend(q)->attention_backward(
                                                    &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl,
@@ -401,7 +401,7 @@ int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(in);
     awl_trace k;
-    awl_trace_begin(&k, "dropout", in, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vi});
+    AWL_TRACE_BEGIN(&k, "dropout", in, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vi});
     return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(in)->dropout(&vo, &vi, d)));
 }
 
@@ -428,7 +428,7 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vbias = awl_tensor_view(bias);
     awl_trace k;
-    awl_trace_begin(&k, "matmul_bias", a, AWL_WORK(MATMUL, 1), 1, 4,
+    AWL_TRACE_BEGIN(&k, "matmul_bias", a, AWL_WORK(MATMUL, 1), 1, 4,
                     (const awl_view *[]){&vo, &va, &vb, &vbias});
     return kernel_status(
         op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias)));
@@ -445,7 +445,7 @@ int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)
     if (!awl_fused_available(AWL_KERNEL_GELU_BACKWARD, x)) return AWL_ERR_UNSUPPORTED;
     awl_view vdx = awl_tensor_view(dx), vdy = awl_tensor_view(dy), vx = awl_tensor_view(x);
     awl_trace k;
-    awl_trace_begin(&k, "gelu_backward", x, AWL_WORK(OUTPUT, 1), 1, 3,
+    AWL_TRACE_BEGIN(&k, "gelu_backward", x, AWL_WORK(OUTPUT, 1), 1, 3,
                     (const awl_view *[]){&vdx, &vdy, &vx});
     return kernel_status(op,
                          awl_trace_end(&k, awl_tensor_backend(x)->gelu_backward(&vdx, &vdy, &vx)));
@@ -481,7 +481,7 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
     double elements = 0, size = (double)awl_dtype_size(params[0]->dtype);
     for (int i = 0; i < n; i++) elements += (double)awl_numel(params[i]);
     awl_trace k;
-    awl_trace_begin(&k, "adamw_step", params[0], AWL_WORK(NONE, 0), 1, 1,
+    AWL_TRACE_BEGIN(&k, "adamw_step", params[0], AWL_WORK(NONE, 0), 1, 1,
                     (const awl_view *[]){&views[0]});
     awl_trace_set_work(&k, 7 * size * elements, 12 * elements);
     int status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(

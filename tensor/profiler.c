@@ -4,7 +4,7 @@
  * The recording is three growing arrays (kernel calls, ranges, memory
  * samples) behind one mutex, filled between awl_profiler_start and
  * awl_profiler_stop. Off, nothing here runs but the check of the switch
- * (profiler_internal.h's awl_trace_begin, and the first line of every
+ * (profiler_internal.h's AWL_TRACE_BEGIN, and the first line of every
  * range call).
  *
  * Each thread keeps, in thread-local storage, the ranges it has open: the

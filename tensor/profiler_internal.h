@@ -7,7 +7,7 @@
  *
  *     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
  *     awl_trace k;
- *     awl_trace_begin(&k, "gelu", x, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vx});
+ *     AWL_TRACE_BEGIN(&k, "gelu", x, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vx});
  *     status = awl_trace_end(&k, backend->unary(op, &vo, &vx, alpha));
  *
  * views[0..n_out) are what the kernel writes, views[n_out..n) what it
@@ -79,13 +79,17 @@ void awl_trace_start(awl_trace *k, const char *name, awl_device device, awl_trac
                      int n_out, int n, const awl_view *const *views);
 void awl_trace_finish(awl_trace *k);
 
-static inline void awl_trace_begin(awl_trace *k, const char *name, const awl_tensor *on,
-                                   awl_trace_work work, int n_out, int n,
-                                   const awl_view *const *views)
-{
-    k->on = atomic_load_explicit(&awl_profiler_on, memory_order_relaxed);
-    if (k->on) awl_trace_start(k, name, on->storage->device, work, n_out, n, views);
-}
+/* A macro, not a function, so that its arguments (the op's name, looked
+ * up in a table; the list of views) are evaluated only while recording:
+ * off, it is one load and one branch. The views come last, as the rest of
+ * the arguments, because the commas of their list would split them. */
+#define AWL_TRACE_BEGIN(k, name, tensor, work, n_out, n, ... /* views */)                        \
+    do {                                                                                           \
+        (k)->on = atomic_load_explicit(&awl_profiler_on, memory_order_relaxed);                    \
+        if ((k)->on)                                                                               \
+            awl_trace_start((k), (name), (tensor)->storage->device, (work), (n_out), (n),          \
+                            (__VA_ARGS__));                                                        \
+    } while (0)
 
 /* Returns status, so that a call reads status = awl_trace_end(&k, call). */
 static inline int awl_trace_end(awl_trace *k, int status)
