@@ -36,13 +36,15 @@ peak=$(header peak_flops)
 
 points=$(mktemp "${TMPDIR:-/tmp}/roofline.XXXXXX")
 trap 'rm -f "$points"' EXIT
-# intensity, GFLOP/s, point size, label ("op (phase) share%"); a label only
-# for ops of at least 1% of the step, so the plot stays readable
+# intensity, GFLOP/s, point size, label ("op (phase) share%"), and whether
+# the label goes above (0) or below (1) its point, alternately, so that ops
+# of one intensity (a kernel's forward and backward) do not overwrite each
+# other; a label only for ops of at least 1% of the step
 awk -F '\t' '
     $1 ~ /^#/ || $1 == "op" { next }
     $7 > 0 && $4 > 0 {
         label = $5 >= 0.01 ? sprintf("%s (%s) %.0f%%", $1, $2, 100 * $5) : ""
-        printf "%g\t%g\t%g\t%s\n", $8, $9 / 1e9, 0.6 + 6 * sqrt($5), label
+        printf "%g\t%g\t%g\t%s\t%d\n", $8, $9 / 1e9, 0.6 + 6 * sqrt($5), label, n++ % 2
         next
     }
     { moved += $5 }
@@ -60,13 +62,14 @@ set ylabel "achieved GFLOP/s"
 set grid
 set key bottom right
 set xrange [0.01:1000]
-set yrange [0.001:*]
+set yrange [0.001:$(awk -v p="${peak:-0}" -v m="$matmul" 'BEGIN { print 3 * (p > m ? p : m) / 1e9 }')]
 P = $matmul / 1e9
 W = $copy / 1e9
 roof(x) = x * W < P ? x * W : P
 plot roof(x) with lines lw 2 lc rgb "#2c3e50" title sprintf("roof: sgemm %.1f GFLOP/s, copy %.1f GB/s", P, W), \
      ($peak > 0 ? $peak / 1e9 : 1/0) with lines dt 2 lc rgb "#7f8c8d" title sprintf("hardware peak %.1f GFLOP/s", $peak / 1e9), \
      "$points" using 1:2:3 with points pt 7 ps variable lc rgb "#c0392b" title "ops (area: share of the step)", \
-     "$points" using 1:2:4 with labels left offset 1,0.4 font ",9" notitle
+     "$points" using 1:(\$5 == 0 ? \$2 : 1/0):4 with labels left offset 1,0.6 font ",9" notitle, \
+     "$points" using 1:(\$5 == 1 ? \$2 : 1/0):4 with labels left offset 1,-0.6 font ",9" notitle
 GNUPLOT
 echo "wrote $out"
