@@ -63,6 +63,7 @@ int profile_step_begin(trainer *t, int64_t step)
     if (start && is_leader(t) && awl_roofline_measure(s->device, dtype, &ceilings) < 0)
         return fail("--profile");
     awl_memory_reset_peak(s->device);
+    if (start) awl_profiler_name_thread("main"); /* the trace's name for this thread's track */
     if (start && awl_profiler_start() < 0) return fail("--profile");
     awl_profiler_begin(AWL_PROFILE_STEP, "step");
     return 0;
