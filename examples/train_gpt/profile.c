@@ -58,13 +58,23 @@ static awl_roofline ceilings;
 int profile_step_begin(trainer *t, int64_t step)
 {
     const settings *s = &t->s;
+    static bool started, told;
+    if (s->profile && step > s->profile_from && !started && !told) {
+        told = true; /* a resumed run that starts after the steps asked for */
+        printf("train_gpt: --profile-steps %s: the run starts at step %lld, after step %lld: "
+               "nothing is recorded\n",
+               s->profile_steps, (long long)step, (long long)s->profile_from);
+    }
     bool start = s->profile && step == s->profile_from;
     awl_dtype dtype = strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32;
     if (start && is_leader(t) && awl_roofline_measure(s->device, dtype, &ceilings) < 0)
         return fail("--profile");
     awl_memory_reset_peak(s->device);
-    if (start) awl_profiler_name_thread("main"); /* the trace's name for this thread's track */
-    if (start && awl_profiler_start() < 0) return fail("--profile");
+    if (start) {
+        started = true;
+        awl_profiler_name_thread("main"); /* the trace's name for this thread's track */
+        if (awl_profiler_start() < 0) return fail("--profile");
+    }
     awl_profiler_begin(AWL_PROFILE_STEP, "step");
     return 0;
 }

@@ -627,12 +627,17 @@ case_profile_option_errors() {
     expect_rc 1
     expect_msg "--profile missing/dir/t.json: the directory missing/dir does not exist"
     [ -e t.json ] && fail "a trace was written"
+    run $TINY --data corpus.txt --steps 2 --save r.st
+    run $TINY --data corpus.txt --resume r.st --steps 4 --profile t.json --profile-steps 1:2
+    expect_rc 0
+    expect_msg "--profile-steps 1:2: the run starts at step 3, after step 1: nothing is recorded"
+    [ -e t.json ] && fail "a trace was written"
     return 0
 }
 
 case_profile_writes_trace() {
     make_corpus
-    run $TINY --data corpus.txt --steps 3 --profile t.json --profile-steps 2:3 --memory-ledger \
+    run $TINY --data corpus.txt --steps 4 --profile t.json --profile-steps 2:3 --memory-ledger \
         --log-interval 1 --log log.csv
     expect_rc 0
     expect_msg "profile: steps 2 to 3 in t.json"
@@ -644,6 +649,7 @@ case_profile_writes_trace() {
     grep -q '"cat":"kernel"' t.json || fail "no kernel in the trace"
     grep -q '"name":"backward","cat":"phase"' t.json || fail "no backward phase in the trace"
     head -1 t.summary.tsv | grep -q '^# device cpu' || fail "no summary"
+    expect_no_msg "nothing is recorded"
     head -1 log.csv | grep -q ',mem_activations,' || fail "no ledger columns in the log"
     [ "$(tail -1 log.csv | tr ',' '\n' | wc -l)" = "$(head -1 log.csv | tr ',' '\n' | wc -l)" ] ||
         fail "the log's rows and header differ in columns"
