@@ -16,6 +16,7 @@
  * during that step, and its peak.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "train_gpt.h"
 
@@ -113,6 +114,7 @@ void ledger_step(trainer *t, int64_t step, bool print, awl_memory_ledger *out)
 {
     awl_memory_get_ledger(t->s.device, out);
     if (!print || !t->s.memory_ledger) return;
+    if (isatty(STDOUT_FILENO)) printf("\r\033[K"); /* over the progress bar */
     printf("memory step %lld:", (long long)step);
     for (int r = 0; r < AWL_MEMORY_ROLE_COUNT; r++)
         printf(" %s %.3f MB,", awl_memory_role_name((awl_memory_role)r), out->max[r] / 1e6);

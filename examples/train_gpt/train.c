@@ -362,7 +362,7 @@ int train(trainer *t)
         t->state.step++;
         int64_t step = t->state.step;
         awl_memory_ledger ledger;
-        ledger_step(t, step, !tty && (step % s->log_interval == 0 || step == s->steps), &ledger);
+        ledger_step(t, step, step % s->log_interval == 0 || step == s->steps, &ledger);
         speed_update(&v, t);
         show_progress(&p, step, loss, lr, v.tok_s, v.mfu, t->ddp || t->zero ? v.comm : -1,
                       s->log_interval);

@@ -226,7 +226,7 @@ int profile_step_begin(trainer *t, int64_t step);
  * trace and the summary and prints it. 0 or -1. */
 int profile_step_end(trainer *t, int64_t step, bool last);
 /* The tensor layer's ledger of this rank's device for the step that just
- * ended: printed with --memory-ledger (on the logged steps). */
+ * ended; printed when `print` (a logged step) and --memory-ledger. */
 void ledger_step(trainer *t, int64_t step, bool print, awl_memory_ledger *out);
 
 /* ---- training (train.c) --------------------------------------------------------- */
