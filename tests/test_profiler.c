@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "awl.h"
+#include "helpers/dist_harness.h"
 #include "helpers/gradcheck.h"
 
 /* ---- a small JSON parser that keeps the trace's events --------------------------- */
@@ -205,15 +206,11 @@ static int count_events(const parser *ps, const char *ph, const char *cat, const
 
 /* ---- a small GPT's training step --------------------------------------------------- */
 
+/* the distributed tests' tiny GPT (vocabulary 17, block 8, 2 layers of
+ * width 16), 2 sequences a batch */
 static awl_gpt_config small_config(void)
 {
-    awl_gpt_config c;
-    awl_gpt_config_named("cpu-small", &c);
-    c.vocab = 17;
-    c.block = 8;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 16;
+    awl_gpt_config c = dist_tiny_gpt();
     c.batch = 2;
     return c;
 }
