@@ -236,9 +236,10 @@ typedef struct awl_backend {
      * the backend does not know it. */
     double (*peak_flops)(int device, awl_dtype dtype, bool fast_fp32, char *source, size_t size);
     /* Device time for asynchronous backends: marker_record queues a
-     * timestamp on the device's stream and returns it (NULL after an
-     * error); marker_seconds waits until marker b has passed and gives the
-     * seconds from a to b; marker_free drops one. */
+     * timestamp on the device's stream and returns it; marker_seconds
+     * waits until marker b has passed and gives the seconds from a to b;
+     * marker_free drops one. They fail without recording an error (NULL, a
+     * negative status): the profiler falls back to the host's clock. */
     void *(*marker_record)(int device);
     int (*marker_seconds)(int device, void *a, void *b, double *seconds);
     void (*marker_free)(int device, void *marker);
