@@ -83,7 +83,7 @@ void awl_trace_finish(awl_trace *k);
  * up in a table; the list of views) are evaluated only while recording:
  * off, it is one load and one branch. The views come last, as the rest of
  * the arguments, because the commas of their list would split them. */
-#define AWL_TRACE_BEGIN(k, name, tensor, work, n_out, n, ... /* views */)                        \
+#define AWL_TRACE_BEGIN(k, name, tensor, work, n_out, n, ... /* views */)                          \
     do {                                                                                           \
         (k)->on = atomic_load_explicit(&awl_profiler_on, memory_order_relaxed);                    \
         if ((k)->on)                                                                               \
