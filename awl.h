@@ -20,6 +20,7 @@
 #include "common/philox.h"
 #include "backends/cpu/cpu_blas.h"
 #include "tensor/tensor.h"
+#include "tensor/profiler.h"
 #include "autograd/autograd.h"
 #include "autograd/checkpoint.h"
 #include "nn/param.h"

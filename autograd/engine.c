@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "tensor/profiler.h"
 
 /* ---- a max-heap of ready nodes, by sequence number --------------------------------- */
 
@@ -236,6 +237,9 @@ static int accumulate_into_leaf(pass *p, awl_tensor *leaf, awl_tensor *g)
         leaf->grad = awl_retain(sum);
         awl_release(have);
     }
+    /* a parameter's gradient (not a checkpointed segment's input's) */
+    if (awl_tensor_memory_role(leaf) == AWL_MEMORY_PARAMETER)
+        awl_tensor_set_memory_role(leaf->grad, AWL_MEMORY_GRADIENT);
     for (int i = 0; i < leaf->n_hooks; i++) leaf->hooks[i].fn(leaf, leaf->hooks[i].user);
     return AWL_OK;
 }
@@ -305,7 +309,9 @@ static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
         int t = p->targets ? target_index(p, n) : -1;
         if (t >= 0) p->captured[t] = awl_retain(g);
         awl_scope_begin();
+        awl_profiler_begin(AWL_PROFILE_OP, n->base.name); /* each node's backward in a trace */
         if (g) status = run_node(p, n, g);
+        awl_profiler_end();
         awl_scope_end();
         awl_release(g);
         for (int i = 0; status == AWL_OK && i < n->n_inputs; i++) {
@@ -370,7 +376,9 @@ int awl_backward_ex(awl_tensor *root, const awl_backward_options *options)
         p.retain_graph = options && (options->retain_graph || options->create_graph);
         p.create_graph = options && options->create_graph;
         awl_node *start = start_node(root);
+        awl_profiler_begin(AWL_PROFILE_PHASE, "backward");
         status = run_pass(&p, start, grad);
+        awl_profiler_end();
         awl_node_release(start);
     }
     awl_scope_end();

@@ -74,6 +74,7 @@ void awl_node_release(awl_node *n)
 static void node_drop_saved(awl_node *n)
 {
     for (int i = 0; i < n->n_saved; i++) {
+        awl_tensor_saved(n->saved[i], -1);
         awl_release(n->saved[i]);
         n->saved[i] = NULL;
     }
@@ -165,6 +166,7 @@ static int save(awl_node *node, awl_tensor *t, bool is_output)
     }
     int i = node->n_saved++;
     node->saved[i] = t;
+    awl_tensor_saved(t, +1); /* the memory ledger's saved activations */
     node->saved_is_output[i] = is_output;
     return i;
 }
@@ -267,7 +269,8 @@ int awl_set_grad(awl_tensor *leaf, awl_tensor *grad)
     awl_retain(grad);
     awl_release(leaf->grad);
     leaf->grad = grad;
-    return AWL_OK;
+    if (awl_tensor_memory_role(leaf) != AWL_MEMORY_PARAMETER) return AWL_OK;
+    return awl_tensor_set_memory_role(grad, AWL_MEMORY_GRADIENT);
 }
 
 void awl_clear_grad(awl_tensor *t)

@@ -232,6 +232,27 @@ typedef struct awl_backend {
      * CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */
     int (*set_option)(const char *name, const char *value);
 
+    /* ---- optional: profiling (tensor/profiler.c; NULL when not meaningful) ---- */
+
+    /* The device's peak dense arithmetic rate in FLOP/s for matmuls in
+     * dtype (for float32 with fast_fp32, TF32's rate), a fixed fact of the
+     * hardware that MFU is measured against; writes where the figure comes
+     * from into source[0..size) ("H200: 989.4 TFLOP/s bf16 dense"). 0 when
+     * the backend does not know it. */
+    double (*peak_flops)(int device, awl_dtype dtype, bool fast_fp32, char *source, size_t size);
+    /* Device time for asynchronous backends: marker_record queues a
+     * timestamp on the device's stream and returns it; marker_seconds
+     * waits until marker b has passed and gives the seconds from a to b;
+     * marker_free drops one. They fail without recording an error (NULL, a
+     * negative status): the profiler falls back to the host's clock. */
+    void *(*marker_record)(int device);
+    int (*marker_seconds)(int device, void *a, void *b, double *seconds);
+    void (*marker_free)(int device, void *marker);
+    /* Opens and closes a named range for the device's own tools (NVTX
+     * ranges, which Nsight Systems shows); name is read during the call. */
+    void (*range_push)(const char *name);
+    void (*range_pop)(void);
+
     /* ---- optional fused kernels (NULL, or AWL_ERR_UNSUPPORTED: compose) ---- */
 
     /* Softmax (log_softmax when log) over the last axis. in, out contiguous

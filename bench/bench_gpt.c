@@ -17,9 +17,19 @@
  *   ms_per_step   median over the timed steps
  *   tokens_per_s  batch * block / median step time
  *   mfu           model FLOPs per second (6 N + 12 L T C per token) over the
- *                 matmul rate of the run's precision (float32, TF32, or
- *                 bfloat16 for bf16 mixed precision) measured on the
- *                 device in this process just before the run
+ *                 device's fixed peak for the run's precision
+ *                 (awl_device_peak_flops: the CPU's FMA peak, measured once
+ *                 and cached; a GPU's datasheet rate), peak_tflops
+ *   of_ceiling    the same over the matmul rate of the run's precision
+ *                 (float32, TF32, or bfloat16 for bf16 mixed precision)
+ *                 measured on the device in this process just before the
+ *                 run (matmul_ceiling_tflops): the gap to the sgemm ceiling
+ *   split_ms, split_share  the step split into matmul, attention,
+ *                 LayerNorm, GELU, cross-entropy, optimizer and the rest
+ *                 (everything else, the host's time between kernels too),
+ *                 from PROFILED_STEPS more steps run under the op profiler
+ *                 after the timed ones (tensor/profiler.h), so the
+ *                 profiler's own cost is not in ms_per_step
  *   peak_mb       highest bytes held by tensors on the device during the
  *                 timed steps (awl_memory_get_stats)
  *   activation_peak_mb  that peak less what is held between steps
@@ -41,6 +51,39 @@
 
 #include "awl.h"
 #include "bench/bench_util.h"
+
+#define PROFILED_STEPS 3
+
+/* The parts of a step bench_gpt reports, and which kernels make each. */
+enum {
+    PART_MATMUL,
+    PART_ATTENTION,
+    PART_LAYERNORM,
+    PART_GELU,
+    PART_CROSS_ENTROPY,
+    PART_OPTIMIZER,
+    PART_REST,
+    N_PARTS
+};
+static const char *const part_names[N_PARTS] = {"matmul",        "attention", "layernorm", "gelu",
+                                                "cross_entropy", "optimizer", "rest"};
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static int part_of(const awl_profile_op *op)
+{
+    if (strcmp(op->phase, "optimizer") == 0) return PART_OPTIMIZER;
+    if (starts_with(op->name, "matmul")) return PART_MATMUL;
+    if (starts_with(op->name, "attention") || starts_with(op->name, "softmax"))
+        return PART_ATTENTION;
+    if (starts_with(op->name, "layernorm")) return PART_LAYERNORM;
+    if (starts_with(op->name, "gelu")) return PART_GELU;
+    if (starts_with(op->name, "cross_entropy")) return PART_CROSS_ENTROPY;
+    return PART_REST;
+}
 
 typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
@@ -67,6 +110,55 @@ static int make_batch(const int32_t *tokens, size_t n_tokens, int vocab, int B, 
     free(hx);
     free(hy);
     return *x && *y ? 0 : -1;
+}
+
+/* One step as the benchmark times it (the caller waits for the device). */
+static int train_one(awl_gpt *model, awl_optimizer *opt, awl_tensor *x, awl_tensor *y,
+                     awl_tensor **loss)
+{
+    awl_optimizer_zero_grad_ex(opt, true); /* set_to_none, as the PyTorch peer */
+    *loss = awl_gpt_loss(model, x, y);
+    if (!*loss || awl_backward(*loss) < 0 || awl_optimizer_step(opt) < 0) return -1;
+    return 0;
+}
+
+/* PROFILED_STEPS steps under the profiler: the seconds of each part of a
+ * step, on average, in split[]. */
+static int profiled_split(const char *device, awl_gpt *model, awl_optimizer *opt,
+                          const awl_gpt_config *cfg, const int32_t *tokens, size_t n_tokens,
+                          uint64_t draw, double *split)
+{
+    int status = awl_profiler_start();
+    for (int step = 0; step < PROFILED_STEPS && status == 0; step++) {
+        awl_scope_begin();
+        awl_tensor *x, *y, *loss;
+        status = make_batch(tokens, n_tokens, cfg->vocab, cfg->batch, cfg->block,
+                            draw + 2 * (uint64_t)step, device, &x, &y);
+        awl_synchronize(device);
+        awl_profiler_begin(AWL_PROFILE_STEP, "step");
+        if (status == 0) status = train_one(model, opt, x, y, &loss);
+        awl_synchronize(device);
+        awl_profiler_end();
+        awl_scope_end();
+    }
+    awl_profiler_stop();
+    awl_profile_totals t;
+    if (status == 0) status = awl_profiler_totals(&t);
+    if (status == 0) {
+        double known = 0;
+        for (int k = 0; k < N_PARTS; k++) split[k] = 0;
+        for (int i = 0; i < t.n_ops; i++) {
+            int k = part_of(&t.ops[i]);
+            if (k != PART_REST) {
+                split[k] += t.ops[i].seconds / t.steps;
+                known += t.ops[i].seconds / t.steps;
+            }
+        }
+        split[PART_REST] = t.step_seconds / t.steps - known;
+        awl_profile_totals_free(&t);
+    }
+    awl_profiler_clear();
+    return status;
 }
 
 static int run_one(const bench_options *o, const char *config, const char *precision,
@@ -114,9 +206,8 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                             o->device, &x, &y);
         awl_synchronize(o->device);
         double t0 = bench_now();
-        awl_optimizer_zero_grad_ex(opt, true); /* set_to_none, as the PyTorch peer */
-        awl_tensor *loss = status == 0 ? awl_gpt_loss(model, x, y) : NULL;
-        if (!loss || awl_backward(loss) < 0 || awl_optimizer_step(opt) < 0) status = -1;
+        awl_tensor *loss = NULL;
+        if (status == 0) status = train_one(model, opt, x, y, &loss);
         awl_synchronize(o->device);
         times[step] = bench_now() - t0;
         double l = status == 0 ? awl_item(loss) : NAN;
@@ -124,14 +215,21 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         loss_last = l;
         awl_scope_end();
     }
+    awl_memory_stats mem;
+    awl_memory_get_stats(o->device, &mem); /* before the profiled steps */
+    double split[N_PARTS];
+    if (status == 0)
+        status = profiled_split(o->device, model, opt, &cfg, tokens, n_tokens, 2 * (uint64_t)total,
+                                split);
+    char source[160];
+    double peak =
+        awl_device_peak_flops(o->device, bf16 ? AWL_BF16 : AWL_F32, source, sizeof source);
     if (status < 0) {
         fprintf(stderr, "bench_gpt: %s: %s\n", config, awl_last_error());
     } else {
         double median = bench_median(times + o->warmup, o->steps);
         double tokens_per_s = (double)cfg.batch * cfg.block / median;
         double flops = awl_gpt_flops_per_token(&cfg) * tokens_per_s;
-        awl_memory_stats mem;
-        awl_memory_get_stats(o->device, &mem);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         bench_json_begin("gpt_train");
@@ -139,15 +237,26 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                "\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"dropout\":%g,"
                "\"params\":%lld,"
                "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
-               "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"mfu\":%.4f,"
+               "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"of_ceiling\":%.4f,"
+               "\"peak_tflops\":%.4f,\"mfu\":%.4f,"
                "\"peak_mb\":%.1f,\"activation_peak_mb\":%.1f,\"rss_mb\":%.1f,"
-               "\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+               "\"loss_first\":%.4f,\"loss_last\":%.4f,",
                config, o->device, precision, cfg.n_layer, cfg.batch, cfg.block, cfg.dropout,
                (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false", o->steps,
                median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
-               ceiling > 0 ? flops / ceiling : 0, (double)mem.peak / 1048576.0,
-               (double)(mem.peak - resident) / 1048576.0, (double)ru.ru_maxrss / 1024.0, loss_first,
-               loss_last);
+               ceiling > 0 ? flops / ceiling : 0, peak * 1e-12, peak > 0 ? flops / peak : 0,
+               (double)mem.peak / 1048576.0, (double)(mem.peak - resident) / 1048576.0,
+               (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
+        double step = 0;
+        for (int k = 0; k < N_PARTS; k++) step += split[k];
+        for (int pass = 0; pass < 2; pass++) {
+            printf("%s\"%s\":{", pass ? "," : "", pass ? "split_share" : "split_ms");
+            for (int k = 0; k < N_PARTS; k++)
+                printf("%s\"%s\":%.4f", k ? "," : "", part_names[k],
+                       pass ? (step > 0 ? split[k] / step : 0) : 1e3 * split[k]);
+            printf("}");
+        }
+        printf(",\"peak_source\":\"%s\"}\n", source);
         fflush(stdout);
     }
     free(times);

@@ -13,7 +13,10 @@
  *   op_overhead  one op on a 1-element tensor, without and with autograd
  *                recording; goal < 1 us and < 2 us
  *
- *   ./build/bench_tensor [--threads N] [--quick]
+ *   ./build/bench_tensor [--threads N] [--quick] [--overhead-only]
+ *
+ * --overhead-only runs op_overhead alone: a second's run, for comparing two
+ * builds' dispatch paths in alternated runs (docs/profiling.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,19 +188,25 @@ static void bench_overhead(void)
 int main(int argc, char **argv)
 {
     int threads = 2;
-    bool quick = false;
+    bool quick = false, overhead_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0)
             quick = true;
+        else if (strcmp(argv[i], "--overhead-only") == 0)
+            overhead_only = true;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--overhead-only]\n", argv[0]);
             return 2;
         }
     }
     awl_set_num_threads(threads);
     awl_manual_seed(0);
+    if (overhead_only) {
+        bench_overhead();
+        return 0;
+    }
     const matmul_case cases[] = {
         {"square", 256, 256, 256, false, false},
         {"square", 512, 512, 512, false, false},

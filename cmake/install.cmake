@@ -26,7 +26,7 @@ set(AWL_PUBLIC_HEADERS
   data/data.h
   dist/dist.h
   nn/checkpoint_io.h nn/generate.h nn/gpt.h nn/nn.h nn/optim.h nn/param.h nn/safetensors.h
-  tensor/tensor.h)
+  tensor/profiler.h tensor/tensor.h)
 foreach(header ${AWL_PUBLIC_HEADERS})
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/awl/${dir})

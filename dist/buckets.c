@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dist/buckets.h"
+#include "tensor/profiler.h"
 
 /* ---- checking that every rank has the same parameters ------------------------------------ */
 
@@ -150,6 +151,7 @@ static int allocate(dist_buckets *b, dist_bucket *k)
     awl_scope_begin();
     k->flat = awl_retain(awl_zeros(AWL_SHAPE(k->numel), last->t->dtype, device));
     awl_scope_end();
+    awl_tensor_set_memory_role(k->flat, AWL_MEMORY_GRADIENT);
     return k->flat ? AWL_OK : AWL_ERR_OOM;
 }
 
@@ -158,6 +160,9 @@ static void launch_ready(dist_buckets *b)
 {
     while (b->next_launch < b->n_buckets && b->buckets[b->next_launch].pending == 0) {
         dist_bucket *k = &b->buckets[b->next_launch++];
+        char name[32];
+        snprintf(name, sizeof name, "bucket %d", (int)(k - b->buckets));
+        awl_profiler_async_begin(name, (uint64_t)(uintptr_t)k); /* sent; done in the wait */
         b->launch(b, k, b->user);
         if (!k->work && !b->error[0])
             snprintf(b->error, sizeof b->error, "bucket %d could not start: %s",
@@ -188,6 +193,11 @@ static void on_grad_ready(awl_tensor *leaf, void *user)
                  awl_last_error());
     p->ready = true;
     k->pending--;
+    if (k->pending == 0 && awl_profiler_recording()) {
+        char name[32];
+        snprintf(name, sizeof name, "bucket %d ready", p->bucket);
+        awl_profiler_instant(AWL_PROFILE_COMM, name);
+    }
     if (b->overlap) launch_ready(b);
 }
 
@@ -325,6 +335,7 @@ int dist_buckets_wait(dist_buckets *b, int k)
     if (!bucket->work) return AWL_OK;
     double busy = 0;
     int status = dist_work_wait(bucket->work, &busy);
+    awl_profiler_async_end((uint64_t)(uintptr_t)bucket);
     bucket->work = NULL;
     bucket->busy_s += busy;
     return status;

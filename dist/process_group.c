@@ -22,6 +22,7 @@
 
 #include "dist/dist_internal.h"
 #include "dist/net.h"
+#include "tensor/profiler.h"
 
 /* ---- options --------------------------------------------------------------------------------- */
 
@@ -424,7 +425,9 @@ static void run_one(awl_process_group *pg, awl_work *w)
         complete(pg, w, AWL_ERR_DIST);
         return;
     }
+    awl_profiler_begin(AWL_PROFILE_COMM, op_name(w->fp.op));
     int status = pg->transport->run(pg, w);
+    awl_profiler_end();
     if (status < 0) dist_fail(pg, w->message);
     complete(pg, w, status < 0 ? AWL_ERR_DIST : AWL_OK);
 }
@@ -438,6 +441,7 @@ static void *comm_main(void *arg)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, NULL);
+    awl_profiler_name_thread("comm");
     for (;;) {
         pthread_mutex_lock(&pg->lock);
         awl_work *w = pg->head;

@@ -37,10 +37,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/alloc.h"
 #include "nn/gpt_internal.h"
+#include "tensor/profiler.h"
 
 /* ---- configurations ------------------------------------------------------------------- */
 
@@ -84,55 +84,9 @@ double awl_gpt_flops_per_token(const awl_gpt_config *cfg)
            12.0 * cfg->n_layer * (double)cfg->block * cfg->n_embd;
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Seconds one n x n product takes on the device (negative on failure). */
-static double product_seconds(const char *device, awl_dtype dtype, int64_t n, int reps,
-                              double *best_rate)
-{
-    double best = -1;
-    /* the operands are random, but drawing them must not move the global
-     * generator: a trainer probes after restoring it from a checkpoint */
-    uint64_t rng_seed, rng_offset;
-    awl_rng_get_state(&rng_seed, &rng_offset);
-    awl_scope_begin();
-    awl_tensor *a = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
-    awl_tensor *b = awl_tensor_cast(awl_randn(AWL_SHAPE(n, n), AWL_F32, device), dtype);
-    awl_rng_set_state(rng_seed, rng_offset);
-    awl_tensor *c = awl_empty(AWL_SHAPE(n, n), dtype, device);
-    for (int rep = 0; a && b && c && rep < reps; rep++) {
-        awl_synchronize(device);
-        double t0 = seconds_now();
-        if (awl_tensor_matmul_out(c, a, b, false) < 0) break;
-        awl_synchronize(device);
-        double t = seconds_now() - t0;
-        if (best < 0 || t < best) best = t;
-    }
-    awl_scope_end();
-    if (best > 0 && best_rate) *best_rate = 2.0 * (double)n * (double)n * (double)n / best;
-    return best;
-}
-
 double awl_gpt_matmul_rate(const char *device, awl_dtype dtype)
 {
-    /* the size: doubled from 256 until a product takes 10 ms (1024 on a
-     * laptop CPU, 8192 on a datacenter GPU, a few hundred on a backend
-     * still made of plain loops); these first products are the warm-up */
-    int64_t n = 256;
-    for (;;) {
-        double t = product_seconds(device, dtype, n, 1, NULL);
-        if (t < 0) return 0;
-        if (t >= 0.01 || n >= 8192) break;
-        n *= 2;
-    }
-    double rate = 0;
-    product_seconds(device, dtype, n, 7, &rate);
-    return rate;
+    return awl_measure_matmul_rate(device, dtype);
 }
 
 /* ---- construction ------------------------------------------------------------------------ */

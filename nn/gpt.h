@@ -53,11 +53,10 @@ int64_t awl_gpt_config_num_params(const awl_gpt_config *cfg);
  * (PaLM's estimate, as nanoGPT's estimate_mfu, with N = all parameters). */
 double awl_gpt_flops_per_token(const awl_gpt_config *cfg);
 
-/* MFU's denominator: the best FLOP/s of awl's own matmul in dtype on device
- * (an n x n product, n doubled from 256 until one takes 10 ms, at most
- * 8192: 1024 on a laptop's CPU, 8192 on a datacenter GPU), measured now,
- * in this process. 0 when it cannot be measured. The global generator is
- * left as it was. */
+/* The best FLOP/s of awl's own matmul in dtype on device, measured now
+ * (awl_measure_matmul_rate, tensor/profiler.h): the sgemm ceiling a run is
+ * compared with. MFU is not measured against it but against the device's
+ * fixed peak, awl_device_peak_flops, so that it cannot read above 100%. */
 double awl_gpt_matmul_rate(const char *device, awl_dtype dtype);
 
 /* The configuration as one JSON object (the "config" entry of a

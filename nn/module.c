@@ -72,6 +72,7 @@ int awl_module_add_param(awl_module *m, const char *name, awl_tensor **slot)
         *slot = NULL;
         return status;
     }
+    awl_tensor_set_memory_role(t, AWL_MEMORY_PARAMETER);
     m->params = awl_xrealloc(m->params, (size_t)(m->n_params + 1) * sizeof *m->params);
     m->params[m->n_params++] = (awl_module_param){copy_string(name), slot};
     return AWL_OK;
@@ -185,6 +186,7 @@ static int replace_params(awl_module *m, convert_fn convert, const void *arg)
         if (!fresh) {
             status = AWL_ERR_INVALID;
         } else if (fresh != old[i]) {
+            awl_tensor_set_memory_role(fresh, AWL_MEMORY_PARAMETER);
             awl_release(old[i]);
             *all.slots[i] = fresh;
         } else {

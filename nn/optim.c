@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "tensor/profiler.h"
 
 struct awl_optimizer {
     awl_optimizer_kind kind;
@@ -85,6 +86,7 @@ static awl_tensor *add_state(awl_optimizer *o, int i, const char *suffix)
 {
     awl_tensor *z = awl_take(awl_zeros_like(o->params[i]));
     if (!z) return NULL;
+    awl_tensor_set_memory_role(z, AWL_MEMORY_OPTIMIZER);
     o->state_names[o->n_states] = concat(o->names[i], suffix);
     o->states[o->n_states++] = z;
     return z;
@@ -415,6 +417,7 @@ int awl_optimizer_step(awl_optimizer *o)
     }
     bool *done = awl_xcalloc((size_t)o->n, sizeof *done);
     int status = AWL_OK;
+    awl_profiler_begin(AWL_PROFILE_PHASE, "optimizer");
     if (o->kind == AWL_OPTIM_ADAMW && awl_fused_kernels_enabled()) status = adamw_fused(o, done);
     for (int i = 0; i < o->n && status >= 0; i++) {
         awl_tensor *g = o->params[i]->grad;
@@ -425,6 +428,7 @@ int awl_optimizer_step(awl_optimizer *o)
         awl_scope_end();
         if (status >= 0) o->steps[i] = step;
     }
+    awl_profiler_end();
     free(done);
     if (status < 0) return status;
     o->step_count++;

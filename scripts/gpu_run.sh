@@ -27,6 +27,13 @@
 #   profile  kernel time of one training step by kernel, for the pairs in
 #          PROFILE (scripts/profile_kernels.py: torch.profiler over bench_gpt
 #          built as a shared library); $OUT/profile.txt; not part of all;
+#   profiler  awl's own op profiler (docs/profiling.md) on the GPU:
+#          test_profiler (its CUDA case: device time from events, the device
+#          track, the chip's peak), train_gpt --profile on shakespeare-char
+#          in bf16 (the summary and the memory ledger in
+#          $OUT/profiler.log, the trace checked as JSON with python3 and
+#          kept as $OUT/profiler-trace.json.gz), and bench_gpt's step split
+#          and MFU; not part of all;
 #   kernels  bench_cuda: every fused kernel (and each attention rung) against
 #          the copy and GEMM ceilings measured in the same process, and
 #          `awl-check --device cuda --perf` (each primitive against the CPU
@@ -187,7 +194,7 @@ stage_tests() {
     echo "== tests (each under ${TEST_TIMEOUT} s, all at once)"
     local t0=$(date +%s) gpu_suites=(test_ops_convert test_ops_elementwise test_ops_index
         test_ops_matmul test_ops_reduce test_ops_shape test_nn test_gpt test_checkpoint
-        test_higher_order test_errors test_generate)
+        test_higher_order test_errors test_generate test_profiler)
     local cpu_suites=(test_tensor test_autograd test_data test_optim test_resume test_safetensors
         test_student)
     rm -f "$B"/log/result_* "$B"/log/run_*
@@ -409,9 +416,30 @@ stage_train() {
     row "train: $(grep -h -E '^step [0-9]+/' "$OUT/train.log" | tail -1)"
 }
 
+stage_profiler() {
+    echo "== profiler: awl's op profiler and memory ledger on cuda"
+    local t0=$(date +%s) log=$OUT/profiler.log
+    env OMP_NUM_THREADS=2 CK_FORK=no timeout "$TEST_TIMEOUT" "$BIN/test_profiler" > "$log" 2>&1
+    row "profiler: test_profiler rc $? ($(grep -h -E '^[0-9]+%: Checks|bf16 peak' "$log" | tr '\n' ' '))"
+    "$BIN/train_gpt" --device cuda --config shakespeare-char --data "$DATA" --precision bf16 \
+        --steps 8 --profile /tmp/awl-profile.json --profile-steps 4:6 --memory-ledger \
+        --log-interval 8 --eval-iters 2 --sample-tokens 0 --log /tmp/awl-profile.csv >> "$log" 2>&1
+    row "profiler: train_gpt --profile rc $?; $(grep -h '^profile: [0-9]' "$log")"
+    grep -h -A 14 '^ceilings on' "$log" | sed 's/^/profiler: /' | tee -a "$SUMMARY"
+    grep -h '^memory step 8' "$log" | sed 's/^/profiler: /' | tee -a "$SUMMARY"
+    python3 -c "import json,sys,collections; d=json.load(open(sys.argv[1])); ev=d['traceEvents']; c=collections.Counter((e.get('pid'),e.get('cat')) for e in ev if e.get('ph')=='X'); print('profiler: trace valid JSON,', len(ev), 'events; complete events by (pid, cat):', dict(c))" \
+        /tmp/awl-profile.json 2>&1 | tee -a "$SUMMARY"
+    gzip -c /tmp/awl-profile.json > "$OUT/profiler-trace.json.gz"
+    "$BIN/bench_gpt" --device cuda --configs shakespeare-char --precisions fp32,bf16 \
+        --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" --data "$DATA" 2>&1 | tee -a "$log" |
+        grep -o '"config".*' | sed 's/^/profiler: bench_gpt /' | tee -a "$SUMMARY"
+    row "profiler: $(( $(date +%s) - t0 )) s"
+}
+
 has_stage tests && stage_tests
 has_stage kernels && stage_kernels
 has_stage profile && stage_profile
+has_stage profiler && stage_profiler
 has_stage bench && stage_bench
 has_stage generate && stage_generate
 has_stage train && stage_train

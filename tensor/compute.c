@@ -74,6 +74,15 @@ static awl_view broadcast_view(const awl_tensor *t, int ndim, const int64_t *sha
     return v;
 }
 
+/* dst's kernel copy of in into out, traced ("copy": strided copies, casts,
+ * concatenation). */
+static int traced_copy(const awl_tensor *dst, const awl_view *out, const awl_view *in)
+{
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "copy", dst, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){out, in});
+    return awl_trace_end(&k, backend_of(dst)->copy(out, in));
+}
+
 /* Whether t broadcasts to exactly (ndim, shape). */
 static int check_broadcasts_to(const char *op, const awl_tensor *t, int ndim, const int64_t *shape)
 {
@@ -134,7 +143,10 @@ awl_tensor *awl_tensor_unary(awl_unary_op op, awl_tensor *x, double alpha)
     awl_tensor *out = awl_tensor_alloc(name, x->storage->device, x->ndim, x->shape, x->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
-    return finish(name, out, backend_of(x)->unary(op, &vo, &vx, alpha));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, awl_unary_op_name(op), x, AWL_WORK(OUTPUT, 1), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
+    return finish(name, out, awl_trace_end(&k, backend_of(x)->unary(op, &vo, &vx, alpha)));
 }
 
 awl_tensor *awl_tensor_binary(awl_binary_op op, awl_tensor *a, awl_tensor *b)
@@ -151,7 +163,10 @@ awl_tensor *awl_tensor_binary(awl_binary_op op, awl_tensor *a, awl_tensor *b)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out);
     awl_view va = broadcast_view(a, ndim, shape), vb = broadcast_view(b, ndim, shape);
-    return finish(name, out, backend_of(a)->binary(op, &vo, &va, &vb));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, awl_binary_op_name(op), a, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vo, &va, &vb});
+    return finish(name, out, awl_trace_end(&k, backend_of(a)->binary(op, &vo, &va, &vb)));
 }
 
 awl_tensor *awl_tensor_where(awl_tensor *cond, awl_tensor *a, awl_tensor *b)
@@ -169,7 +184,10 @@ awl_tensor *awl_tensor_where(awl_tensor *cond, awl_tensor *a, awl_tensor *b)
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vc = broadcast_view(cond, n2, s2);
     awl_view va = broadcast_view(a, n2, s2), vb = broadcast_view(b, n2, s2);
-    return finish(op, out, backend_of(a)->where(&vo, &vc, &va, &vb));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "where", a, AWL_WORK(NONE, 0), 1, 4,
+                    (const awl_view *[]){&vo, &vc, &va, &vb});
+    return finish(op, out, awl_trace_end(&k, backend_of(a)->where(&vo, &vc, &va, &vb)));
 }
 
 int awl_tensor_unary_out(awl_unary_op op, awl_tensor *dst, awl_tensor *x, double alpha)
@@ -182,7 +200,10 @@ int awl_tensor_unary_out(awl_unary_op op, awl_tensor *dst, awl_tensor *x, double
         check_broadcasts_to(name, x, dst->ndim, dst->shape) < 0)
         return AWL_ERR_INVALID;
     awl_view vo = awl_tensor_view(dst), vx = broadcast_view(x, dst->ndim, dst->shape);
-    return awl_backend_status(name, backend_of(dst)->unary(op, &vo, &vx, alpha));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, awl_unary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
+    return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->unary(op, &vo, &vx, alpha)));
 }
 
 int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_tensor *b)
@@ -198,14 +219,19 @@ int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_
     awl_view vo = awl_tensor_view(dst);
     awl_view va = broadcast_view(a, dst->ndim, dst->shape);
     awl_view vb = broadcast_view(b, dst->ndim, dst->shape);
-    return awl_backend_status(name, backend_of(dst)->binary(op, &vo, &va, &vb));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, awl_binary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vo, &va, &vb});
+    return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->binary(op, &vo, &va, &vb)));
 }
 
 int awl_tensor_fill_(awl_tensor *dst, double value)
 {
     if (!dst) return AWL_ERR_INVALID;
     awl_view v = awl_tensor_view(dst);
-    return awl_backend_status("awl_fill_", backend_of(dst)->fill(&v, value));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "fill", dst, AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&v});
+    return awl_backend_status("awl_fill_", awl_trace_end(&k, backend_of(dst)->fill(&v, value)));
 }
 
 /* ---- copies, dtypes and devices -------------------------------------------------- */
@@ -247,7 +273,7 @@ int awl_tensor_copy_(awl_tensor *dst, awl_tensor *src)
         src->storage->device.index != dst->storage->device.index)
         return copy_across_devices(dst, src);
     awl_view vo = awl_tensor_view(dst), vi = broadcast_view(src, dst->ndim, dst->shape);
-    return awl_backend_status(op, backend_of(dst)->copy(&vo, &vi));
+    return awl_backend_status(op, traced_copy(dst, &vo, &vi));
 }
 
 awl_tensor *awl_tensor_clone(awl_tensor *t)
@@ -257,7 +283,7 @@ awl_tensor *awl_tensor_clone(awl_tensor *t)
         awl_tensor_alloc("awl_clone", t->storage->device, t->ndim, t->shape, t->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(t);
-    return finish("awl_clone", out, backend_of(t)->copy(&vo, &vi));
+    return finish("awl_clone", out, traced_copy(t, &vo, &vi));
 }
 
 awl_tensor *awl_tensor_contiguous(awl_tensor *t)
@@ -274,7 +300,7 @@ awl_tensor *awl_tensor_cast(awl_tensor *t, awl_dtype dtype)
     awl_tensor *out = awl_tensor_alloc("awl_cast", t->storage->device, t->ndim, t->shape, dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(t);
-    return finish("awl_cast", out, backend_of(t)->copy(&vo, &vi));
+    return finish("awl_cast", out, traced_copy(t, &vo, &vi));
 }
 
 awl_tensor *awl_tensor_to_device(awl_tensor *t, const char *device)
@@ -330,7 +356,10 @@ awl_tensor *awl_tensor_reduce(awl_reduce_op op, awl_tensor *x, int ndims, const 
     awl_tensor *out = awl_tensor_alloc(name, x->storage->device, x->ndim, shape, x->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x);
-    if (!finish(name, out, backend_of(x)->reduce(op, &vo, &vx))) return NULL;
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, awl_reduce_op_name(op), x, AWL_WORK(INPUT, 1), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
+    if (!finish(name, out, awl_trace_end(&k, backend_of(x)->reduce(op, &vo, &vx)))) return NULL;
     if (!keepdim) { /* drop the reduced axes from the fresh, contiguous result */
         int n = 0;
         for (int d = 0; d < x->ndim; d++)
@@ -432,7 +461,11 @@ awl_tensor *awl_tensor_matmul(awl_tensor *a, awl_tensor *b)
     awl_tensor *out = awl_tensor_alloc(op, a->storage->device, p.ndim, p.shape, a->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out);
-    if (!finish(op, out, backend_of(a)->matmul(&vo, &p.a, &p.b, false))) return NULL;
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "matmul", a, AWL_WORK(MATMUL, 0), 1, 3,
+                    (const awl_view *[]){&vo, &p.a, &p.b});
+    if (!finish(op, out, awl_trace_end(&k, backend_of(a)->matmul(&vo, &p.a, &p.b, false))))
+        return NULL;
     out->ndim = p.result_ndim; /* drop promoted axes: same elements, same order */
     memcpy(out->shape, p.result_shape, sizeof out->shape);
     awl_contiguous_strides(out->ndim, out->shape, out->strides);
@@ -465,7 +498,11 @@ int awl_tensor_matmul_out(awl_tensor *dst, awl_tensor *a, awl_tensor *b, bool ac
             vo.strides[d] = promoted ? 0 : dst->strides[src++];
         }
     }
-    return awl_backend_status(op, backend_of(dst)->matmul(&vo, &p.a, &p.b, accumulate));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "matmul", dst, accumulate ? AWL_WORK_RMW(MATMUL, 1) : AWL_WORK(MATMUL, 0),
+                    1, 3, (const awl_view *[]){&vo, &p.a, &p.b});
+    return awl_backend_status(
+        op, awl_trace_end(&k, backend_of(dst)->matmul(&vo, &p.a, &p.b, accumulate)));
 }
 
 /* ---- indexing ------------------------------------------------------------------------ */
@@ -520,7 +557,12 @@ awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx)
     awl_tensor *out = awl_tensor_alloc(op, src->storage->device, ndim, shape, src->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vs = awl_tensor_view(src), vi = awl_tensor_view(idx);
-    return finish(op, out, backend_of(src)->index_select(&vo, &vs, &vi));
+    awl_trace k;
+    /* the rows read are as many as the rows written */
+    AWL_TRACE_BEGIN(&k, "index_select", src, AWL_WORK(NONE, 0), 1, 2,
+                    (const awl_view *[]){&vo, &vi});
+    if (k.on) k.e.bytes *= 2;
+    return finish(op, out, awl_trace_end(&k, backend_of(src)->index_select(&vo, &vs, &vi)));
 }
 
 int awl_tensor_index_add_(awl_tensor *dst, awl_tensor *idx, awl_tensor *src)
@@ -540,7 +582,10 @@ int awl_tensor_index_add_(awl_tensor *dst, awl_tensor *idx, awl_tensor *src)
         check_indices(op, idx, dst->shape[0], "rows") < 0)
         return AWL_ERR_INVALID;
     awl_view vd = awl_tensor_view(dst), vi = awl_tensor_view(idx), vs = awl_tensor_view(src);
-    return awl_backend_status(op, backend_of(dst)->index_add(&vd, &vi, &vs));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "index_add", dst, AWL_WORK(INPUT, 1), 0, 2, (const awl_view *[]){&vs, &vi});
+    if (k.on) k.e.bytes *= 2; /* the rows added to are read and written: as many as the source's */
+    return awl_backend_status(op, awl_trace_end(&k, backend_of(dst)->index_add(&vd, &vi, &vs)));
 }
 
 /* gather/scatter_add shapes: idx has x's ndim and agrees with it except
@@ -566,7 +611,10 @@ awl_tensor *awl_tensor_gather(awl_tensor *x, int dim, awl_tensor *idx)
     awl_tensor *out = awl_tensor_alloc(op, x->storage->device, idx->ndim, idx->shape, x->dtype);
     if (!out) return NULL;
     awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x), vi = awl_tensor_view(idx);
-    return finish(op, out, backend_of(x)->gather(&vo, &vx, d, &vi));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "gather", x, AWL_WORK(NONE, 0), 1, 2, (const awl_view *[]){&vo, &vi});
+    if (k.on) k.e.bytes *= 2;
+    return finish(op, out, awl_trace_end(&k, backend_of(x)->gather(&vo, &vx, d, &vi)));
 }
 
 int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tensor *src)
@@ -586,7 +634,12 @@ int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tenso
         check_indices(op, idx, dst->shape[d], "entries") < 0)
         return AWL_ERR_INVALID;
     awl_view vd = awl_tensor_view(dst), vi = awl_tensor_view(idx), vs = awl_tensor_view(src);
-    return awl_backend_status(op, backend_of(dst)->scatter_add(&vd, d, &vi, &vs));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "scatter_add", dst, AWL_WORK(INPUT, 1), 0, 2,
+                    (const awl_view *[]){&vs, &vi});
+    if (k.on) k.e.bytes *= 2;
+    return awl_backend_status(op,
+                              awl_trace_end(&k, backend_of(dst)->scatter_add(&vd, d, &vi, &vs)));
 }
 
 /* ---- joining ------------------------------------------------------------------------- */
@@ -626,7 +679,7 @@ awl_tensor *awl_tensor_concat(int n, awl_tensor *const *ts, int dim)
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         awl_view vo = narrow_view(out, d, at, ts[i]->shape[d]), vi = awl_tensor_view(ts[i]);
-        if (!finish(op, out, backend_of(out)->copy(&vo, &vi))) return NULL;
+        if (!finish(op, out, traced_copy(out, &vo, &vi))) return NULL;
         at += ts[i]->shape[d];
     }
     return out;

@@ -116,6 +116,7 @@ const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size)
 
 static atomic_int num_threads;
 static atomic_bool fused_disabled;
+static atomic_bool matmul_fast; /* awl_set_float32_matmul_precision: high or medium */
 
 void awl_set_num_threads(int n)
 {
@@ -138,10 +139,13 @@ int awl_set_float32_matmul_precision(const char *precision)
         return awl_error(AWL_ERR_INVALID,
                          "awl_set_float32_matmul_precision: '%s' is not highest, high or medium",
                          precision ? precision : "(null)");
+    atomic_store(&matmul_fast, fast);
     for (int i = 0; i < awl_backend_count(); i++)
         if (awl_backend_at(i)->set_matmul_fast_fp32) awl_backend_at(i)->set_matmul_fast_fp32(fast);
     return AWL_OK;
 }
+
+bool awl_float32_matmul_fast(void) { return atomic_load(&matmul_fast); }
 
 bool awl_set_fused_kernels(bool on) { return !atomic_exchange(&fused_disabled, !on); }
 

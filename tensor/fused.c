@@ -124,7 +124,11 @@ int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log)
         !awl_is_contiguous(out) || awl_numel(x) == 0)
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = rows_view(out), vx = rows_view(x);
-    return kernel_status(op, awl_tensor_backend(x)->softmax_forward(&vo, &vx, log));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "softmax_forward", x, AWL_WORK(OUTPUT, 5), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
+    return kernel_status(op,
+                         awl_trace_end(&k, awl_tensor_backend(x)->softmax_forward(&vo, &vx, log)));
 }
 
 int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, bool log)
@@ -143,7 +147,11 @@ int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, b
     int status = AWL_ERR_INVALID;
     if (dyc) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vy = rows_view(y);
-        status = kernel_status(op, awl_tensor_backend(y)->softmax_backward(&vdx, &vdy, &vy, log));
+        awl_trace k;
+        AWL_TRACE_BEGIN(&k, "softmax_backward", y, AWL_WORK(OUTPUT, 4), 1, 3,
+                        (const awl_view *[]){&vdx, &vdy, &vy});
+        status = kernel_status(
+            op, awl_trace_end(&k, awl_tensor_backend(y)->softmax_backward(&vdx, &vdy, &vy, log)));
     }
     awl_scope_end();
     return status;
@@ -183,8 +191,11 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
         !awl_is_contiguous(out) || !vectors_of(4, (awl_tensor *[]){mean, rstd, weight, bias}, v, p))
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = rows_view(out), vx = rows_view(x);
-    return kernel_status(
-        op, awl_tensor_backend(x)->layernorm_forward(&vo, p[0], p[1], &vx, p[2], p[3], eps));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "layernorm_forward", x, AWL_WORK(OUTPUT, 8), 1, 2,
+                    (const awl_view *[]){&vo, &vx});
+    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_forward(
+                                                   &vo, p[0], p[1], &vx, p[2], p[3], eps)));
 }
 
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
@@ -215,8 +226,12 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
     int status = AWL_ERR_INVALID;
     if (dyc) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
-        status = kernel_status(op, awl_tensor_backend(x)->layernorm_backward(
-                                       &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4]));
+        awl_trace k;
+        AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, 14), 1, 3,
+                        (const awl_view *[]){&vdx, &vdy, &vx});
+        status = kernel_status(
+            op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
+                                      &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4])));
     }
     awl_scope_end();
     return status;
@@ -252,8 +267,11 @@ int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tens
         !vector_view(targets, &vt))
         return AWL_ERR_UNSUPPORTED;
     awl_view vx = rows_view(logits);
-    return kernel_status(
-        op, awl_tensor_backend(logits)->cross_entropy_forward(&vl, &vz, &vx, &vt, ignore_index));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "cross_entropy_forward", logits, AWL_WORK(INPUT, 4), 1, 3,
+                    (const awl_view *[]){&vl, &vx, &vt});
+    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(logits)->cross_entropy_forward(
+                                                   &vl, &vz, &vx, &vt, ignore_index)));
 }
 
 int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
@@ -272,8 +290,11 @@ int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, aw
         !vector_view(lse, &vz) || !vector_view(targets, &vt))
         return AWL_ERR_UNSUPPORTED;
     awl_view vd = rows_view(dlogits), vx = rows_view(logits);
-    return kernel_status(op, awl_tensor_backend(logits)->cross_entropy_backward(&vd, &vg, &vx, &vz,
-                                                                                &vt, ignore_index));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "cross_entropy_backward", logits, AWL_WORK(OUTPUT, 4), 1, 3,
+                    (const awl_view *[]){&vd, &vx, &vt});
+    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(logits)->cross_entropy_backward(
+                                                   &vd, &vg, &vx, &vz, &vt, ignore_index)));
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -305,6 +326,17 @@ static int check_heads(const char *op, int n, awl_tensor *const *ts, const char 
     return check_dtype(op, "lse", lse, AWL_F32);
 }
 
+/* FLOPs of an attention kernel of `products` (T x T x D) products per
+ * head: 2 forward (q k^T, p v), 5 backward (the scores again, then dv, dp,
+ * dq, dk); causal attention computes half of each. */
+static double attention_flops(const awl_tensor *q, const awl_tensor *k,
+                              const awl_attention_args *args, int products)
+{
+    double bh = (double)q->shape[0] * (double)q->shape[1];
+    double per = 2.0 * (double)q->shape[2] * (double)k->shape[2] * (double)q->shape[3];
+    return products * bh * per * (args->causal ? 0.5 : 1.0);
+}
+
 int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q, awl_tensor *k,
                                  awl_tensor *v, const awl_attention_args *args)
 {
@@ -320,9 +352,12 @@ int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), vl = awl_tensor_view(lse), vq = awl_tensor_view(q),
              vk = awl_tensor_view(k), vv = awl_tensor_view(v);
-    return kernel_status(op, awl_tensor_backend(q)->attention_forward(&vo, &vl, &vq, &vk, &vv,
-                                                                      args->scale, args->causal,
-                                                                      args->dropout));
+    awl_trace t;
+    AWL_TRACE_BEGIN(&t, "attention_forward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 2)), 1,
+                    4, (const awl_view *[]){&vo, &vq, &vk, &vv});
+    return kernel_status(op, awl_trace_end(&t, awl_tensor_backend(q)->attention_forward(
+                                                   &vo, &vl, &vq, &vk, &vv, args->scale,
+                                                   args->causal, args->dropout)));
 }
 
 int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
@@ -343,9 +378,12 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
     awl_view vdq = awl_tensor_view(dq), vdk = awl_tensor_view(dk), vdv = awl_tensor_view(dv),
              vdo = awl_tensor_view(dout), vq = awl_tensor_view(q), vk = awl_tensor_view(k),
              vv = awl_tensor_view(v), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
-    return kernel_status(op, awl_tensor_backend(q)->attention_backward(
-                                 &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl, args->scale,
-                                 args->causal, args->dropout));
+    awl_trace t;
+    AWL_TRACE_BEGIN(&t, "attention_backward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 5)), 3,
+                    8, (const awl_view *[]){&vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo});
+    return kernel_status(op, awl_trace_end(&t, awl_tensor_backend(q)->attention_backward(
+                                                   &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl,
+                                                   args->scale, args->causal, args->dropout)));
 }
 
 /* ---- dropout ------------------------------------------------------------------------------ */
@@ -362,7 +400,9 @@ int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *
         !(d->p > 0.0 && d->p < 1.0) || awl_numel(out) == 0)
         return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), vi = awl_tensor_view(in);
-    return kernel_status(op, awl_tensor_backend(in)->dropout(&vo, &vi, d));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "dropout", in, AWL_WORK(OUTPUT, 1), 1, 2, (const awl_view *[]){&vo, &vi});
+    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(in)->dropout(&vo, &vi, d)));
 }
 
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */
@@ -387,7 +427,11 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
     if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vbias = awl_tensor_view(bias);
-    return kernel_status(op, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "matmul_bias", a, AWL_WORK(MATMUL, 1), 1, 4,
+                    (const awl_view *[]){&vo, &va, &vb, &vbias});
+    return kernel_status(
+        op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias)));
 }
 
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)
@@ -400,7 +444,11 @@ int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)
         return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_GELU_BACKWARD, x)) return AWL_ERR_UNSUPPORTED;
     awl_view vdx = awl_tensor_view(dx), vdy = awl_tensor_view(dy), vx = awl_tensor_view(x);
-    return kernel_status(op, awl_tensor_backend(x)->gelu_backward(&vdx, &vdy, &vx));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "gelu_backward", x, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vdx, &vdy, &vx});
+    return kernel_status(op,
+                         awl_trace_end(&k, awl_tensor_backend(x)->gelu_backward(&vdx, &vdy, &vx)));
 }
 
 /* ---- AdamW -------------------------------------------------------------------------------- */
@@ -428,9 +476,17 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
         views[2 * n + i] = awl_tensor_view(m[i]);
         views[3 * n + i] = awl_tensor_view(v[i]);
     }
-    int status = kernel_status(
-        op, awl_tensor_backend(params[0])->adamw_step(n, views, views + n, views + 2 * n,
-                                                      views + 3 * n, weight_decay, args));
+    /* per element: the parameter, m and v read and written, the gradient
+     * read; about 12 FLOPs (docs/profiling.md) */
+    double elements = 0, size = (double)awl_dtype_size(params[0]->dtype);
+    for (int i = 0; i < n; i++) elements += (double)awl_numel(params[i]);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "adamw_step", params[0], AWL_WORK(NONE, 0), 1, 1,
+                    (const awl_view *[]){&views[0]});
+    awl_trace_set_work(&k, 7 * size * elements, 12 * elements);
+    int status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(
+                                                         n, views, views + n, views + 2 * n,
+                                                         views + 3 * n, weight_decay, args)));
     free(views);
     return status;
 }

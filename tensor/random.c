@@ -62,7 +62,10 @@ static int fill_random(const char *op, awl_tensor *dst, awl_random_kind kind, do
                          awl_dtype_name(dst->dtype));
     uint64_t seed, offset = reserve((uint64_t)awl_numel(dst), &seed);
     awl_view v = awl_tensor_view(dst);
-    return awl_backend_status(op, awl_tensor_backend(dst)->random(&v, kind, seed, offset, a, b));
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "random", dst, AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&v});
+    return awl_backend_status(
+        op, awl_trace_end(&k, awl_tensor_backend(dst)->random(&v, kind, seed, offset, a, b)));
 }
 
 int awl_tensor_uniform_(awl_tensor *dst, double low, double high)

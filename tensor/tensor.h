@@ -63,6 +63,9 @@ typedef struct awl_storage {
     void *data;
     size_t nbytes;
     awl_device device;
+    int role;    /* its awl_memory_role (the ledger); set through the API */
+    int saved;   /* graph nodes keeping it for backward */
+    int counted; /* the role its bytes are counted under (tensor/storage.c) */
 } awl_storage;
 
 /* The part of an autograd graph node the tensor layer needs in order to drop
@@ -255,8 +258,48 @@ typedef struct awl_memory_stats {
 } awl_memory_stats;
 
 int awl_memory_get_stats(const char *device, awl_memory_stats *out);
-/* Sets the peak to the bytes in use now. */
+/* Sets the peak to the bytes in use now (and the ledger's maxima and
+ * figures at the peak to the figures now). */
 int awl_memory_reset_peak(const char *device);
+
+/* The memory ledger: every storage is counted under one role, so the bytes
+ * in use split exactly into what they are for. A storage is a temporary
+ * until tagged; the library tags parameters (nn's parameter lists),
+ * gradients (the engine, awl_set_grad, DDP's buckets) and optimizer state
+ * (the optimizers), and a temporary that a graph node keeps for backward
+ * counts as a saved activation while some node keeps it. */
+typedef enum awl_memory_role {
+    AWL_MEMORY_TEMPORARY,
+    AWL_MEMORY_PARAMETER,
+    AWL_MEMORY_GRADIENT,
+    AWL_MEMORY_OPTIMIZER,
+    AWL_MEMORY_ACTIVATION,
+    AWL_MEMORY_ROLE_COUNT
+} awl_memory_role;
+
+/* "temporaries", "parameters", "gradients", "optimizer state", "saved
+ * activations". */
+const char *awl_memory_role_name(awl_memory_role role);
+
+typedef struct awl_memory_ledger {
+    int64_t now[AWL_MEMORY_ROLE_COUNT];     /* bytes held now, by role                   */
+    int64_t max[AWL_MEMORY_ROLE_COUNT];     /* the most each role held since the reset    */
+    int64_t at_peak[AWL_MEMORY_ROLE_COUNT]; /* by role when in_use reached the peak       */
+    int64_t peak;                           /* the peak of in_use since the reset         */
+    int64_t cached_free;                    /* reserved - in use: the allocator's reserve */
+} awl_memory_ledger;
+
+int awl_memory_get_ledger(const char *device, awl_memory_ledger *out);
+/* Counts t's storage (shared by all its views) under role from now on;
+ * NULL is a no-op. Tagging AWL_MEMORY_ACTIVATION is an error: that role
+ * follows from awl_tensor_saved. */
+int awl_tensor_set_memory_role(awl_tensor *t, awl_memory_role role);
+/* The role t's storage counts under now (a saved temporary is an
+ * activation). */
+awl_memory_role awl_tensor_memory_role(const awl_tensor *t);
+/* A graph node starts (+1) or stops (-1) keeping t for backward: while
+ * some node keeps a temporary's storage, it counts as a saved activation. */
+void awl_tensor_saved(awl_tensor *t, int delta);
 
 /* ---- raw views (no autograd; share storage) ------------------------------------ */
 

@@ -7,6 +7,7 @@
 #define AWL_TENSOR_INTERNAL_H
 
 #include "common/alloc.h"
+#include "tensor/profiler_internal.h"
 #include "tensor/tensor.h"
 
 /* A new storage of nbytes on device, one reference held by the caller, and
@@ -37,6 +38,10 @@ void awl_discard(awl_tensor *t);
 
 /* Row-major strides for shape. */
 void awl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* Whether awl_set_float32_matmul_precision last allowed a faster float32
+ * matmul ("high" or "medium"). */
+bool awl_float32_matmul_fast(void);
 
 /* Records a status from a backend call that failed without a message. */
 int awl_backend_status(const char *op, int status);

@@ -87,6 +87,7 @@ static const awl_backend cpu_backend = {
     .empty_cache = awl_cpu_empty_cache,
     .set_num_threads = cpu_set_num_threads,
     .set_matmul_fast_fp32 = NULL,
+    .peak_flops = awl_cpu_peak_flops,
     .softmax_forward = awl_cpu_softmax_forward,
     .softmax_backward = awl_cpu_softmax_backward,
     .layernorm_forward = awl_cpu_layernorm_forward,

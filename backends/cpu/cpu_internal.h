@@ -118,6 +118,9 @@ void awl_cpu_free(int device, void *ptr, size_t nbytes);
 size_t awl_cpu_memory_reserved(int device);
 void awl_cpu_empty_cache(int device);
 
+/* cpu_peak.c: the FMA peak of the cores in use, measured once and cached */
+double awl_cpu_peak_flops(int device, awl_dtype dtype, bool fast_fp32, char *source, size_t size);
+
 /* cpu_elementwise.c */
 int awl_cpu_fill(const awl_view *out, double value);
 int awl_cpu_copy(const awl_view *out, const awl_view *in);

@@ -197,6 +197,12 @@ static awl_backend make_table(void)
     t.set_matmul_fast_fp32 = awlc_set_matmul_fast_fp32;
     t.stream = cuda_stream;
     t.set_option = cuda_set_option;
+    t.peak_flops = awlc_peak_flops;
+    t.marker_record = awlc_marker_record;
+    t.marker_seconds = awlc_marker_seconds;
+    t.marker_free = awlc_marker_free;
+    t.range_push = awlc_range_push;
+    t.range_pop = awlc_range_pop;
     t.softmax_forward = awlc_softmax_forward;
     t.softmax_backward = awlc_softmax_backward;
     t.layernorm_forward = awlc_layernorm_forward;

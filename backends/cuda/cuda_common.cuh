@@ -521,6 +521,14 @@ int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vi
                             const awl_view *v, const awl_view *out, const awl_view *lse,
                             double scale, bool causal, const awl_dropout_args *dropout);
 
+/* cuda_profile.cu: device time, NVTX ranges and the chip's peak (backend.h) */
+void *awlc_marker_record(int device);
+int awlc_marker_seconds(int device, void *a, void *b, double *seconds);
+void awlc_marker_free(int device, void *marker);
+void awlc_range_push(const char *name);
+void awlc_range_pop(void);
+double awlc_peak_flops(int device, awl_dtype dtype, bool fast_fp32, char *source, size_t size);
+
 /* cuda_adamw.cu */
 int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                     const awl_view *v, const float *weight_decay, const awl_adamw_args *args);

@@ -287,7 +287,8 @@ static int open_log(trainer *t)
     if (!t->log) return complain("--log %s: cannot write it: %s", s->log, strerror(errno));
     if (!append)
         fprintf(t->log, "step,train_loss,val_loss,lr,tokens_per_sec,mfu,elapsed_s,param_bytes,"
-                        "grad_bytes,optimizer_bytes,peak_bytes\n");
+                        "grad_bytes,optimizer_bytes,peak_bytes,mem_temporaries,mem_parameters,"
+                        "mem_gradients,mem_optimizer,mem_activations,mem_cached_free,mem_peak\n");
     return 0;
 }
 
@@ -404,6 +405,7 @@ static int run(trainer *t)
     if (rank_device(t) < 0 || check_device(s) < 0 || join_job(t) < 0) return 1;
     if (is_leader(t) && s->save && check_writable("save", s->save) < 0) return 1;
     if (is_leader(t) && s->log && s->log[0] && check_writable("log", s->log) < 0) return 1;
+    if (is_leader(t) && s->profile && check_writable("profile", s->profile) < 0) return 1;
     if (s->resume) {
         if (resume_settings(t) < 0) return 1;
     } else if (configure(t) < 0 || (s->init_from && init_from_settings(t) < 0)) {
@@ -440,7 +442,7 @@ int main(int argc, char **argv)
     int parsed = parse_args(argc, argv, &t.s);
     if (parsed > 0) print_help(argv[0]);
     if (parsed != 0) return parsed > 0 ? 0 : 2;
-    if (check_settings(&t.s) < 0) return 2;
+    if (check_settings(&t.s) < 0 || parse_profile_steps(&t.s) < 0) return 2;
     int status = run(&t);
     if (t.log) fclose(t.log);
     awl_ddp_free(t.ddp);

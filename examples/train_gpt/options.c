@@ -131,6 +131,22 @@ const option_spec train_options[] = {
      "efficiency)",
      OPT_DOUBLE, FIELD(baseline_tokens_per_s), SCOPE_INVOCATION, .dlo = 0, .dhi = INFINITY,
      .dlo_open = true},
+    {"profile", "PATH",
+     "record the steps of --profile-steps: a Chrome trace (Perfetto, chrome://tracing) at PATH, "
+     "the ops' summary and roofline on stdout and in PATH's .summary.tsv (docs/profiling.md)",
+     OPT_STRING, FIELD(profile), SCOPE_INVOCATION, .ilo = 0},
+    {"profile-steps", "A:B", "the steps --profile records, A to B inclusive (default 2:4)",
+     OPT_STRING, FIELD(profile_steps), SCOPE_INVOCATION, .ilo = 0},
+    {"memory-ledger", NULL,
+     "print each logged step's memory by role (parameters, gradients, optimizer state, saved "
+     "activations, temporaries, cached free, peak) and check the first three against 4/4/8 bytes "
+     "a parameter",
+     OPT_FLAG, FIELD(memory_ledger), SCOPE_INVOCATION, .ilo = 0},
+    {"peak-gflops", "X",
+     "the hardware's peak GFLOP/s that MFU is measured against (default: the CPU's FMA peak, "
+     "measured once and cached, or the GPU's datasheet rate)",
+     OPT_DOUBLE, FIELD(peak_gflops), SCOPE_INVOCATION, .dlo = 0, .dhi = INFINITY,
+     .dlo_open = true},
     {"sample-tokens", "N", "tokens to sample at the end (default 300; 0: none)", OPT_INT,
      FIELD(sample_tokens), SCOPE_INVOCATION, COUNT(0, 1 << 20)},
     {"temperature", "X", "sampling temperature (default 0.8; 0: always the most likely token)",
@@ -174,6 +190,7 @@ settings default_settings(void)
     s.temperature = 0.8;
     s.top_k = 200;
     s.prompt = "\n";
+    s.profile_steps = "2:4";
     return s;
 }
 

@@ -142,10 +142,14 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         if (local) accumulate_locally(t, true);
         awl_scope_begin();
         awl_tensor *x, *y, *loss = NULL;
-        if (awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, s->device, &x, &y) ==
-            0) {
+        awl_profiler_begin(AWL_PROFILE_PHASE, "data");
+        int got = awl_text_dataset_batch(t->data, AWL_SPLIT_TRAIN, t->cfg.batch, s->device, &x, &y);
+        awl_profiler_end();
+        if (got == 0) {
+            awl_profiler_begin(AWL_PROFILE_PHASE, "forward");
             awl_tensor *l = model_loss(t, x, y);
             loss = awl_keep(s->grad_accum > 1 ? awl_div_scalar(l, s->grad_accum) : l);
+            awl_profiler_end();
         }
         awl_scope_end();
         if (!loss) return step_failed(t, "forward");
@@ -160,10 +164,15 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         if (status < 0) return step_failed(t, "backward");
         total += value;
     }
-    if (wait_gradients(t) < 0) return step_failed(t, "averaging the gradients");
+    awl_profiler_begin(AWL_PROFILE_COMM, "wait for gradients");
+    int waited = wait_gradients(t);
+    awl_profiler_end();
+    if (waited < 0) return step_failed(t, "averaging the gradients");
     /* the norm is measured even without clipping: it is the check that
      * every gradient is finite */
+    awl_profiler_begin(AWL_PROFILE_PHASE, "grad_clip");
     double norm = clip_gradients(t, s->grad_clip > 0 ? s->grad_clip : INFINITY);
+    awl_profiler_end();
     if (!isfinite(norm)) return non_finite(t, "the gradient norm", norm);
     if (norm < 0) return step_failed(t, "clipping the gradients");
     if (optimizer_step(t) < 0) return step_failed(t, "the optimizer");
@@ -207,13 +216,24 @@ static int evaluate(trainer *t, awl_data_split split, double *mean)
 /* ---- the loop ------------------------------------------------------------------ */
 
 typedef struct speed {
-    double peak; /* the matmul ceiling of all ranks together, FLOP/s */
+    double peak;   /* MFU's denominator: the hardware's peak of all ranks together, FLOP/s */
+    double matmul; /* the sgemm ceiling measured at start-up, FLOP/s */
+    char peak_source[160];
     double flops_per_token;
     int64_t tokens_per_step; /* all ranks together */
     double window_start, window_wait;
     int window_steps;
     double tok_s, mfu, comm; /* comm: share of the time spent waiting for gradients */
 } speed;
+
+/* evaluate(), as a phase of the trace. */
+static int evaluate_profiled(trainer *t, awl_data_split split, double *mean)
+{
+    awl_profiler_begin(AWL_PROFILE_PHASE, "eval");
+    int status = evaluate(t, split, mean);
+    awl_profiler_end();
+    return status;
+}
 
 static void speed_update(speed *v, const trainer *t)
 {
@@ -270,9 +290,10 @@ static void print_banner(const trainer *t, const speed *v)
            t->cfg.n_layer, t->cfg.n_head, t->cfg.n_embd, t->cfg.block, t->cfg.vocab,
            awl_tokenizer_kind(t->tok), t->cfg.batch, t->cfg.dropout);
     printf("training: steps %lld to %lld of %lld tokens on %s (%s), %d threads; matmul ceiling "
-           "%.1f GFLOP/s\n",
+           "%.1f GFLOP/s; MFU against %.1f GFLOP/s (%s)\n",
            (long long)t->state.step + 1, (long long)s->steps, (long long)v->tokens_per_step,
-           s->device, s->precision, awl_get_num_threads(), v->peak * 1e-9);
+           s->device, s->precision, awl_get_num_threads(), v->matmul * 1e-9, v->peak * 1e-9,
+           v->peak_source);
     if (t->ddp && !t->tp) {
         awl_ddp_stats st;
         awl_ddp_get_stats(t->ddp, &st);
@@ -314,10 +335,13 @@ int train(trainer *t)
     settings *s = &t->s;
     bool tty = isatty(STDOUT_FILENO);
     speed v = {0};
-    /* MFU against the matmul rate of the run's precision (TF32 mode is on);
-     * the probe leaves the generator alone */
-    v.peak = awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32) *
-             t->world;
+    /* MFU against the hardware's fixed peak in the run's precision (TF32's
+     * with --precision tf32), so it cannot read above 100%; the sgemm rate
+     * is shown beside it (the probe leaves the generator alone) */
+    v.peak = mfu_peak(t, v.peak_source, sizeof v.peak_source);
+    v.matmul =
+        awl_gpt_matmul_rate(s->device, strcmp(s->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32) *
+        t->world;
     v.flops_per_token = awl_gpt_flops_per_token(&t->cfg);
     v.tokens_per_step = (int64_t)t->cfg.batch * t->cfg.block * s->grad_accum * t->dp_world;
     print_banner(t, &v);
@@ -329,12 +353,16 @@ int train(trainer *t)
     while (t->state.step < s->steps) {
         double lr = awl_lr_at(&t->schedule, t->state.step), loss = 0;
         int stop = 0;
+        if (profile_step_begin(t, t->state.step + 1) < 0) return -1;
         if (train_step(t, lr, &loss) < 0 || agree(t, &loss, &stop) < 0) {
             if (tty) printf("\n");
             return -1;
         }
+        awl_profiler_end(); /* the step's range */
         t->state.step++;
         int64_t step = t->state.step;
+        awl_memory_ledger ledger;
+        ledger_step(t, step, step % s->log_interval == 0 || step == s->steps, &ledger);
         speed_update(&v, t);
         show_progress(&p, step, loss, lr, v.tok_s, v.mfu, t->ddp || t->zero ? v.comm : -1,
                       s->log_interval);
@@ -344,8 +372,8 @@ int train(trainer *t)
                     (last || (s->eval_interval > 0 && step % s->eval_interval == 0));
         double val = NAN, train_eval = NAN;
         if (eval) {
-            if (evaluate(t, AWL_SPLIT_TRAIN, &train_eval) < 0 ||
-                evaluate(t, AWL_SPLIT_VAL, &val) < 0)
+            if (evaluate_profiled(t, AWL_SPLIT_TRAIN, &train_eval) < 0 ||
+                evaluate_profiled(t, AWL_SPLIT_VAL, &val) < 0)
                 return -1;
             printf("%sstep %lld: train loss %.4f, val loss %.4f (%.0f s)\n", tty ? "\r\033[K" : "",
                    (long long)step, train_eval, val, now() - p.start_time);
@@ -366,11 +394,15 @@ int train(trainer *t)
             memory_ledger(t, &m);
             fprintf(t->log, "%lld,%.6f,", (long long)step, loss);
             if (eval) fprintf(t->log, "%.6f", val);
-            fprintf(t->log, ",%.6e,%.1f,%.4f,%.2f,%lld,%lld,%lld,%lld\n", lr, v.tok_s, v.mfu,
+            fprintf(t->log, ",%.6e,%.1f,%.4f,%.2f,%lld,%lld,%lld,%lld", lr, v.tok_s, v.mfu,
                     now() - p.start_time, (long long)m.params, (long long)m.grads,
                     (long long)m.optimizer, (long long)m.peak);
+            for (int r = 0; r < AWL_MEMORY_ROLE_COUNT; r++)
+                fprintf(t->log, ",%lld", (long long)ledger.max[r]);
+            fprintf(t->log, ",%lld,%lld\n", (long long)ledger.cached_free, (long long)ledger.peak);
             fflush(t->log);
         }
+        if (profile_step_end(t, step, last || stop) < 0) return -1;
         if (stop) {
             if (tty) printf("\n");
             printf("train_gpt: %s: stopped after step %lld\n", stop == SIGINT ? "SIGINT" : "SIGTERM",

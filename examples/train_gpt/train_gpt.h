@@ -8,6 +8,7 @@
  *     parallel.c    a step's verbs for one process, DDP, ZeRO or a split model;
  *                   the whole model from the pieces; the memory ledger
  *     main.c        setting a run up, signals, the sample
+ *     profile.c     --profile, --memory-ledger, MFU's peak
  *
  * Under awlrun, torchrun, mpirun or srun the run is
  * data-parallel: every rank trains the same model on its own batches, DDP
@@ -52,6 +53,10 @@ typedef struct settings {
     double temperature;
     const char *prompt;
     const char *dist_backend;     /* auto, tcp or mpi */
+    const char *profile, *profile_steps; /* --profile's trace; "A:B" */
+    int64_t profile_from, profile_to;    /* parsed from profile_steps (profile.c) */
+    bool memory_ledger;
+    double peak_gflops;       /* 0: the device's own peak */
     uint64_t given;           /* bit i: train_options[i] was on the command line */
     uint64_t from_checkpoint; /* bit i: its value came from --resume's checkpoint */
 } settings;
@@ -205,6 +210,25 @@ typedef struct memory_use {
     int64_t params, grads, optimizer, peak;
 } memory_use;
 void memory_ledger(trainer *t, memory_use *out);
+
+/* ---- profiling, MFU and the memory ledger (profile.c) ------------------------------ */
+
+/* Parses and checks --profile-steps into profile_from, profile_to. 0 or -1. */
+int parse_profile_steps(settings *s);
+/* MFU's denominator for the whole job: --peak-gflops, or the device's own
+ * peak (awl_device_peak_flops), times the ranks; where it comes from in
+ * source. 0 when unknown. */
+double mfu_peak(const trainer *t, char *source, size_t size);
+/* Around training step `step` (counted from 1): starts and stops the
+ * profiler for --profile's steps, opens the "step" range. */
+int profile_step_begin(trainer *t, int64_t step);
+/* After the step and its evaluation (the step's range closed): after the
+ * last profiled step, or the run's `last`, stops the profiler, writes the
+ * trace and the summary and prints it. 0 or -1. */
+int profile_step_end(trainer *t, int64_t step, bool last);
+/* The tensor layer's ledger of this rank's device for the step that just
+ * ended; printed when `print` (a logged step) and --memory-ledger. */
+void ledger_step(trainer *t, int64_t step, bool print, awl_memory_ledger *out);
 
 /* ---- training (train.c) --------------------------------------------------------- */
 

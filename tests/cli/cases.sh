@@ -609,5 +609,53 @@ case_parallel_option_errors() {
     expect_msg "--zero 3 is out of range"
 }
 
+# ---- the profiler and the memory ledger (docs/profiling.md) ------------------------------
+
+case_profile_option_errors() {
+    make_corpus
+    run $TINY --data corpus.txt --steps 6 --profile t.json --profile-steps 5:2
+    expect_rc 2
+    expect_msg "--profile-steps 5:2: expected A:B, the first and the last step to record (1 <= A <= B)"
+    run $TINY --data corpus.txt --steps 6 --profile t.json --profile-steps 3
+    expect_rc 2
+    expect_msg "--profile-steps 3: expected A:B"
+    run $TINY --data corpus.txt --steps 4 --profile t.json --profile-steps 2:9
+    expect_rc 2
+    expect_msg "--profile-steps 2:9: the run ends at step 4 (--steps)"
+    run $TINY --data corpus.txt --steps 4 --profile-steps 2:3
+    expect_rc 2
+    expect_msg "--profile-steps 2:3 needs --profile PATH"
+    run $TINY --data corpus.txt --steps 2 --profile missing/dir/t.json
+    expect_rc 1
+    expect_msg "--profile missing/dir/t.json: the directory missing/dir does not exist"
+    [ -e t.json ] && fail "a trace was written"
+    run $TINY --data corpus.txt --steps 2 --save r.st
+    run $TINY --data corpus.txt --resume r.st --steps 4 --profile t.json --profile-steps 1:2
+    expect_rc 0
+    expect_msg "--profile-steps 1:2: the run starts at step 3, after step 1: nothing is recorded"
+    [ -e t.json ] && fail "a trace was written"
+    return 0
+}
+
+case_profile_writes_trace() {
+    make_corpus
+    run $TINY --data corpus.txt --steps 4 --profile t.json --profile-steps 2:3 --memory-ledger \
+        --log-interval 1 --log log.csv
+    expect_rc 0
+    expect_msg "profile: steps 2 to 3 in t.json"
+    expect_msg "profile: 2 steps,"
+    expect_msg "matmul"
+    expect_msg "ceilings on cpu (measured in this process)"
+    expect_msg "memory step 3: with psi = 4224 parameters: parameters 16896 = 4 psi, gradients 16896 = 4 psi, optimizer state 33792 = 8 psi"
+    if grep -qE 'MFU [0-9]{3,}\.' out.txt; then fail "MFU at or above 100%"; fi
+    grep -q '"cat":"kernel"' t.json || fail "no kernel in the trace"
+    grep -q '"name":"backward","cat":"phase"' t.json || fail "no backward phase in the trace"
+    head -1 t.summary.tsv | grep -q '^# device cpu' || fail "no summary"
+    expect_no_msg "nothing is recorded"
+    head -1 log.csv | grep -q ',mem_activations,' || fail "no ledger columns in the log"
+    [ "$(tail -1 log.csv | tr ',' '\n' | wc -l)" = "$(head -1 log.csv | tr ',' '\n' | wc -l)" ] ||
+        fail "the log's rows and header differ in columns"
+}
+
 "case_$CASE"
 echo "PASS [$CASE]"
