@@ -387,8 +387,12 @@ double awl_measure_matmul_rate(const char *device, awl_dtype dtype)
 {
     /* the size: doubled from 256 until a product takes 10 ms (1024 on a
      * laptop CPU, 8192 on a datacenter GPU, a few hundred on a backend
-     * still made of plain loops); these first products are the warm-up */
+     * still made of plain loops); these first products are the warm-up.
+     * The very first one is not timed: it pays for opening the library
+     * (cuBLAS loads on first use), which took more than 10 ms and stopped
+     * the search at 256, a launch-bound size (1.4 TFLOP/s on an H200). */
     int64_t n = 256;
+    if (product_seconds(device, dtype, n, 1) < 0) return 0;
     for (;;) {
         double t = product_seconds(device, dtype, n, 1);
         if (t < 0) return 0;
