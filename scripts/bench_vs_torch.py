@@ -97,11 +97,18 @@ def main():
     ap.add_argument("--awl", action="append", metavar="LABEL=BENCH_GPT",
                     help="an awl binary to time (repeatable; the first is the one "
                          "the ratios are of); default: awl=build-cpu/bench_gpt, or build/")
+    ap.add_argument("--wait-policy", choices=["default", "passive", "active"], default="default",
+                    help="OMP_WAIT_POLICY for every side alike (default: left unset, "
+                         "libgomp's spinning waits)")
     ap.add_argument("--venv", default="/tmp/torch2", help="PyTorch 2.11's virtualenv")
     ap.add_argument("--peers", default="torch2.11,torch1.13",
                     help="which PyTorch peers to run, comma-separated (empty: none, to "
                          "compare awl binaries only)")
     args = ap.parse_args()
+    # set before any child starts, so awl and both peers wait alike
+    os.environ.pop("OMP_WAIT_POLICY", None)
+    if args.wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.wait_policy.upper()
 
     awls = []
     for spec in args.awl or []:
@@ -116,14 +123,16 @@ def main():
     wanted = [p for p in args.peers.split(",") if p]
     peers = [p for p in torch_envs(args.venv) if p[0] in wanted]
 
-    kernels = {"kind": "kernels", "config": args.config, "threads": args.threads}
+    kernels = {"kind": "kernels", "config": args.config, "threads": args.threads,
+               "wait_policy": args.wait_policy}
     for label, python, env in peers:
         r = subprocess.run([python, "-c", TORCH_INFO], capture_output=True, text=True, env=env)
         kernels[label] = last_json(r.stdout)
 
     rounds = []
     for rnd in range(1, args.rounds + 1):
-        row = {"kind": "round", "round": rnd, "config": args.config, "threads": args.threads}
+        row = {"kind": "round", "round": rnd, "config": args.config, "threads": args.threads,
+               "wait_policy": args.wait_policy}
         for label, path in awls:
             out = run_awl(path, args.config, args.threads, args.steps, args.warmup)
             row[label] = None if out is None else {
@@ -147,7 +156,8 @@ def main():
         print(json.dumps(row), flush=True)
         rounds.append(row)
 
-    summary = {"kind": "summary", "config": args.config, "threads": args.threads, "rounds": args.rounds}
+    summary = {"kind": "summary", "config": args.config, "threads": args.threads,
+               "wait_policy": args.wait_policy, "rounds": args.rounds}
     labels = [lb for lb, _ in awls] + [lb for lb, _, _ in peers]
     for key in labels + [k for k in rounds[0] if "/" in k]:
         vals = [r[key] for r in rounds if r.get(key) is not None]
