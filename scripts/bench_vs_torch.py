@@ -18,7 +18,8 @@ Prints JSON lines on stdout:
                             OpenBLAS for 1.13, from torch.__config__.show())
   {"kind":"round", ...}     per round: tokens/s and peak RSS of each side,
                             and awl / each peer
-  {"kind":"summary", ...}   medians over the rounds
+  {"kind":"summary", ...}   medians over the rounds, each side's best round,
+                            and the ratio of the best rounds
 Only the standard library is used, so any python3 runs it.
 """
 import argparse
@@ -168,7 +169,14 @@ def main():
                             "min": min(vals), "max": max(vals)}
         else:
             summary[key] = {"tokens_per_s": statistics.median(v["tokens_per_s"] for v in vals),
+                            "best_tokens_per_s": max(v["tokens_per_s"] for v in vals),
                             "peak_rss_mb": max(v["peak_rss_mb"] for v in vals)}
+    # the best round of each side: the nearest a loaded machine comes to a quiet one
+    first = awls[0][0]
+    for key in labels[1:]:
+        if first in summary and key in summary:
+            summary[f"best {first}/{key}"] = round(
+                summary[first]["best_tokens_per_s"] / summary[key]["best_tokens_per_s"], 3)
     print(json.dumps(summary), flush=True)
     return 0
 
