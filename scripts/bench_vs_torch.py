@@ -20,7 +20,8 @@ Prints JSON lines on stdout:
                             and awl / each peer
   {"kind":"summary", ...}   medians over the rounds, each side's best round,
                             and the ratio of the best rounds
-Only the standard library is used, so any python3 runs it.
+Only the standard library is used, so any python3 runs it. TORCH_GPT_CPU
+names the peer script where ../shared/peers is not beside the repository.
 """
 import argparse
 import glob
@@ -31,7 +32,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER = os.path.join(ROOT, "..", "shared", "peers", "torch_gpt_cpu.py")
+PEER = os.environ.get("TORCH_GPT_CPU", os.path.join(ROOT, "..", "shared", "peers", "torch_gpt_cpu.py"))
 DATA = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 
 # the peer's flags for each reference configuration (docs/DESIGN.md's table)
@@ -55,15 +56,18 @@ print(json.dumps({"torch": torch.__version__, "mkl": line("Math Kernel Library")
 """
 
 
-def torch_envs(venv):
+def torch_envs(venv, torch2_python):
     """The two peers: (label, python, environment)."""
     env2 = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    libs = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "*", "lib")))
-    env2["LD_LIBRARY_PATH"] = ":".join(libs + ["/usr/local/cuda/lib64"])
+    if not torch2_python:
+        # the venv's torch links CUDA libraries it finds through LD_LIBRARY_PATH
+        libs = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "*", "lib")))
+        env2["LD_LIBRARY_PATH"] = ":".join(libs + ["/usr/local/cuda/lib64"])
+        torch2_python = os.path.join(venv, "bin", "python")
     # Debian's torch calls BLAS through libblas.so.3; the OpenMP build of
     # OpenBLAS shares one thread pool with torch's own OpenMP
     env1 = dict(os.environ, LD_LIBRARY_PATH="/usr/lib/x86_64-linux-gnu/openblas-openmp")
-    return [("torch2.11", os.path.join(venv, "bin", "python"), env2),
+    return [("torch2.11", torch2_python, env2),
             ("torch1.13", "/usr/bin/python3", env1)]
 
 
@@ -74,16 +78,16 @@ def last_json(text):
     return None
 
 
-def run_awl(binary, config, threads, steps, warmup):
+def run_awl(binary, config, threads, steps, warmup, data):
     cmd = [binary, "--configs", config, "--threads", str(threads), "--steps", str(steps),
-           "--warmup", str(warmup), "--data", DATA]
+           "--warmup", str(warmup), "--data", data]
     r = subprocess.run(cmd, capture_output=True, text=True)
     return last_json(r.stdout)
 
 
-def run_peer(python, env, config, threads, steps, warmup):
+def run_peer(python, env, config, threads, steps, warmup, data):
     cmd = [python, PEER, "--name", config] + PEER_ARGS[config].split() + [
-        "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--data", DATA]
+        "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--data", data]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     return last_json(r.stdout)
 
@@ -102,6 +106,10 @@ def main():
                     help="OMP_WAIT_POLICY for every side alike (default: left unset, "
                          "libgomp's spinning waits)")
     ap.add_argument("--venv", default="/tmp/torch2", help="PyTorch 2.11's virtualenv")
+    ap.add_argument("--torch2-python", default=None,
+                    help="a python whose torch is 2.11, instead of the venv's (the lent "
+                         "machine's python3)")
+    ap.add_argument("--data", default=DATA, help="the corpus both sides read")
     ap.add_argument("--peers", default="torch2.11,torch1.13",
                     help="which PyTorch peers to run, comma-separated (empty: none, to "
                          "compare awl binaries only)")
@@ -122,7 +130,7 @@ def main():
                 awls.append(("awl", path))
                 break
     wanted = [p for p in args.peers.split(",") if p]
-    peers = [p for p in torch_envs(args.venv) if p[0] in wanted]
+    peers = [p for p in torch_envs(args.venv, args.torch2_python) if p[0] in wanted]
 
     kernels = {"kind": "kernels", "config": args.config, "threads": args.threads,
                "wait_policy": args.wait_policy}
@@ -135,14 +143,14 @@ def main():
         row = {"kind": "round", "round": rnd, "config": args.config, "threads": args.threads,
                "wait_policy": args.wait_policy}
         for label, path in awls:
-            out = run_awl(path, args.config, args.threads, args.steps, args.warmup)
+            out = run_awl(path, args.config, args.threads, args.steps, args.warmup, args.data)
             row[label] = None if out is None else {
                 "tokens_per_s": out["tokens_per_s"], "ms_per_step": out["ms_per_step"],
                 "peak_rss_mb": out["rss_mb"], "loss_last": out["loss_last"]}
             if rnd == 1 and out is not None:
                 kernels[label] = {k: out[k] for k in ("blas", "blas_kernels", "kernels_chosen_by", "threads")}
         for label, python, env in peers:
-            out = run_peer(python, env, args.config, args.threads, args.steps, args.warmup)
+            out = run_peer(python, env, args.config, args.threads, args.steps, args.warmup, args.data)
             row[label] = None if out is None else {
                 "tokens_per_s": round(out["tokens_per_s"]), "ms_per_step": round(1000 * out["median_step_s"], 2),
                 "peak_rss_mb": round(out["peak_rss_mb"], 1), "loss_last": round(out["final_loss"], 4)}
