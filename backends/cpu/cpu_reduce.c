@@ -16,7 +16,10 @@
  *   columns  the innermost kept axis has unit input stride (bias gradients,
  *            (N, C) -> (1, C)): each thread owns a tile of output columns
  *            and streams every reduced row's part of that tile into double
- *            accumulators, so memory is read in long contiguous runs.
+ *            accumulators, so memory is read in long contiguous runs. When
+ *            all columns fit one tile and there are many rows, the threads
+ *            split the rows instead, in fixed chunks whose partials are
+ *            combined in chunk order.
  *
  * Accumulation is always in double (float32 sums of 16M elements stay
  * accurate to about 1e-16 relative per addition, int32 sums are exact below
@@ -26,7 +29,8 @@
  * strides, never on the thread count. Threads split outputs (each summed by
  * one thread), or, when there are fewer outputs than threads, split the
  * 4096-element blocks of one output, whose partial sums are then combined by
- * the same pairwise tree the serial code uses.
+ * the same pairwise tree the serial code uses, or split a column
+ * reduction's rows into chunks whose size depends on the row count only.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +42,8 @@
  * accumulators, which stay in L1 while rows stream past). */
 #define MIN_TILE 64
 #define TILE 1024
+/* Rows per chunk, at least, when a column reduction is split by rows. */
+#define MIN_CHUNK 64
 
 /* ---- typed leaf kernels ----------------------------------------------------- */
 
@@ -300,11 +306,19 @@ static int reduce_runs(const reduce_plan *p)
 /* ---- the columns walk -------------------------------------------------------------- */
 
 /* acc[0..w) (op)= every reduced row at in offset base: walks all reduced axes. */
-static void accumulate_rows(const reduce_plan *p, double *acc, int64_t base, int64_t w)
+/* acc[j] (op)= row r's element j for the reduced rows r0 <= r < r1, j < w,
+ * row r starting `base` elements plus r's offset into the input. */
+static void accumulate_rows(const reduce_plan *p, double *acc, int64_t base, int64_t w, int64_t r0,
+                            int64_t r1)
 {
     int64_t idx[AWL_MAX_DIMS] = {0};
-    int64_t off = base;
-    for (int64_t r = 0; r < p->nred; r++) {
+    int64_t off = base, q = r0;
+    for (int d = p->nr - 1; d >= 0; d--) { /* row r0's index and offset */
+        idx[d] = q % p->rshape[d];
+        q /= p->rshape[d];
+        off += idx[d] * p->rin[d];
+    }
+    for (int64_t r = r0; r < r1; r++) {
         p->k.col(acc, p->in + off * p->elsize, w);
         for (int d = p->nr - 1; d >= 0; d--) {
             off += p->rin[d];
@@ -315,10 +329,51 @@ static void accumulate_rows(const reduce_plan *p, double *acc, int64_t base, int
     }
 }
 
+/* Rows per chunk of a column reduction split by rows: a function of the row
+ * count only, so that every output's summation order is the same on any
+ * number of threads. */
+static int64_t row_chunk(int64_t rows)
+{
+    int64_t c = (rows + 63) / 64;
+    return c < MIN_CHUNK ? MIN_CHUNK : c;
+}
+
+/* One tile of columns over many rows ((N, C) -> (1, C), a bias gradient):
+ * threads split the rows instead of the columns, in fixed chunks, each
+ * chunk reduced into its own partials, which are then combined in chunk
+ * order. A thread then reads whole rows, the ones that the element-wise
+ * kernel or matmul band before it wrote on the same core (they split rows
+ * too), instead of a strip of columns of every row. */
+static int reduce_row_chunks(const reduce_plan *p)
+{
+    const int64_t cols = p->kshape[p->nk - 1], cout = p->kout[p->nk - 1];
+    const int64_t chunk = row_chunk(p->nred), nchunks = (p->nred + chunk - 1) / chunk;
+    double *part = malloc((size_t)(nchunks * cols) * sizeof *part);
+    if (!part)
+        return awl_error(AWL_ERR_OOM, "awl_cpu reduce: out of memory for %lld x %lld partials",
+                         (long long)nchunks, (long long)cols);
+    int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
+    if (nt > nchunks) nt = (int)nchunks;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        double *acc = part + c * cols;
+        for (int64_t j = 0; j < cols; j++) acc[j] = p->init;
+        const int64_t r1 = (c + 1) * chunk < p->nred ? (c + 1) * chunk : p->nred;
+        accumulate_rows(p, acc, 0, cols, c * chunk, r1);
+    }
+    /* the double column kernel of the same op combines two partials */
+    const reduce_kernels *combine = &kernels[AWL_F64][p->op];
+    for (int64_t c = 1; c < nchunks; c++) combine->col(part, (const char *)(part + c * cols), cols);
+    for (int64_t j = 0; j < cols; j++) store(p, j * cout, part[j]);
+    free(part);
+    return AWL_OK;
+}
+
 static int reduce_columns(const reduce_plan *p)
 {
     const int64_t cols = p->kshape[p->nk - 1], cout = p->kout[p->nk - 1];
     const int64_t outer = p->nout / cols;
+    if (outer == 1 && cols <= TILE && p->nred >= 2 * MIN_CHUNK) return reduce_row_chunks(p);
     int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     /* Tiles as wide as the threads allow (long contiguous reads per row),
      * at most TILE. Each column's sum runs over the rows in order whatever
@@ -335,7 +390,7 @@ static int reduce_columns(const reduce_plan *p)
         int64_t w = cols - c0 < width ? cols - c0 : width;
         double acc[TILE];
         for (int64_t j = 0; j < w; j++) acc[j] = p->init;
-        accumulate_rows(p, acc, in_off + c0, w);
+        accumulate_rows(p, acc, in_off + c0, w, 0, p->nred);
         for (int64_t j = 0; j < w; j++) store(p, out_off + (c0 + j) * cout, acc[j]);
     }
     return AWL_OK;
