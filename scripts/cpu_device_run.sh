@@ -21,7 +21,10 @@
 #         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
 #         16 (CPU_STEPS), alternated: awl, then PyTorch, CPU_ROUNDS times per count;
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
-#         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS).
+#         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS);
+#   generate  bench_generate against bench/torch_generate.py (PyTorch's own
+#         key/value cache): decode tokens/s with and without the cache for
+#         cpu-small, shakespeare-char and gpt2-124m at GEN_THREADS (16), one round.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -47,12 +50,13 @@ export CFLAGS B
 t0=$(date +%s)
 : > "$B/build.log"
 printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c \
-    tests/dist/dist_worker.c |
+    bench/bench_generate.c tests/dist/dist_worker.c |
     xargs -P "$(nproc)" -I{} bash -c 'compile {}'
 LIB_OBJ=()
 for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
 LIBS="-L$D/lib -l:libz.a -lgomp -lm -ldl -lpthread"
-for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c tests/dist/dist_worker.c; do
+for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c bench/bench_generate.c \
+            tests/dist/dist_worker.c; do
     name=$(basename "$prog" .c)
     gcc -fopenmp -o "$B/bin/$name" "$B/obj/${prog//\//_}.o" "${LIB_OBJ[@]}" $LIBS >> "$B/build.log" 2>&1 ||
         echo "link failed: $name"
@@ -112,5 +116,16 @@ if has_stage cpu; then
                 sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
             peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
         done
+    done
+fi
+
+if has_stage generate; then
+    echo "== generate"
+    t=${GEN_THREADS:-16}
+    for c in cpu-small shakespeare-char gpt2-124m; do
+        OMP_NUM_THREADS=$t timeout 250 "$B/bin/bench_generate" --threads "$t" --configs "$c" \
+            --rounds 1 | tee -a "$OUT/generate.jsonl"
+        OMP_NUM_THREADS=$t timeout 250 python3 bench/torch_generate.py --threads "$t" --configs "$c" \
+            --rounds 1 2>&1 | grep '^{' | tee -a "$OUT/generate.jsonl"
     done
 fi
