@@ -24,19 +24,19 @@
  * tokens/s (the prefill, up to the first new token) and the decoding's
  * (every later token).
  *
- * Every option is checked before the model is loaded, as train_gpt does:
- * a usage error exits with status 2 after one line that names the option
- * and what it allows; any other failure exits with 1.
+ * Every option is checked before the model is loaded, by the option parser
+ * train_gpt uses too (examples/common/options.h): a usage error exits with
+ * status 2 after one line that names the option and what it allows; any
+ * other failure exits with 1.
  */
 #include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../common/options.h"
 #include "awl.h"
 
 enum { MAX_PROMPTS = 64, USAGE = 2, FAILURE = 1 };
@@ -49,25 +49,18 @@ typedef struct settings {
     double temperature, top_p;
     int64_t seed;
     bool no_cache;
-    bool n_head_given;
+    uint64_t given; /* bit i: options[i] was on the command line */
 } settings;
 
 /* ---- the options ------------------------------------------------------------------ */
 
-typedef enum { OPT_STRING, OPT_CHOICE, OPT_INT, OPT_INT64, OPT_DOUBLE, OPT_FLAG } option_kind;
-
-typedef struct option_spec {
-    const char *name, *arg, *help;
-    option_kind kind;
-    size_t offset;
-    long long ilo, ihi; /* OPT_INT, OPT_INT64 */
-    double dlo, dhi;    /* OPT_DOUBLE: dlo < x (dlo_open) or dlo <= x; x <= dhi */
-    bool dlo_open;
-    const char *choices; /* OPT_CHOICE: "a|b" */
-} option_spec;
+/* Prints "generate: <formatted message>" and returns -1. */
+#define complain(...) options_complain("generate", __VA_ARGS__)
 
 #define FIELD(f) offsetof(settings, f)
 #define COUNT(lo, hi) .ilo = (lo), .ihi = (hi)
+
+static int add_prompt(void *settings_, const char *text);
 
 static const option_spec options[] = {
     {"checkpoint", "PATH", "a checkpoint of train_gpt --save (weights, configuration, tokenizer)",
@@ -80,7 +73,7 @@ static const option_spec options[] = {
     {"n-head", "N", "--init-from: the number of heads, when the file does not record it", OPT_INT,
      FIELD(n_head), COUNT(1, 1024)},
     {"prompt", "TEXT", "text to continue, in the tokenizer's vocabulary; repeat for a batch",
-     OPT_STRING, FIELD(prompts), .ilo = 0},
+     OPT_STRING, FIELD(prompts), .store = add_prompt},
     {"prompt-ids", "LIST", "a prompt as comma-separated token ids (a model without tokenizer)",
      OPT_STRING, FIELD(prompt_ids), .ilo = 0},
     {"max-new-tokens", "N", "tokens to add to each prompt (default 200)", OPT_INT,
@@ -107,133 +100,30 @@ static const option_spec options[] = {
     {"no-cache", NULL, "run the whole context for every token (no key/value cache)", OPT_FLAG,
      FIELD(no_cache), .ilo = 0},
 };
-enum { N_OPTIONS = sizeof options / sizeof *options };
+static const option_table table = {"generate", options, (int)(sizeof options / sizeof *options),
+                                   24};
+_Static_assert(sizeof options / sizeof *options <= 64, "settings.given has 64 bits");
 
-static int complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int complain(const char *fmt, ...)
+static bool option_given(const settings *s, const char *name)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("generate: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return -1;
+    return options_given(&table, s->given, name);
 }
 
-/* "an integer in [0, 100]", "one of fp32, tf32, bf16", ... */
-static void allowed_text(const option_spec *o, char *buf, size_t size)
+/* --prompt's value, repeatable: one row of the batch each. */
+static int add_prompt(void *settings_, const char *text)
 {
-    if (o->kind == OPT_INT || o->kind == OPT_INT64) {
-        snprintf(buf, size, "an integer in [%lld, %lld]", o->ilo, o->ihi);
-    } else if (o->kind == OPT_DOUBLE) {
-        snprintf(buf, size, "a number in %s%g, %g]", o->dlo_open ? "(" : "[", o->dlo, o->dhi);
-    } else if (o->kind == OPT_CHOICE) {
-        size_t n = (size_t)snprintf(buf, size, "one of ");
-        for (const char *c = o->choices; *c && n + 3 < size; c++)
-            n += (size_t)snprintf(buf + n, size - n, *c == '|' ? ", " : "%c", *c);
-    } else {
-        snprintf(buf, size, "any text");
-    }
+    settings *s = settings_;
+    if (s->n_prompts == MAX_PROMPTS) return complain("--prompt: at most %d prompts", MAX_PROMPTS);
+    s->prompts[s->n_prompts++] = text;
+    return 0;
 }
 
 static void print_help(void)
 {
     printf("usage: generate (--checkpoint PATH | --init-from PATH | --config NAME) [options]\n\n"
            "Continues prompts with a GPT, printing tokens as they come, then tokens/s.\n\n");
-    for (int i = 0; i < N_OPTIONS; i++) {
-        const option_spec *o = &options[i];
-        char left[64], allowed[160];
-        snprintf(left, sizeof left, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        printf("  %-24s %s", left, o->help);
-        if (o->kind != OPT_STRING && o->kind != OPT_FLAG) {
-            allowed_text(o, allowed, sizeof allowed);
-            printf(" [%s]", allowed);
-        }
-        printf("\n");
-    }
-    printf("  %-24s %s\n\nExit status: 0 done, 1 failure, 2 usage error.\n", "--help",
-           "show this help");
-}
-
-/* Parses text as o's value into s. 0, or -1 after saying why. */
-static int parse_value(const option_spec *o, const char *text, settings *s)
-{
-    char allowed[160], *end = NULL;
-    allowed_text(o, allowed, sizeof allowed);
-    void *field = (char *)s + o->offset;
-    errno = 0;
-    if (o->kind == OPT_STRING) {
-        if (o->offset == FIELD(prompts)) {
-            if (s->n_prompts == MAX_PROMPTS)
-                return complain("--prompt: at most %d prompts", MAX_PROMPTS);
-            s->prompts[s->n_prompts++] = text;
-        } else {
-            *(const char **)field = text;
-        }
-        return 0;
-    }
-    if (o->kind == OPT_CHOICE) {
-        size_t n = strlen(text);
-        for (const char *c = o->choices; *c;) {
-            size_t len = strcspn(c, "|");
-            if (len == n && strncmp(c, text, n) == 0) {
-                *(const char **)field = text;
-                return 0;
-            }
-            c += len + (c[len] == '|');
-        }
-        return complain("--%s '%s' is not allowed (allowed: %s)", o->name, text, allowed);
-    }
-    if (o->kind == OPT_INT || o->kind == OPT_INT64) {
-        long long v = strtoll(text, &end, 10);
-        if (end == text || *end || text[0] == ' ')
-            return complain("--%s '%s' is not an integer (allowed: %s)", o->name, text, allowed);
-        if (errno == ERANGE || v < o->ilo || v > o->ihi)
-            return complain("--%s %s is out of range (allowed: %s)", o->name, text, allowed);
-        if (o->kind == OPT_INT)
-            *(int *)field = (int)v;
-        else
-            *(int64_t *)field = v;
-        return 0;
-    }
-    double v = strtod(text, &end);
-    if (end == text || *end || text[0] == ' ')
-        return complain("--%s '%s' is not a number (allowed: %s)", o->name, text, allowed);
-    if (!isfinite(v) || (o->dlo_open ? !(v > o->dlo) : !(v >= o->dlo)) || !(v <= o->dhi))
-        return complain("--%s %s is out of range (allowed: %s)", o->name, text, allowed);
-    *(double *)field = v;
-    return 0;
-}
-
-/* 0, 1 for --help, or -1 after saying why. */
-static int parse_args(int argc, char **argv, settings *s)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *value = NULL;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        const option_spec *o = NULL;
-        if (strncmp(arg, "--", 2) == 0) {
-            size_t len = strcspn(arg + 2, "=");
-            for (int k = 0; k < N_OPTIONS && !o; k++)
-                if (strlen(options[k].name) == len && strncmp(options[k].name, arg + 2, len) == 0)
-                    o = &options[k];
-            if (arg[2 + len] == '=') value = arg + 3 + len;
-        }
-        if (!o) return complain("unknown option '%s' (see --help)", arg);
-        if (o->kind == OPT_FLAG) {
-            if (value) return complain("--%s takes no value", o->name);
-            *(bool *)((char *)s + o->offset) = true;
-            continue;
-        }
-        if (!value) {
-            if (i + 1 >= argc) return complain("--%s needs a value", o->name);
-            value = argv[++i];
-        }
-        if (o->offset == FIELD(n_head)) s->n_head_given = true;
-        if (parse_value(o, value, s) < 0) return -1;
-    }
-    return 0;
+    options_print_help(&table);
+    printf("\nExit status: 0 done, 1 failure, 2 usage error.\n");
 }
 
 /* What no single option can tell. 0 or -1. */
@@ -247,7 +137,7 @@ static int check_settings(const settings *s)
     const char *paths[2] = {s->checkpoint, s->init_from}, *names[2] = {"checkpoint", "init-from"};
     for (int i = 0; i < 2; i++)
         if (paths[i] && !paths[i][0]) return complain("--%s: the path is empty", names[i]);
-    if (s->n_head_given && !s->init_from)
+    if (option_given(s, "n-head") && !s->init_from)
         return complain("--n-head is for --init-from, whose file may not record the heads (a "
                         "checkpoint and a configuration do)");
     if ((s->n_prompts > 0) == (s->prompt_ids != NULL))
@@ -324,10 +214,10 @@ static int load_model(job *j)
                           path, st.config_json ? "tokenizer" : "model configuration");
     if (status == 0) {
         awl_gpt_config_named("gpt2-124m", &j->cfg); /* the heads, when the file cannot say */
-        if (j->s.n_head_given) j->cfg.n_head = j->s.n_head;
+        if (option_given(&j->s, "n-head")) j->cfg.n_head = j->s.n_head;
         status = awl_gpt_config_from_weights(f, &j->cfg) < 0 ? fail(opt) : 0;
     }
-    if (status == 0 && !awl_safetensors_metadata_get(f, "config") && !j->s.n_head_given)
+    if (status == 0 && !awl_safetensors_metadata_get(f, "config") && !option_given(&j->s, "n-head"))
         fprintf(stderr,
                 "generate: note: %s does not record the number of heads (shapes cannot tell): "
                 "using %d, GPT-2's; give --n-head if the model had another\n",
@@ -509,7 +399,7 @@ int main(int argc, char **argv)
                    .top_p = 1.0,
                    .stop_id = -1,
                    .seed = 1337}};
-    int parsed = parse_args(argc, argv, &j.s);
+    int parsed = options_parse(&table, argc, argv, &j.s, &j.s.given);
     if (parsed == 1) {
         print_help();
         return 0;

@@ -1,25 +1,21 @@
 /*
- * examples/train_gpt/options.c - every option in one table: parsing, range
- * checks, --help, and the options a checkpoint records.
+ * examples/train_gpt/options.c - every option in one table, the checks
+ * between options, --help, and the options a checkpoint records.
  *
  * Each entry says what the option is, the field it sets, its allowed values
  * and where its value lives once a run has started (train_gpt.h,
- * option_scope). The parser, the help text and the checkpoint's copy of the
- * options are all read off the table, so the range --help prints is the
- * range the parser enforces, and a value read back from a checkpoint is
- * checked exactly like one typed on the command line.
+ * option_scope). The parser (examples/common/options.c), the help text and
+ * the checkpoint's copy of the options are all read off the table, so the
+ * range --help prints is the range the parser enforces, and a value read
+ * back from a checkpoint is checked exactly like one typed on the command
+ * line.
  *
- * Numbers are parsed with overflow checks (strtoll and strtod report
- * ERANGE; nothing is cast down without a range check) and must be finite.
  * No option means "the default" when it is 0 unless its help says so: an
  * override that was not given is tracked in settings.given, not by a
  * special value.
  */
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "train_gpt.h"
@@ -194,64 +190,16 @@ settings default_settings(void)
     return s;
 }
 
-int complain(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("train_gpt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return -1;
-}
-
-/* "an integer in [1, 65536]", "one of char, bpe", ... */
-static void allowed_text(const option_spec *o, char *buf, size_t size)
-{
-    switch (o->kind) {
-    case OPT_INT:
-    case OPT_INT64: snprintf(buf, size, "an integer in [%lld, %lld]", o->ilo, o->ihi); break;
-    case OPT_DOUBLE:
-        if (isinf(o->dhi))
-            snprintf(buf, size, "a finite number %s %g", o->dlo_open ? ">" : ">=", o->dlo);
-        else
-            snprintf(buf, size, "a number in %s%g, %g%s", o->dlo_open ? "(" : "[", o->dlo, o->dhi,
-                     o->dhi_open ? ")" : "]");
-        break;
-    case OPT_CHOICE: {
-        size_t n = (size_t)snprintf(buf, size, "one of ");
-        for (const char *c = o->choices; *c && n + 2 < size; c++) {
-            if (*c == '|') {
-                n += (size_t)snprintf(buf + n, size - n, ", ");
-            } else {
-                buf[n++] = *c;
-                buf[n] = '\0';
-            }
-        }
-        break;
-    }
-    default: snprintf(buf, size, "any text"); break;
-    }
-}
+static const option_table table = {"train_gpt", train_options,
+                                   (int)(sizeof train_options / sizeof *train_options), 28};
 
 void print_help(const char *program)
 {
     printf("usage: %s [options]\n\n"
            "Trains a nanoGPT-style GPT on a text corpus and prints a sample.\n\n",
            program);
-    for (int i = 0; i < n_train_options; i++) {
-        const option_spec *o = &train_options[i];
-        char left[64], allowed[160];
-        snprintf(left, sizeof left, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        printf("  %-28s %s", left, o->help);
-        if (o->kind != OPT_STRING && o->kind != OPT_FLAG) {
-            allowed_text(o, allowed, sizeof allowed);
-            printf(" [%s]", allowed);
-        }
-        printf("\n");
-    }
-    printf("  %-28s %s\n\n", "--help", "show this help");
-    printf("With --resume, the model, the tokenizer and these options come from the checkpoint\n"
+    options_print_help(&table);
+    printf("\nWith --resume, the model, the tokenizer and these options come from the checkpoint\n"
            "(giving one with another value is an error):\n ");
     for (int i = 0; i < n_train_options; i++)
         if (train_options[i].scope != SCOPE_INVOCATION) printf(" --%s", train_options[i].name);
@@ -261,90 +209,23 @@ void print_help(const char *program)
         "SIGINT/SIGTERM.\n");
 }
 
-const option_spec *find_option(const char *name)
-{
-    for (int i = 0; i < n_train_options; i++)
-        if (strcmp(train_options[i].name, name) == 0) return &train_options[i];
-    return NULL;
-}
+const option_spec *find_option(const char *name) { return options_find(&table, name); }
 
 bool option_given(const settings *s, const char *name)
 {
-    const option_spec *o = find_option(name);
-    return o && (s->given >> (o - train_options) & 1);
+    return options_given(&table, s->given, name);
 }
 
 bool option_set(const settings *s, const char *name)
 {
-    const option_spec *o = find_option(name);
-    return o && ((s->given | s->from_checkpoint) >> (o - train_options) & 1);
+    return options_given(&table, s->given | s->from_checkpoint, name);
 }
 
 static void *field_of(const option_spec *o, const settings *s) { return (char *)s + o->offset; }
 
-static bool in_choices(const char *choices, const char *text)
-{
-    size_t n = strlen(text);
-    for (const char *c = choices; *c;) {
-        const char *bar = strchr(c, '|');
-        size_t len = bar ? (size_t)(bar - c) : strlen(c);
-        if (len == n && strncmp(c, text, n) == 0) return true;
-        c += len + (bar ? 1 : 0);
-    }
-    return false;
-}
-
 int parse_option_value(const option_spec *o, const char *text, settings *s, const char *source)
 {
-    char allowed[160], prefix[600] = "";
-    allowed_text(o, allowed, sizeof allowed);
-    if (source) snprintf(prefix, sizeof prefix, "%s: ", source);
-    void *field = field_of(o, s);
-    char *end = NULL;
-    errno = 0;
-    switch (o->kind) {
-    case OPT_STRING: *(const char **)field = text; return 0;
-    case OPT_CHOICE:
-        if (!in_choices(o->choices, text))
-            return complain("%s--%s '%s' is not allowed (allowed: %s)", prefix, o->name, text,
-                            allowed);
-        *(const char **)field = text;
-        return 0;
-    case OPT_INT:
-    case OPT_INT64: {
-        long long v = strtoll(text, &end, 10);
-        if (end == text || *end || text[0] == ' ' || text[0] == '\t')
-            return complain("%s--%s '%s' is not an integer (allowed: %s)", prefix, o->name, text,
-                            allowed);
-        if (errno == ERANGE || v < o->ilo || v > o->ihi)
-            return complain("%s--%s %s is out of range (allowed: %s)", prefix, o->name, text,
-                            allowed);
-        if (o->kind == OPT_INT)
-            *(int *)field = (int)v;
-        else
-            *(int64_t *)field = v;
-        return 0;
-    }
-    case OPT_DOUBLE: {
-        double v = strtod(text, &end);
-        if (end == text || *end || text[0] == ' ' || text[0] == '\t')
-            return complain("%s--%s '%s' is not a number (allowed: %s)", prefix, o->name, text,
-                            allowed);
-        bool below = o->dlo_open ? !(v > o->dlo) : !(v >= o->dlo);
-        bool above = o->dhi_open ? !(v < o->dhi) : !(v <= o->dhi);
-        if (!isfinite(v) || below || above)
-            return complain("%s--%s %s is out of range (allowed: %s)", prefix, o->name, text,
-                            allowed);
-        *(double *)field = v;
-        return 0;
-    }
-    case OPT_FLAG:
-        if (strcmp(text, "true") != 0 && strcmp(text, "false") != 0)
-            return complain("%s--%s '%s' must be true or false", prefix, o->name, text);
-        *(bool *)field = strcmp(text, "true") == 0;
-        return 0;
-    }
-    return -1;
+    return options_parse_value(&table, o, text, s, source);
 }
 
 void format_option(const option_spec *o, const settings *s, char *buf, size_t size)
@@ -370,34 +251,7 @@ bool option_equal(const option_spec *o, const settings *a, const settings *b)
 
 int parse_args(int argc, char **argv, settings *s)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        const option_spec *o = NULL;
-        const char *value = NULL;
-        if (strncmp(arg, "--", 2) == 0) {
-            const char *eq = strchr(arg, '=');
-            size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-            for (int k = 0; k < n_train_options && !o; k++)
-                if (strlen(train_options[k].name) == len &&
-                    strncmp(train_options[k].name, arg + 2, len) == 0)
-                    o = &train_options[k];
-            if (eq) value = eq + 1;
-        }
-        if (!o) return complain("unknown option '%s' (see --help)", arg);
-        s->given |= 1ull << (o - train_options);
-        if (o->kind == OPT_FLAG) {
-            if (value) return complain("--%s takes no value", o->name);
-            *(bool *)field_of(o, s) = true;
-            continue;
-        }
-        if (!value) {
-            if (i + 1 >= argc) return complain("--%s needs a value", o->name);
-            value = argv[++i];
-        }
-        if (parse_option_value(o, value, s, NULL) < 0) return -1;
-    }
-    return 0;
+    return options_parse(&table, argc, argv, s, &s->given);
 }
 
 int check_settings(const settings *s)

@@ -1,8 +1,9 @@
 /*
  * examples/train_gpt/train_gpt.h - what the parts of train_gpt share.
  *
- *     options.c     the option table: parsing, checking, --help, and the
- *                   options a checkpoint records
+ *     options.c     the option table (read by ../common/options.c's parser),
+ *                   the checks between options, --help, and the options a
+ *                   checkpoint records
  *     checkpoint.c  saving, --resume and --init-from
  *     train.c       the training step, evaluation and the loop
  *     parallel.c    a step's verbs for one process, DDP, ZeRO or a split model;
@@ -27,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/options.h"
 #include "awl.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
@@ -61,32 +63,12 @@ typedef struct settings {
     uint64_t from_checkpoint; /* bit i: its value came from --resume's checkpoint */
 } settings;
 
-typedef enum option_kind {
-    OPT_STRING,
-    OPT_CHOICE,
-    OPT_INT,
-    OPT_INT64,
-    OPT_DOUBLE,
-    OPT_FLAG
-} option_kind;
-
-/* Where an option's value lives once a run has started. */
+/* Where an option's value lives once a run has started (option_spec.scope). */
 typedef enum option_scope {
     SCOPE_INVOCATION, /* this command only (paths, device, sampling)       */
     SCOPE_RUN,        /* recorded in the checkpoint, "extra.<name>"        */
     SCOPE_MODEL,      /* the architecture: the checkpoint's "config"       */
 } option_scope;
-
-typedef struct option_spec {
-    const char *name, *arg, *help;
-    option_kind kind;
-    size_t offset; /* of the field in settings */
-    option_scope scope;
-    long long ilo, ihi; /* OPT_INT, OPT_INT64: the range          */
-    double dlo, dhi;    /* OPT_DOUBLE: [dlo, dhi], or [dlo, dhi)  */
-    bool dhi_open, dlo_open;
-    const char *choices; /* OPT_CHOICE: "a|b|c"                    */
-} option_spec;
 
 extern const option_spec train_options[];
 extern const int n_train_options;
@@ -165,7 +147,7 @@ extern volatile sig_atomic_t stop_signal;
 /* Prints "train_gpt: <what>: <awl's last error>" and returns -1. */
 int fail(const char *what);
 /* Prints "train_gpt: <formatted message>" and returns -1. */
-int complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define complain(...) options_complain("train_gpt", __VA_ARGS__)
 
 /* ---- checkpoints (checkpoint.c) ------------------------------------------------------ */
 

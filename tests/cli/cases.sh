@@ -13,45 +13,15 @@ set -u
 BIN=$1
 MAKE_WEIGHTS=$2
 CASE=$3
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/awl_cli.XXXXXX")
-PID=""
-# a run left in the background by a failing case is stopped with it
-cleanup() {
-    [ -n "$PID" ] && kill -9 "$PID" 2> /dev/null
-    [ -n "${AWL_CLI_KEEP:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK" || exit 1
+NAME=train_gpt
+. "$(dirname "$0")/lib.sh"
 
 # a small model that trains in a moment
 TINY="--n-layer 1 --n-head 2 --n-embd 16 --block 16 --batch 4 --eval-iters 2 --log= --sample-tokens 0"
 
-fail() {
-    echo "FAIL [$CASE]: $*"
-    echo "---- output of the last run:"
-    cat out.txt 2>/dev/null
-    exit 1
-}
-
-run() {
-    "$BIN" "$@" > out.txt 2>&1
-    RC=$?
-    if grep -q '^train_gpt: .*: *$' out.txt; then fail "a message ends without saying why"; fi
-}
-
-expect_rc() { [ "$RC" = "$1" ] || fail "exit status $RC, expected $1"; }
-expect_msg() { grep -qF -- "$1" out.txt || fail "no message containing: $1"; }
-expect_no_msg() { if grep -qF -- "$1" out.txt; then fail "unexpected: $1"; fi; }
 untouched() { cmp -s existing.st existing.orig || fail "the existing checkpoint was changed"; }
 
-make_corpus() {
-    i=0
-    : > corpus.txt
-    while [ $i -lt 300 ]; do
-        echo "line $i: the quick brown fox jumps over the lazy dog, said she." >> corpus.txt
-        i=$((i + 1))
-    done
-}
+make_corpus() { write_corpus 300 "the quick brown fox jumps over the lazy dog, said she."; }
 
 # existing.st: a small checkpoint (step 2); existing.orig: its copy
 make_existing() {

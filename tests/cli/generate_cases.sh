@@ -13,35 +13,12 @@ BIN=$1
 TRAIN_GPT=$2
 MAKE_WEIGHTS=$3
 CASE=$4
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/awl_generate_cli.XXXXXX")
-cleanup() { [ -n "${AWL_CLI_KEEP:-}" ] || rm -rf "$WORK"; }
-trap cleanup EXIT
-cd "$WORK" || exit 1
-
-fail() {
-    echo "FAIL [$CASE]: $*"
-    echo "---- output of the last run:"
-    cat out.txt 2>/dev/null
-    exit 1
-}
-
-run() {
-    "$BIN" "$@" > out.txt 2>&1
-    RC=$?
-    if grep -q '^generate: .*: *$' out.txt; then fail "a message ends without saying why"; fi
-}
-
-expect_rc() { [ "$RC" = "$1" ] || fail "exit status $RC, expected $1"; }
-expect_msg() { grep -qF -- "$1" out.txt || fail "no message containing: $1"; }
+NAME=generate
+. "$(dirname "$0")/lib.sh"
 
 # ckpt.st: a tiny model, two steps of train_gpt on a small corpus
 make_checkpoint() {
-    i=0
-    : > corpus.txt
-    while [ $i -lt 200 ]; do
-        echo "line $i: the quick brown fox jumps over the lazy dog." >> corpus.txt
-        i=$((i + 1))
-    done
+    write_corpus 200 "the quick brown fox jumps over the lazy dog."
     "$TRAIN_GPT" --n-layer 1 --n-head 2 --n-embd 16 --block 16 --batch 4 --eval-iters 1 \
         --log= --sample-tokens 0 --data corpus.txt --steps 2 --save ckpt.st > train.txt 2>&1 ||
         { cat train.txt; fail "train_gpt could not make the checkpoint"; }
