@@ -47,12 +47,8 @@ static void ddp_training(dist_rank *me)
 {
     const ddp_case *c = me->arg;
     awl_dist_options o = dist_test_options(me);
-    awl_process_group *pg = awl_dist_init(&o);
-    if (!pg) {
-        snprintf(me->message, sizeof me->message, "init: %s", awl_last_error());
-        me->status = -1;
-        return;
-    }
+    awl_process_group *pg = dist_test_init(me, &o);
+    if (!pg) return;
     awl_set_num_threads(1);
     awl_gpt_config cfg = dist_tiny_gpt();
     /* different seeds: DDP must broadcast rank 0's weights */

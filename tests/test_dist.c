@@ -33,12 +33,8 @@ END_TEST
 static void random_allreduce(dist_rank *me)
 {
     awl_dist_options o = dist_test_options(me);
-    awl_process_group *pg = awl_dist_init(&o);
-    if (!pg) {
-        snprintf(me->message, sizeof me->message, "init: %s", awl_last_error());
-        me->status = -1;
-        return;
-    }
+    awl_process_group *pg = dist_test_init(me, &o);
+    if (!pg) return;
     awl_manual_seed(1000 + (uint64_t)me->rank);
     awl_scope_begin();
     int64_t n = 300001;

@@ -88,6 +88,17 @@ static inline awl_dist_options dist_test_options(const dist_rank *me)
     return o;
 }
 
+/* awl_dist_init(o) for rank me; NULL after recording why in me. */
+static inline awl_process_group *dist_test_init(dist_rank *me, const awl_dist_options *o)
+{
+    awl_process_group *pg = awl_dist_init(o);
+    if (!pg) {
+        snprintf(me->message, sizeof me->message, "init: %s", awl_last_error());
+        me->status = -1;
+    }
+    return pg;
+}
+
 /* A 64-bit FNV-1a digest of bytes. */
 static inline uint64_t dist_digest(const void *data, size_t n, uint64_t h)
 {
