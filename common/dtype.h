@@ -9,6 +9,7 @@
 #ifndef AWL_COMMON_DTYPE_H
 #define AWL_COMMON_DTYPE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -78,6 +79,34 @@ static inline AWL_HOST_DEVICE awl_bf16 awl_float_to_bf16(float f)
         h.bits = (uint16_t)(u >> 16);
     }
     return h;
+}
+
+/* The element at p, of type dtype, as a double (bfloat16 widened exactly). */
+static inline double awl_dtype_load(awl_dtype dtype, const void *p)
+{
+    switch (dtype) {
+    case AWL_F32: {
+        float v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    case AWL_F64: {
+        double v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    case AWL_I32: {
+        int32_t v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    case AWL_BF16: {
+        awl_bf16 v;
+        memcpy(&v, p, sizeof v);
+        return awl_bf16_to_float(v);
+    }
+    default: return NAN;
+    }
 }
 
 #endif

@@ -327,27 +327,5 @@ double awl_item(const awl_tensor *t)
     }
     unsigned char raw[8];
     if (awl_to_host(t, raw, sizeof raw) < 0) return NAN;
-    switch (t->dtype) {
-    case AWL_F32: {
-        float v;
-        memcpy(&v, raw, 4);
-        return v;
-    }
-    case AWL_F64: {
-        double v;
-        memcpy(&v, raw, 8);
-        return v;
-    }
-    case AWL_I32: {
-        int32_t v;
-        memcpy(&v, raw, 4);
-        return v;
-    }
-    case AWL_BF16: {
-        awl_bf16 v;
-        memcpy(&v, raw, 2);
-        return awl_bf16_to_float(v);
-    }
-    default: return NAN;
-    }
+    return awl_dtype_load(t->dtype, raw);
 }

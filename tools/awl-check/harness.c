@@ -50,29 +50,7 @@ static size_t esize(awl_dtype dt) { return awl_dtype_size(dt); }
 
 static double load(awl_dtype dt, const unsigned char *p, int64_t i)
 {
-    const unsigned char *e = p + i * (int64_t)esize(dt);
-    switch (dt) {
-    case AWL_F32: {
-        float f;
-        memcpy(&f, e, 4);
-        return f;
-    }
-    case AWL_F64: {
-        double d;
-        memcpy(&d, e, 8);
-        return d;
-    }
-    case AWL_I32: {
-        int32_t v;
-        memcpy(&v, e, 4);
-        return v;
-    }
-    default: {
-        awl_bf16 h;
-        memcpy(&h, e, 2);
-        return awl_bf16_to_float(h);
-    }
-    }
+    return awl_dtype_load(dt, p + i * (int64_t)esize(dt));
 }
 
 static void store(awl_dtype dt, unsigned char *p, int64_t i, double x)
