@@ -53,6 +53,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backends/ops.h"
 #include "common/dropout.h"
@@ -82,6 +83,19 @@ static inline int64_t awl_view_numel(const awl_view *v)
     int64_t n = 1;
     for (int d = 0; d < v->ndim; d++) n *= v->shape[d];
     return n;
+}
+
+/* A contiguous 1-d view of n elements of dtype at data (offset 0). */
+static inline awl_view awl_view_1d(void *data, awl_dtype dtype, int64_t n)
+{
+    awl_view v;
+    memset(&v, 0, sizeof v);
+    v.data = data;
+    v.dtype = dtype;
+    v.ndim = 1;
+    v.shape[0] = n;
+    v.strides[0] = 1;
+    return v;
 }
 
 /* True when the view's elements are laid out row-major without gaps. */

@@ -166,19 +166,6 @@ int awl_device_set_option(const char *device, const char *name, const char *valu
 
 /* ---- which required primitives a device has ---------------------------------------- */
 
-/* A contiguous 1-d view of n elements of dtype at data. */
-static awl_view probe_view(void *data, awl_dtype dtype, int64_t n)
-{
-    awl_view v;
-    memset(&v, 0, sizeof v);
-    v.data = data;
-    v.dtype = dtype;
-    v.ndim = 1;
-    v.shape[0] = n;
-    v.strides[0] = 1;
-    return v;
-}
-
 int awl_device_missing_primitives(const char *device, char *report, size_t size)
 {
     awl_device d;
@@ -195,9 +182,9 @@ int awl_device_missing_primitives(const char *device, char *report, size_t size)
             return AWL_ERR_DEVICE;
         }
     }
-    awl_view out = probe_view(buf[0], AWL_F32, 2), a = probe_view(buf[1], AWL_F32, 2),
-             c = probe_view(buf[2], AWL_F32, 2), idx = probe_view(buf[3], AWL_I32, 1);
-    awl_view one = probe_view(buf[0], AWL_F32, 1), src1 = probe_view(buf[2], AWL_F32, 1);
+    awl_view out = awl_view_1d(buf[0], AWL_F32, 2), a = awl_view_1d(buf[1], AWL_F32, 2),
+             c = awl_view_1d(buf[2], AWL_F32, 2), idx = awl_view_1d(buf[3], AWL_I32, 1);
+    awl_view one = awl_view_1d(buf[0], AWL_F32, 1), src1 = awl_view_1d(buf[2], AWL_F32, 1);
     awl_view mo = out, ma = a, mb = c; /* 1 x 1 products */
     mo.ndim = ma.ndim = mb.ndim = 2;
     mo.shape[0] = ma.shape[0] = mb.shape[0] = mo.shape[1] = ma.shape[1] = mb.shape[1] = 1;

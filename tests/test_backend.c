@@ -83,23 +83,10 @@ END_TEST
 
 /* ---- refusals and determinism ------------------------------------------------------- */
 
-/* A contiguous view of n elements on B's memory. */
-static awl_view view_of(void *data, awl_dtype dt, int64_t n)
-{
-    awl_view v;
-    memset(&v, 0, sizeof v);
-    v.data = data;
-    v.dtype = dt;
-    v.ndim = 1;
-    v.shape[0] = n;
-    v.strides[0] = 1;
-    return v;
-}
-
 START_TEST(test_refusals)
 {
     void *d = B->alloc(0, 64);
-    awl_view i = view_of(d, AWL_I32, 4), h = view_of(d, AWL_BF16, 4);
+    awl_view i = awl_view_1d(d, AWL_I32, 4), h = awl_view_1d(d, AWL_BF16, 4);
     awl_clear_error();
     ck_assert_int_eq(B->unary(AWL_UNARY_EXP, &i, &i, 0), AWL_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "exp"));
@@ -126,7 +113,7 @@ START_TEST(test_reduce_deterministic)
         for (int64_t e = 0; e < n; e++) host[e] = sin((double)e) * 1e3 + 1e-3 * (double)(e % 7);
         void *in = B->alloc(0, (size_t)n * 8), *out = B->alloc(0, 24);
         ck_assert_int_eq(B->copy_from_host(0, in, host, (size_t)n * 8), AWL_OK);
-        awl_view vi = view_of(in, AWL_F64, n), vo = view_of(out, AWL_F64, rows[si]);
+        awl_view vi = awl_view_1d(in, AWL_F64, n), vo = awl_view_1d(out, AWL_F64, rows[si]);
         vi.ndim = vo.ndim = 2;
         vi.shape[0] = vo.shape[0] = rows[si];
         vi.shape[1] = cols[si], vo.shape[1] = 1;
