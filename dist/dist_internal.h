@@ -196,6 +196,13 @@ struct awl_process_group {
     int wake[2]; /* a pipe: new work, SIGUSR1, shutdown */
     volatile sig_atomic_t dump_requested;
 
+    /* The rank (the job's numbering) that the transport's latest fault is
+     * about: a peer that closed, went silent, sent damage or relayed an
+     * abort; -1 when it is nobody's but this rank's. Communication thread;
+     * dist_fail passes it to the launcher (AWLRUN_REPORT_FD), which so tells
+     * the rank that failed first from the ranks that failed because of it. */
+    int blamed;
+
     /* under lock */
     bool failed;
     char failure[2048];
@@ -211,7 +218,8 @@ static inline int dist_me(const awl_process_group *pg)
 }
 
 /* Records the group's first failure (later ones are dropped), prints it and
- * the flight ring to stderr. Any thread. */
+ * the flight ring to stderr, and tells awlrun whom it blames (pg->blamed).
+ * Any thread. */
 void dist_fail(awl_process_group *pg, const char *message);
 bool dist_failed(awl_process_group *pg, char *message, size_t size);
 /* w->message = "<operation> failed on rank <r>: <err>". */

@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dist/dist_internal.h"
@@ -324,6 +325,23 @@ void awl_dist_print_flight_ring(awl_process_group *pg, FILE *out)
     pthread_mutex_unlock(&pg->lock);
 }
 
+/* Under awlrun: one line "RANK BLAMED" on the pipe it names, so that its
+ * verdict can follow the blame from the rank that ended first to the rank
+ * that failed first (they differ when the culprit's exit is slow). */
+static void report_to_launcher(const awl_process_group *pg)
+{
+    const char *text = getenv("AWLRUN_REPORT_FD");
+    char *end;
+    long fd = text ? strtol(text, &end, 10) : -1;
+    struct stat st;
+    if (fd < 0 || *end || fstat((int)fd, &st) < 0 || !S_ISFIFO(st.st_mode)) return;
+    char line[48];
+    int n = snprintf(line, sizeof line, "%d %d\n", dist_me(pg), pg->blamed);
+    if (write((int)fd, line, (size_t)n) < 0) {
+        /* awlrun is gone: its verdict needs nothing */
+    }
+}
+
 void dist_fail(awl_process_group *pg, const char *message)
 {
     pthread_mutex_lock(&pg->lock);
@@ -332,6 +350,7 @@ void dist_fail(awl_process_group *pg, const char *message)
         snprintf(pg->failure, sizeof pg->failure, "%s", message);
         fprintf(stderr, "awl_dist: rank %d: %s\n", dist_me(pg), message);
         print_flight_locked(pg, stderr);
+        report_to_launcher(pg);
     }
     pthread_mutex_unlock(&pg->lock);
 }
@@ -469,6 +488,7 @@ static awl_process_group *new_group(void)
     awl_process_group *pg = calloc(1, sizeof *pg);
     pg->t0 = net_now();
     pg->wake[0] = pg->wake[1] = -1;
+    pg->blamed = -1;
     pthread_mutex_init(&pg->lock, NULL);
     pthread_cond_init(&pg->cond, NULL);
     return pg;

@@ -219,12 +219,13 @@ static void frame_encode(uint8_t *f, const dist_fingerprint *fp, int from, int64
 
 /* Compares a received header with the frame this rank expects next; on a
  * difference writes a message naming both operations. */
-static int frame_check(const awl_process_group *pg, const uint8_t *f, const uint8_t *want,
+static int frame_check(awl_process_group *pg, const uint8_t *f, const uint8_t *want,
                        const tcp_peer *p, const dist_fingerprint *mine, char *err, size_t size)
 {
     char who[96], theirs[160], ours[160];
     tcp_peer_name(p, who, sizeof who);
     if (memcmp(f, frame_magic, 4) != 0 || net_get32(f + 44) != net_crc32(f, 44)) {
+        pg->blamed = p->global_rank;
         snprintf(err, size, "%s sent a damaged data frame header (rank %d was in %s)", who,
                  dist_me(pg), dist_describe(mine, ours, sizeof ours));
         return -1;
@@ -254,9 +255,11 @@ typedef struct progress {
     uint8_t head[FRAME_BYTES];
 } progress;
 
-static int peer_failed(const tcp_peer *p, ssize_t k, int err_no, char *err, size_t size)
+static int peer_failed(awl_process_group *pg, const tcp_peer *p, ssize_t k, int err_no, char *err,
+                       size_t size)
 {
     char who[96];
+    pg->blamed = p->global_rank;
     snprintf(err, size, "%s closed its data connection (%s): the process exited or was killed",
              tcp_peer_name(p, who, sizeof who), k == 0 ? "end of stream" : strerror(err_no));
     return -1;
@@ -297,7 +300,7 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
             ssize_t k = sendmsg(p->data, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (k < 0 && (errno == EAGAIN || errno == EINTR)) break;
             if (k <= 0) {
-                status = peer_failed(p, k, errno, err, size);
+                status = peer_failed(pg, p, k, errno, err, size);
                 break;
             }
             moved = true;
@@ -322,7 +325,7 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
             }
             if (k < 0 && (errno == EAGAIN || errno == EINTR)) break;
             if (k <= 0) {
-                status = peer_failed(p, k, errno, err, size);
+                status = peer_failed(pg, p, k, errno, err, size);
                 break;
             }
             moved = true;
@@ -371,6 +374,7 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
                 snprintf(what, sizeof what, "the segment at element %lld", (long long)u->offset);
             else
                 snprintf(what, sizeof what, "the fingerprint of the operation");
+            pg->blamed = st->peers[u->peer].global_rank;
             snprintf(err, size, "timed out after %g s (AWL_DIST_TIMEOUT) waiting for %s to %s %s: %s",
                      pg->timeout, tcp_peer_name(&st->peers[u->peer], who, sizeof who),
                      receiving ? "send" : "receive", what,

@@ -153,6 +153,7 @@ static int handle_ctrl(awl_process_group *pg, tcp_peer *p, char *err, size_t siz
         p->bye_seq = fp.seq;
         return 0;
     case CTRL_ABORT: {
+        pg->blamed = p->global_rank;
         uint32_t len = net_get32(f + 32);
         snprintf(err, size, "%.*s (reported by %s)", (int)len, (const char *)f + CTRL_BYTES,
                  tcp_peer_name(p, who, sizeof who));
@@ -179,6 +180,7 @@ static int read_ctrl(awl_process_group *pg, tcp_peer *p, double now, char *err, 
             close(p->ctrl);
             p->ctrl = -1;
             if (p->bye) return 0;
+            pg->blamed = p->global_rank;
             snprintf(err, size, "%s closed its connection (%s): the process exited or was killed",
                      tcp_peer_name(p, who, sizeof who), k == 0 ? "end of stream" : strerror(errno));
             return TCP_FAULT_HERE;
@@ -189,6 +191,7 @@ static int read_ctrl(awl_process_group *pg, tcp_peer *p, double now, char *err, 
             if (memcmp(p->in, ctrl_magic, 4) != 0 ||
                 net_get32(p->in + 60) != net_crc32(p->in, 60) ||
                 net_get32(p->in + 32) > CTRL_MAX_TEXT) {
+                pg->blamed = p->global_rank;
                 snprintf(err, size, "%s sent a damaged control frame",
                          tcp_peer_name(p, who, sizeof who));
                 return TCP_FAULT_HERE;
@@ -266,6 +269,7 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
         tcp_peer *p = &st->peers[r];
         if (r == pg->rank) continue;
         if (st->in_collective && p->bye && p->bye_seq < st->fp.seq) {
+            pg->blamed = p->global_rank;
             snprintf(err, size,
                      "%s left the group (awl_dist_destroy) after its collective #%llu, but rank %d "
                      "is in %s",
@@ -275,6 +279,7 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
         }
         if (p->gone) continue; /* a death without goodbye was reported when it closed */
         if (now - p->last_heard > pg->peer_timeout) {
+            pg->blamed = p->global_rank;
             snprintf(err, size,
                      "%s has not been heard from for %.1f s (the peer timeout, "
                      "AWL_DIST_PEER_TIMEOUT, is %g s): it hangs, or the network between the two "

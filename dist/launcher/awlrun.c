@@ -15,7 +15,11 @@
  *
  * When a rank fails (a non-zero exit or a signal), awlrun says which rank
  * failed first and how, shows its last lines of stderr, stops the others
- * (SIGTERM, then SIGKILL after the grace period) and exits non-zero.
+ * (SIGTERM, then SIGKILL after the grace period) and exits with that rank's
+ * status. "First" is the cause, not merely the first exit: a rank whose
+ * process group broke tells awlrun whom it blames (one line on the pipe
+ * AWLRUN_REPORT_FD names), because a peer can notice a dead rank, fail
+ * and exit before the dead rank's own exit is complete.
  * SIGINT and SIGTERM are passed on to every rank (once: the ranks run in
  * a process group of their own, so a terminal's Ctrl-C reaches only
  * awlrun). If awlrun itself is killed, the kernel kills the ranks
@@ -63,6 +67,7 @@ typedef struct rank_proc {
     bool running;
     int status;          /* waitpid's */
     double ended;
+    int blamed;          /* the rank its first awl_dist failure blamed (-1: none, -2: no report) */
     stream out, err;
     char tail[TAIL_LINES][256]; /* the last lines of its stderr */
     int tail_next, tail_count;
@@ -296,7 +301,7 @@ static int allowed_cores(int *cores, int max)
 }
 
 static pid_t start_rank(const options *o, rank_proc *p, int local, const char *port,
-                        const char *token, int threads, const int *cores, int n_cores)
+                        const char *token, int threads, const int *cores, int n_cores, int report_fd)
 {
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) return -1;
@@ -329,6 +334,9 @@ static pid_t start_rank(const options *o, rank_proc *p, int local, const char *p
         setenv("MASTER_ADDR", o->master_addr, 1);
         setenv("MASTER_PORT", port, 1);
         setenv("AWL_JOB_TOKEN", token, 1);
+        fcntl(report_fd, F_SETFD, 0); /* the one pipe end a rank keeps across exec */
+        snprintf(buf, sizeof buf, "%d", report_fd);
+        setenv("AWLRUN_REPORT_FD", buf, 1);
         if (threads > 0) {
             snprintf(buf, sizeof buf, "%d", threads);
             setenv("OMP_NUM_THREADS", buf, 0);
@@ -350,7 +358,54 @@ static pid_t start_rank(const options *o, rank_proc *p, int local, const char *p
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     p->out = (stream){out[0], stdout, {0}, 0};
     p->err = (stream){err[0], stderr, {0}, 0};
+    p->blamed = -2;
     return pid;
+}
+
+/* Reads the ranks' "RANK BLAMED" lines (all of them: every writer is gone);
+ * a rank's first line counts (a job's group and its sub-groups each report). */
+static void read_reports(int fd, rank_proc *ranks, int n)
+{
+    char buf[4096];
+    size_t have = 0;
+    ssize_t k;
+    while (have < sizeof buf - 1 && (k = read(fd, buf + have, sizeof buf - 1 - have)) > 0)
+        have += (size_t)k;
+    buf[have] = 0;
+    int rank, blamed, used;
+    for (const char *at = buf; sscanf(at, "%d %d\n%n", &rank, &blamed, &used) == 2; at += used)
+        for (int i = 0; i < n; i++)
+            if (ranks[i].rank == rank && ranks[i].blamed == -2) ranks[i].blamed = blamed;
+}
+
+/* Whether awlrun's own SIGTERM or SIGKILL ended r (after the stop began). */
+static bool stopped_by_us(const rank_proc *r, double stop_at)
+{
+    return WIFSIGNALED(r->status) && (WTERMSIG(r->status) == SIGTERM || WTERMSIG(r->status) == SIGKILL) &&
+           r->ended >= stop_at;
+}
+
+/* The rank that failed first: from the first failed exit, follow the blame
+ * while it leads to another rank of this host that failed by itself and was
+ * not met before (two ranks can blame each other: a link between them died). */
+static int culprit(const rank_proc *ranks, int n, int first, double stop_at)
+{
+    bool seen[MAX_RANKS] = {false};
+    int c = first;
+    for (;;) {
+        seen[c] = true;
+        int next = -1;
+        for (int i = 0; i < n; i++)
+            if (ranks[i].rank == ranks[c].blamed) next = i;
+        if (next < 0 || seen[next]) break;
+        /* it failed by itself: it reported a failure of its own (our SIGTERM
+         * may have ended it after), or it ended badly before we stopped it */
+        const rank_proc *r = &ranks[next];
+        bool failed = !(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+        if (r->blamed == -2 && (!failed || stopped_by_us(r, stop_at))) break;
+        c = next;
+    }
+    return c;
 }
 
 static void signal_all(rank_proc *ranks, int n, int sig)
@@ -391,7 +446,9 @@ int main(int argc, char **argv)
     if (!threads && !getenv("OMP_NUM_THREADS"))
         threads = n_cores / o.nproc > 0 ? n_cores / o.nproc : 1;
 
-    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 2;
+    int report[2];
+    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(report, O_CLOEXEC | O_NONBLOCK) < 0)
+        return 2;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -405,7 +462,7 @@ int main(int argc, char **argv)
     double start = now();
     for (int i = 0; i < o.nproc; i++) {
         ranks[i].rank = o.node_rank * o.nproc + i;
-        ranks[i].pid = start_rank(&o, &ranks[i], i, port, token, threads, cores, n_cores);
+        ranks[i].pid = start_rank(&o, &ranks[i], i, port, token, threads, cores, n_cores, report[1]);
         if (ranks[i].pid < 0) {
             fprintf(stderr, "awlrun: cannot start rank %d: %s\n", ranks[i].rank, strerror(errno));
             signal_all(ranks, i, SIGKILL);
@@ -473,12 +530,18 @@ int main(int argc, char **argv)
     }
     /* the pipes are drained: now the verdict */
     int exit_code = 0;
+    read_reports(report[0], ranks, o.nproc);
     if (first_failed >= 0) {
+        int ended_first = first_failed;
+        first_failed = culprit(ranks, o.nproc, first_failed, stop_at);
         rank_proc *r = &ranks[first_failed];
         char how[128];
         describe_status(r->status, how, sizeof how);
         fprintf(stderr, "awlrun: rank %d (pid %d) failed first: %s, %.1f s after the start\n",
                 r->rank, (int)r->pid, how, r->ended - start);
+        if (ended_first != first_failed)
+            fprintf(stderr, "awlrun: (rank %d ended before it, failing because of it)\n",
+                    ranks[ended_first].rank);
         if (r->tail_count) {
             fprintf(stderr, "awlrun: its last lines of stderr:\n");
             for (int k = 0; k < r->tail_count; k++)
@@ -497,6 +560,8 @@ int main(int argc, char **argv)
                 exit_code = WIFEXITED(ranks[i].status) ? WEXITSTATUS(ranks[i].status)
                                                        : 128 + WTERMSIG(ranks[i].status);
     }
+    close(report[0]);
+    close(report[1]);
     free(fds);
     free(owner);
     free(ranks);

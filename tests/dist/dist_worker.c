@@ -10,6 +10,10 @@
  *                            "rank R failed after T s: <message>") or time is up
  *     fail RANK CODE         rank RANK exits with CODE after a barrier, the others loop
  *     crash RANK             rank RANK aborts after a barrier, the others loop
+ *     fail-slowly RANK CODE  rank RANK shuts its sockets after a barrier, then
+ *                            exits with CODE 1 s later, ignoring SIGTERM: the
+ *                            others notice, fail and exit first (as when a
+ *                            dead rank's exit is slow)
  *     hang                   a barrier, then sleep until a signal
  *     env                    print the launcher's variables
  *     launch                 print what awl_dist_launch_info makes of them
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,6 +197,19 @@ int main(int argc, char **argv)
             fflush(stderr);
             if (mode[0] == 'c') abort();
             exit(argc > 3 ? atoi(argv[3]) : 1);
+        }
+        status = loop(pg, 60);
+    } else if (strcmp(mode, "fail-slowly") == 0 && argc > 3) {
+        awl_dist_barrier(pg);
+        if (rank == atoi(argv[2])) {
+            fprintf(stderr, "rank %d: failing on purpose, slowly\n", rank);
+            fflush(stderr);
+            signal(SIGTERM, SIG_IGN);
+            const char *report = getenv("AWLRUN_REPORT_FD");
+            if (report) close(atoi(report)); /* a dead rank reports nothing */
+            for (int fd = 3; fd < 1024; fd++) shutdown(fd, SHUT_RDWR); /* ENOTSOCK for the rest */
+            sleep(1);
+            exit(atoi(argv[3]));
         }
         status = loop(pg, 60);
     } else if (strcmp(mode, "ddp") == 0) {

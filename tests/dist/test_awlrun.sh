@@ -61,6 +61,18 @@ fi
 timeout 60 "$AWLRUN" -n 2 --master-port "$port" "$WORKER" check > "$out/again" 2>&1 &&
     pass "the same port again at once" || { fail "the same port again"; cat "$out/again"; }
 
+# 3b. the same when the others exit before the failing rank does: awlrun
+#     follows their blame to rank 1 (exit 5), and says who ended first
+timeout 60 "$AWLRUN" -n 3 --grace 4 "$WORKER" fail-slowly 1 5 > "$out/slow" 2>&1
+rc=$?
+if [ $rc -eq 5 ] && grep -q 'awlrun: rank 1 (pid [0-9]*) failed first: exit status 5' "$out/slow" &&
+   grep -q 'awlrun: (rank [02] ended before it, failing because of it)' "$out/slow" &&
+   [ "$(orphans)" -eq 0 ]; then
+    pass "the rank that failed first, not the first to end"
+else
+    fail "the rank that failed first (rc $rc, $(orphans) left)"; cat "$out/slow"
+fi
+
 # 4. a rank that dies of a signal
 timeout 60 "$AWLRUN" -n 2 --grace 2 "$WORKER" crash 0 > "$out/crash" 2>&1
 rc=$?
