@@ -6,7 +6,8 @@
  * transposed, sliced and batch-broadcast operands; gradients by finite
  * differences on the same cases, which covers the engine summing batch
  * gradients back to a broadcast operand and the folded (B*T, K) path of a
- * batched activation times a weight matrix.
+ * batched activation times a weight matrix. The backend's product with a
+ * bias (a linear layer's forward) against the product and an add.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -165,8 +166,50 @@ START_TEST(test_matmul_one_side)
 }
 END_TEST
 
+/* out = a @ b + bias through the CPU's bias epilogue, against
+ * awl_matmul and awl_add: row bands (m >= n), column bands (m < n), one row
+ * (a matrix-vector product), no inner dimension, and the layouts the
+ * epilogue cannot write in place (a transposed output, a strided bias). */
+START_TEST(test_matmul_bias)
+{
+    if (strcmp(awl_gc_device(), "cpu") != 0) return; /* CUDA's is test_cuda's and awl-check's */
+    awl_gc_begin(23);
+    static const struct {
+        int64_t m, k, n;
+        int la, lb;          /* awl_gc_layout numbers of a and b */
+        bool out_t, bias_sliced;
+    } mb[] = {
+        {300, 48, 96, 0, 1, false, false}, {20, 64, 300, 0, 0, false, false},
+        {1, 64, 50, 0, 1, false, false},   {5, 0, 7, 0, 0, false, false},
+        {40, 16, 30, 2, 0, true, false},   {40, 16, 30, 0, 1, false, true},
+    };
+    static const awl_dtype types[] = {AWL_F32, AWL_F64};
+    for (int t = 0; t < 2; t++)
+        for (int c = 0; c < (int)(sizeof mb / sizeof mb[0]); c++) {
+            awl_dtype dt = types[t];
+            awl_tensor *a = awl_gc_layout(mb[c].la, 2, (int64_t[]){mb[c].m, mb[c].k}, dt);
+            awl_tensor *b = awl_gc_layout(mb[c].lb, 2, (int64_t[]){mb[c].k, mb[c].n}, dt);
+            awl_tensor *bias = awl_gc_layout(mb[c].bias_sliced ? 2 : 0, 1, (int64_t[]){mb[c].n}, dt);
+            awl_tensor *out = mb[c].out_t
+                                  ? awl_tensor_transpose(awl_zeros(AWL_SHAPE(mb[c].n, mb[c].m), dt, "cpu"), 0, 1)
+                                  : awl_zeros(AWL_SHAPE(mb[c].m, mb[c].n), dt, "cpu");
+            ck_assert_msg(awl_fused_available(AWL_KERNEL_MATMUL_BIAS, a), "the CPU has a bias epilogue");
+            ck_assert_msg(awl_tensor_matmul_bias(out, a, b, bias) == AWL_OK, "case %d: %s", c,
+                          awl_last_error());
+            double *got = awl_gc_values(out), *want = awl_gc_values(awl_add(awl_matmul(a, b), bias));
+            char what[64];
+            snprintf(what, sizeof what, "matmul_bias case %d %s", c, awl_dtype_name(dt));
+            double tol = dt == AWL_F64 ? 1e-12 : 1e-5;
+            ck_assert(awl_gc_allclose(got, want, mb[c].m * mb[c].n, tol, tol, what));
+            free(got);
+            free(want);
+        }
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("ops_matmul", test_matmul_forward, test_matmul_gradcheck,
-                            test_matmul_one_side);
+                            test_matmul_one_side, test_matmul_bias);
 }

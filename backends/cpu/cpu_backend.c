@@ -39,7 +39,8 @@ static void cpu_set_num_threads(int n)
 }
 
 /* bfloat16 is a storage type here: moved (fill, copy, where, index_select,
- * gather) and drawn, never computed with; the fused kernels are float32. */
+ * gather) and drawn, never computed with; the fused kernels are float32
+ * (matmul_bias float64 too, as matmul). */
 static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
 {
     (void)op;
@@ -57,6 +58,7 @@ static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_MATMUL:
     case AWL_KERNEL_INDEX_ADD:
     case AWL_KERNEL_SCATTER_ADD: return dtype != AWL_BF16;
+    case AWL_KERNEL_MATMUL_BIAS: return dtype == AWL_F32 || dtype == AWL_F64;
     default: return dtype == AWL_F32;
     }
 }
@@ -77,6 +79,7 @@ static const awl_backend cpu_backend = {
     .where = awl_cpu_where,
     .reduce = awl_cpu_reduce,
     .matmul = awl_cpu_matmul,
+    .matmul_bias = awl_cpu_matmul_bias,
     .index_select = awl_cpu_index_select,
     .index_add = awl_cpu_index_add,
     .gather = awl_cpu_gather,

@@ -19,6 +19,12 @@
  * threading: each thread then packs its own copy of one operand, but the
  * threads never wait for each other inside the product. At a GPT's shapes
  * on 2 threads that measured 1.1-1.9x faster (bench_kernels matmul).
+ *
+ * A linear layer's product with its bias (matmul_bias) writes the bias into
+ * each band just before the band's gemm accumulates onto it (beta = 1):
+ * the same arithmetic as a copy of the bias and then the product, but in
+ * one parallel region instead of two, and each thread reads back rows it
+ * has just written.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -72,6 +78,7 @@ typedef struct gemm_job {
     mat a, b, c;
     mat_layout la, lb, lc;
     bool accumulate;
+    const char *bias; /* matmul_bias's, n contiguous elements; NULL: none */
     int64_t m, n, k;
 } gemm_job;
 
@@ -105,10 +112,11 @@ static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
                    (size_t)j->elsize);
 }
 
-/* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's gemm
- * (awl_cpu_matmul has made sure the library is loaded). */
-static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+/* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's BLAS
+ * call (awl_cpu_matmul has made sure the library is loaded). */
+static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                         const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                         void *c, int64_t ldc)
 {
     /* One row of C is op(B)^T times a's row; one column, op(A) times b's
      * column: matrix-vector products, which read the matrix once where
@@ -127,6 +135,26 @@ static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_
                        (int)ldc);
 }
 
+/* blas_product on one thread. awl has chosen the threads already (the
+ * bands below), and OpenBLAS's OpenMP build threads a call made outside a
+ * parallel region over omp_get_max_threads(), which it reads at every call:
+ * its matrix-vector products would wake every thread from 9,216
+ * multiply-adds up, and a decoding step is hundreds of such products. So
+ * outside a region the thread count is 1 for the duration of the call
+ * (inside one, OpenBLAS runs on the calling thread by itself). */
+static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+{
+    if (omp_in_parallel()) {
+        blas_product(dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    blas_product(dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    omp_set_num_threads(threads);
+}
+
 /* Rows (or columns) per band of a product split between threads: a
  * multiple of 16, so that no band but the last ends in a partial register
  * tile of OpenBLAS's float32 kernels. */
@@ -134,30 +162,44 @@ static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_
 /* Multiply-adds per thread below which a product is not split. */
 #define SPLIT_GRAIN (1 << 17)
 
+/* C's m x n block (row-major, ldc) := the bias row (n elements) on every row. */
+static void fill_bias(char *c, int64_t ldc, int64_t m, int64_t n, const char *bias, int64_t es)
+{
+    for (int64_t r = 0; r < m; r++) memcpy(c + r * ldc * es, bias, (size_t)(n * es));
+}
+
 /* gemm over nt threads, each computing a band of C with a single-threaded
- * call (nt = 1: one call, which OpenBLAS may thread). Each thread packs its
+ * call (nt = 1: one call on this thread). Each thread packs its
  * own copy of the operand it does not split, so the bands run along C's
- * longer side: rows of C and of a when m >= n, else columns of C and of b. */
+ * longer side: rows of C and of a when m >= n, else columns of C and of b.
+ * With a bias (n contiguous elements; NULL: none) each band first gets its
+ * part of the bias and the product is added onto it. */
 static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        const char *a, int64_t lda, const char *b, int64_t ldb, double beta, char *c,
-                       int64_t ldc)
+                       int64_t ldc, const char *bias)
 {
+    const int64_t es = (int64_t)awl_dtype_size(dtype);
+    if (bias) beta = 1.0;
     if (nt <= 1) {
+        if (bias) fill_bias(c, ldc, m, n, bias, es);
         gemm(dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     const bool rows = m >= n;
-    const int64_t len = rows ? m : n, es = (int64_t)awl_dtype_size(dtype);
+    const int64_t len = rows ? m : n;
     const int64_t band = ((len + nt - 1) / nt + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i0 = 0; i0 < len; i0 += band) {
         const int64_t w = len - i0 < band ? len - i0 : band;
-        if (rows) /* a's row i0 is i0 rows down, or i0 columns across when transposed */
+        if (rows) { /* a's row i0 is i0 rows down, or i0 columns across when transposed */
+            if (bias) fill_bias(c + i0 * ldc * es, ldc, w, n, bias, es);
             gemm(dtype, ta, tb, w, n, k, a + (ta ? i0 : i0 * lda) * es, lda, b, ldb, beta,
                  c + i0 * ldc * es, ldc);
-        else /* b's column i0 is i0 columns across, or i0 rows down when transposed */
+        } else { /* b's column i0 is i0 columns across, or i0 rows down when transposed */
+            if (bias) fill_bias(c + i0 * es, ldc, m, w, bias + i0 * es, es);
             gemm(dtype, ta, tb, m, w, k, a, lda, b + (tb ? i0 * ldb : i0) * es, ldb, beta,
                  c + i0 * es, ldc);
+        }
     }
 }
 
@@ -192,7 +234,7 @@ static void run_one(const gemm_job *j, int64_t batch, char *scratch, int nt)
     if (j->lc.copy) {
         /* Compute into scratch, then add or copy into the strided output. */
         gemm_bands(nt, j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b,
-                   j->lb.ld, 0.0, next, j->n);
+                   j->lb.ld, 0.0, next, j->n, NULL);
         for (int64_t r = 0; r < j->m; r++)
             for (int64_t q = 0; q < j->n; q++) {
                 char *dst = c + (r * j->c.rs + q * j->c.cs) * j->elsize;
@@ -203,10 +245,10 @@ static void run_one(const gemm_job *j, int64_t batch, char *scratch, int nt)
     } else if (j->lc.trans) {
         /* out^T (n x m) = b^T a^T: each operand's transposition flips. */
         gemm_bands(nt, j->dtype, !j->lb.trans, !j->la.trans, j->n, j->m, j->k, b, j->lb.ld, a,
-                   j->la.ld, beta, c, j->lc.ld);
+                   j->la.ld, beta, c, j->lc.ld, NULL);
     } else {
         gemm_bands(nt, j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b,
-                   j->lb.ld, beta, c, j->lc.ld);
+                   j->lb.ld, beta, c, j->lc.ld, j->bias);
     }
 }
 
@@ -221,17 +263,21 @@ static int64_t scratch_bytes(const gemm_job *j)
  * product than from OpenBLAS threading each. */
 #define SMALL_GEMM (1 << 22)
 
-int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
+/* out = a @ b (+= when accumulating; + bias when bias is not NULL, n
+ * contiguous elements, and out is a matrix that BLAS writes in place). */
+static int matmul(const char *op, const awl_view *out, const awl_view *a, const awl_view *b,
+                  bool accumulate, const char *bias)
 {
     if (out->dtype != AWL_F32 && out->dtype != AWL_F64)
-        return awl_error(AWL_ERR_INVALID, "awl_cpu matmul: %s is not supported (float32, float64)",
+        return awl_error(AWL_ERR_INVALID, "awl_cpu %s: %s is not supported (float32, float64)", op,
                          awl_dtype_name(out->dtype));
-    int status = awl_cpu_blas_load("awl_cpu matmul");
+    int status = awl_cpu_blas_load(op);
     if (status < 0) return status;
     gemm_job j;
     j.dtype = out->dtype;
     j.elsize = (int64_t)awl_dtype_size(out->dtype);
     j.accumulate = accumulate;
+    j.bias = bias;
     j.nbatch_dims = out->ndim - 2;
     j.nbatch = 1;
     for (int d = 0; d < j.nbatch_dims; d++) {
@@ -245,6 +291,10 @@ int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bo
     j.n = j.c.cols;
     j.k = j.a.cols;
     if (j.nbatch == 0 || j.m == 0 || j.n == 0) return AWL_OK;
+    if (j.k == 0 && bias) {
+        fill_bias(cpu_view_ptr(out), j.c.rs, j.m, j.n, bias, j.elsize);
+        return AWL_OK;
+    }
     if (j.k == 0) return accumulate ? AWL_OK : awl_cpu_fill(out, 0.0);
     j.la = layout_of(&j.a);
     j.lb = layout_of(&j.b);
@@ -258,7 +308,7 @@ int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bo
     if (bytes) {
         scratch = malloc((size_t)(bytes * nt));
         if (!scratch)
-            return awl_error(AWL_ERR_OOM, "awl_cpu matmul: out of memory for %lld bytes of scratch",
+            return awl_error(AWL_ERR_OOM, "awl_cpu %s: out of memory for %lld bytes of scratch", op,
                              (long long)(bytes * nt));
     }
     if (nt > 1) {
@@ -274,4 +324,28 @@ int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bo
     }
     free(scratch);
     return AWL_OK;
+}
+
+int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
+{
+    return matmul("matmul", out, a, b, accumulate, NULL);
+}
+
+int awl_cpu_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
+                        const awl_view *bias)
+{
+    mat c;
+    mat_from_view(&c, out);
+    mat_layout lc = layout_of(&c);
+    const char *bp = cpu_view_ptr(bias);
+    if ((bias->shape[0] <= 1 || bias->strides[0] == 1) && !lc.copy && !lc.trans)
+        return matmul("matmul_bias", out, a, b, false, bp);
+    /* An output BLAS cannot write in place, or a strided bias: the bias
+     * written over the output first, then the product added onto it. */
+    const awl_dtype dt = out->dtype;
+    char *o = cpu_view_ptr(out);
+    for (int64_t r = 0; r < c.rows; r++)
+        for (int64_t q = 0; q < c.cols; q++)
+            cpu_store(dt, o, r * c.rs + q * c.cs, cpu_load(dt, bp, q * bias->strides[0]));
+    return matmul("matmul_bias", out, a, b, true, NULL);
 }
