@@ -19,12 +19,14 @@
 #   ddp   only the DDP steps;
 #   cpu   bench_gpt against PyTorch (the device's python3: torch 2.11, MKL) on
 #         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
-#         16 (CPU_STEPS), alternated: awl, then PyTorch, CPU_ROUNDS times per count;
+#         16 (CPU_STEPS; CPU_PAIRS="config:threads ..." for others), alternated:
+#         awl, then PyTorch, CPU_ROUNDS times per count;
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
 #         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS);
 #   generate  bench_generate against bench/torch_generate.py (PyTorch's own
-#         key/value cache): decode tokens/s with and without the cache for
-#         cpu-small, shakespeare-char and gpt2-124m at GEN_THREADS (16), one round.
+#         key/value cache): decode tokens/s with and without the cache
+#         (GEN_MODES, default cache,recompute) for GEN_CONFIGS (default cpu-small
+#         shakespeare-char gpt2-124m) at each of GEN_THREADS (16), one round.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -107,8 +109,8 @@ if has_stage cpu; then
         OMP_NUM_THREADS=$t timeout 300 python3 "$D/torch_gpt_cpu.py" --name "$c" $args --steps "$n" \
             --warmup 2 --threads "$t" --data "$DATA" 2>/dev/null | grep '^{'
     }
-    for pair in cpu-medium:1 cpu-medium:2 cpu-medium:4 cpu-medium:8 cpu-medium:16 \
-                shakespeare-char:4 shakespeare-char:16; do
+    for pair in ${CPU_PAIRS:-cpu-medium:1 cpu-medium:2 cpu-medium:4 cpu-medium:8 cpu-medium:16 \
+                shakespeare-char:4 shakespeare-char:16}; do
         c=${pair%%:*} t=${pair##*:} n=${CPU_STEPS:-6}
         [ "$c" = shakespeare-char ] && n=3
         for round in $(seq "${CPU_ROUNDS:-1}"); do
@@ -121,11 +123,13 @@ fi
 
 if has_stage generate; then
     echo "== generate"
-    t=${GEN_THREADS:-16}
-    for c in cpu-small shakespeare-char gpt2-124m; do
-        OMP_NUM_THREADS=$t timeout 250 "$B/bin/bench_generate" --threads "$t" --configs "$c" \
-            --rounds 1 | tee -a "$OUT/generate.jsonl"
-        OMP_NUM_THREADS=$t timeout 250 python3 bench/torch_generate.py --threads "$t" --configs "$c" \
-            --rounds 1 2>&1 | grep '^{' | tee -a "$OUT/generate.jsonl"
+    modes=${GEN_MODES:-cache,recompute}
+    for t in ${GEN_THREADS:-16}; do
+        for c in ${GEN_CONFIGS:-cpu-small shakespeare-char gpt2-124m}; do
+            OMP_NUM_THREADS=$t timeout 250 "$B/bin/bench_generate" --threads "$t" --configs "$c" \
+                --modes "$modes" --rounds 1 | tee -a "$OUT/generate.jsonl"
+            OMP_NUM_THREADS=$t timeout 250 python3 bench/torch_generate.py --threads "$t" --configs "$c" \
+                --modes "$modes" --rounds 1 2>&1 | grep '^{' | tee -a "$OUT/generate.jsonl"
+        done
     done
 fi
