@@ -29,6 +29,9 @@ for p in train_gpt generate awlrun awl-check; do [ -x "$PREFIX/bin/$p" ] || fail
 soname=$(readelf -d "$LIBDIR/libawl.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 case "$soname" in libawl.so.[0-9]*) ;; *) fail "the shared library's SONAME is '$soname'" ;; esac
 [ -f "$LIBDIR/$soname" ] || fail "no $soname beside libawl.so"
+# it exports awl's names only (cmake/awl.map)
+others=$(nm -D --defined-only "$LIBDIR/libawl.so" | awk '$2 ~ /^[TDBRVW]$/ && $3 !~ /^awl_/ {print $3}' | head -5)
+[ -z "$others" ] || fail "libawl.so exports names without the awl_ prefix: $others"
 
 # pkg-config, from a directory that is not the source tree
 cd "$WORK"
