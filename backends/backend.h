@@ -232,8 +232,10 @@ typedef struct awl_backend {
     size_t (*memory_reserved)(int device);
     /* Returns cached free blocks to the system. */
     void (*empty_cache)(int device);
-    /* Threads the backend's kernels may use. */
+    /* Threads the backend's kernels may use, and how many they use now
+     * (the CPU: OpenMP's count, which OMP_NUM_THREADS sets at start). */
     void (*set_num_threads)(int n);
+    int (*get_num_threads)(void);
     /* Float32 matmuls may use TF32 (or another faster, less exact mode). */
     void (*set_matmul_fast_fp32)(bool on);
     /* The stream the device's work is queued on, in call order (a

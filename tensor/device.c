@@ -126,7 +126,14 @@ void awl_set_num_threads(int n)
         if (awl_backend_at(i)->set_num_threads) awl_backend_at(i)->set_num_threads(n);
 }
 
-int awl_get_num_threads(void) { return atomic_load(&num_threads); }
+int awl_get_num_threads(void)
+{
+    int n = atomic_load(&num_threads);
+    /* never set: what the first backend that has a count uses */
+    for (int i = 0; i < awl_backend_count() && !n; i++)
+        if (awl_backend_at(i)->get_num_threads) n = awl_backend_at(i)->get_num_threads();
+    return n > 0 ? n : 1;
+}
 
 int awl_set_float32_matmul_precision(const char *precision)
 {

@@ -128,7 +128,9 @@ const char *awl_tensor_device_name(const awl_tensor *t, char *buf, size_t size);
  * t->storage->data may be handed to host code. */
 bool awl_tensor_is_host(const awl_tensor *t);
 
-/* Number of threads CPU kernels use (OpenMP and OpenBLAS together). */
+/* Number of threads CPU kernels use (OpenMP and OpenBLAS together); until
+ * set, the count the CPU backend starts with (OMP_NUM_THREADS, or the
+ * cores). */
 void awl_set_num_threads(int n);
 int awl_get_num_threads(void);
 

@@ -134,6 +134,18 @@ START_TEST(test_reduce_deterministic)
 }
 END_TEST
 
+START_TEST(test_thread_count)
+{
+    /* what a benchmark line reports before anything sets the count: the
+     * backend's own (OMP_NUM_THREADS, or the cores), never 0 */
+    ck_assert_int_ge(awl_get_num_threads(), 1);
+    if (!B->set_num_threads || !B->get_num_threads) return;
+    B->set_num_threads(3);
+    ck_assert_int_eq(B->get_num_threads(), 3);
+    B->set_num_threads(2);
+}
+END_TEST
+
 /* ---- random: the generator itself --------------------------------------------------------- */
 
 /* Philox4x32-10 written from the paper (Salmon et al. 2011), full 128-bit
@@ -381,6 +393,7 @@ static Suite *backend_suite(const char *name)
     tcase_add_test(tc, test_memory_cache);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_reduce_deterministic);
+    tcase_add_test(tc, test_thread_count);
     suite_add_tcase(s, tc);
     if (strcmp(name, "cpu") == 0) { /* once: they need no device */
         TCase *checker = tcase_create("checker");

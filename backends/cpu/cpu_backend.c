@@ -38,6 +38,8 @@ static void cpu_set_num_threads(int n)
     awl_blas_set_num_threads(n);
 }
 
+static int cpu_get_num_threads(void) { return omp_get_max_threads(); }
+
 /* bfloat16 is a storage type here: moved (fill, copy, where, index_select,
  * gather) and drawn, never computed with; the fused kernels are float32
  * (matmul_bias float64 too, as matmul). */
@@ -89,6 +91,7 @@ static const awl_backend cpu_backend = {
     .memory_reserved = awl_cpu_memory_reserved,
     .empty_cache = awl_cpu_empty_cache,
     .set_num_threads = cpu_set_num_threads,
+    .get_num_threads = cpu_get_num_threads,
     .set_matmul_fast_fp32 = NULL,
     .peak_flops = awl_cpu_peak_flops,
     .softmax_forward = awl_cpu_softmax_forward,
