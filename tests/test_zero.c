@@ -3,7 +3,8 @@
  * bitwise on 2 ranks (a + b is the same sum whichever rank adds it), within
  * ZERO_BOUND on 3 and 4 (the shards cut the gradient in other places than
  * DDP's ring chunks, so some sums run in another order); shards of uneven
- * size; the memory each rank holds; and consolidated checkpoints: written
+ * size; the memory each rank holds (and the memory ledger's gradients);
+ * and consolidated checkpoints: written
  * by 2 ranks, resumed bitwise by 2, and loaded by one process and by 3 ranks.
  *
  * The bound: after 4 AdamW steps at lr 1e-3 the parameters agree within
@@ -83,6 +84,9 @@ static void train(dist_rank *me)
             me->values[2] = zs.optimizer_bytes;
             me->values[3] = zs.shard_count;
             me->values[4] = awl_param_list_numel(params);
+            awl_memory_ledger l;
+            awl_memory_get_ledger("cpu", &l);
+            me->values[5] = l.now[AWL_MEMORY_GRADIENT]; /* between steps */
         }
     }
     if (status == 0 && c->save) {
@@ -191,6 +195,9 @@ START_TEST(test_zero_uneven_shards_and_memory)
             ck_assert_int_eq(r0.values[1], 4 * P);
         else
             ck_assert_int_eq(r0.values[1], 4 * shard);
+        /* the memory ledger counts the same bytes as gradients between
+         * steps: stage 1 keeps DDP's buckets, stage 2 only its shard */
+        ck_assert_int_eq(r0.values[5], r0.values[1]);
     }
 }
 END_TEST
