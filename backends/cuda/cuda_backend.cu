@@ -194,7 +194,6 @@ static awl_backend make_table(void)
     t.memory_reserved = awlc_memory_reserved;
     t.empty_cache = awlc_empty_cache;
     t.set_num_threads = NULL;
-    t.get_num_threads = NULL;
     t.set_matmul_fast_fp32 = awlc_set_matmul_fast_fp32;
     t.stream = cuda_stream;
     t.set_option = cuda_set_option;
