@@ -110,8 +110,13 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
  * ROWS at a time. One row's sums alone form a single chain of dependent
  * multiply-adds, each waiting for the last; ROWS rows give ROWS independent
  * chains that keep the vector units busy, and each block of keys or values
- * loaded from memory serves all of them. */
-#define ROWS 8
+ * loaded from memory serves all of them. Six: a 6 x 16 tile of float32 sums
+ * is 12 of AVX2's 16 vector registers, which leaves room for the two loads
+ * and the broadcast, where 8 x 16 spilled sums to the stack on every step
+ * (`OMP_NUM_THREADS=1 perf stat -e task-clock ./build-cpu/bench_kernels
+ * full attention` on Zen 3: 7.3-7.6 s with 8 rows and separate multiplies
+ * and adds, 6.1-6.4 s with 6 rows and fused multiply-adds). */
+#define ROWS 6
 
 static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -138,7 +143,8 @@ static void tile_rows(const heads *h, int64_t b, int64_t i, int64_t r0, int64_t 
 
 /* s[k * Tp + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
  * up to BLOCK, yt (D x Tp). A ROWS x BLOCK tile of sums stays in registers
- * while the loop walks the D dimensions. */
+ * while the loop walks the D dimensions, each step a fused multiply-add
+ * (fmaf: one instruction under -march with FMA, and one rounding). */
 static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t Tp, int64_t D,
                       float *s)
 {
@@ -149,7 +155,7 @@ static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t 
             for (int k = 0; k < ROWS; k++) {
                 const float xd = x[k][d];
 #pragma omp simd
-                for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] += xd * y[jj];
+                for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] = fmaf(xd, y[jj], acc[k][jj]);
             }
         }
         for (int k = 0; k < ROWS; k++) memcpy(s + k * Tp + j0, acc[k], sizeof acc[k]);
@@ -171,7 +177,7 @@ static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n
             for (int k = 0; k < ROWS; k++) {
                 const float wkj = w[k * wk + j * wj];
 #pragma omp simd
-                for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] += wkj * r[dd];
+                for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] = fmaf(wkj, r[dd], acc[k][dd]);
             }
         }
         for (int k = 0; k < ROWS; k++) memcpy(out[k] + d0, acc[k], sizeof acc[k]);
