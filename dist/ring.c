@@ -255,14 +255,10 @@ typedef struct progress {
     uint8_t head[FRAME_BYTES];
 } progress;
 
-static int peer_failed(awl_process_group *pg, const tcp_peer *p, ssize_t k, int err_no, char *err,
+static int peer_failed(awl_process_group *pg, tcp_peer *p, ssize_t k, int err_no, char *err,
                        size_t size)
 {
-    char who[96];
-    pg->blamed = p->global_rank;
-    snprintf(err, size, "%s closed its data connection (%s): the process exited or was killed",
-             tcp_peer_name(p, who, sizeof who), k == 0 ? "end of stream" : strerror(err_no));
-    return -1;
+    return tcp_data_failed(pg, p, k == 0 ? "end of stream" : strerror(err_no), err, size);
 }
 
 static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule *s,

@@ -206,6 +206,27 @@ static int read_ctrl(awl_process_group *pg, tcp_peer *p, double now, char *err, 
     }
 }
 
+int tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err, size_t size)
+{
+    char who[96], ctrl_err[1024];
+    double deadline = net_now() + (pg->peer_timeout < 1.0 ? pg->peer_timeout : 1.0);
+    while (!p->gone && net_now() < deadline) {
+        struct pollfd fd = {p->ctrl, POLLIN, 0};
+        poll(&fd, 1, (int)((deadline - net_now()) * 1e3) + 1);
+        int rc = read_ctrl(pg, p, net_now(), ctrl_err, sizeof ctrl_err);
+        if (rc == TCP_FAULT_RELAYED) {
+            snprintf(err, size, "%s", ctrl_err);
+            return TCP_FAULT_RELAYED;
+        }
+        if (rc < 0) break;
+    }
+    if (tcp_check_peers(pg, err, size) < 0) return TCP_FAULT_HERE; /* it left the group */
+    pg->blamed = p->global_rank;
+    snprintf(err, size, "%s closed its data connection (%s): the process exited or was killed",
+             tcp_peer_name(p, who, sizeof who), how);
+    return TCP_FAULT_HERE;
+}
+
 /* A connection to the listener after setup is nobody this group expects. */
 static void turn_away(awl_process_group *pg)
 {

@@ -108,6 +108,14 @@ double tcp_next_service(const awl_process_group *pg);
  * this rank's (same seq, another collective; or it left before this
  * collective). Returns 0 or TCP_FAULT_HERE with err. */
 int tcp_check_peers(awl_process_group *pg, char *err, size_t size);
+/* p's data connection closed or broke (`how`: "end of stream" or the
+ * error). A peer that failed by itself sent ABORT on its control
+ * connection before it closed the data one, and the kernel delivers the
+ * two connections' bytes independently: so p's control connection is read
+ * to its end first (a second at most). Returns TCP_FAULT_RELAYED with p's
+ * words in err, or TCP_FAULT_HERE with err naming p (closed, or left the
+ * group). */
+int tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err, size_t size);
 /* "rank 2 (10.0.0.3:41234)" */
 const char *tcp_peer_name(const tcp_peer *p, char *buf, size_t size);
 /* What a peer last said it was doing, for timeout messages. */
