@@ -208,7 +208,8 @@ static int read_ctrl(awl_process_group *pg, tcp_peer *p, double now, char *err, 
 
 int tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err, size_t size)
 {
-    char who[96], ctrl_err[1024];
+    char who[96], ctrl_err[1024], cause[96];
+    snprintf(cause, sizeof cause, "%s", how); /* strerror's text: reading may replace it */
     double deadline = net_now() + (pg->peer_timeout < 1.0 ? pg->peer_timeout : 1.0);
     while (!p->gone && net_now() < deadline) {
         struct pollfd fd = {p->ctrl, POLLIN, 0};
@@ -223,7 +224,7 @@ int tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *e
     if (tcp_check_peers(pg, err, size) < 0) return TCP_FAULT_HERE; /* it left the group */
     pg->blamed = p->global_rank;
     snprintf(err, size, "%s closed its data connection (%s): the process exited or was killed",
-             tcp_peer_name(p, who, sizeof who), how);
+             tcp_peer_name(p, who, sizeof who), cause);
     return TCP_FAULT_HERE;
 }
 
