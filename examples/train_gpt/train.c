@@ -223,6 +223,7 @@ typedef struct speed {
     int64_t tokens_per_step; /* all ranks together */
     double window_start, window_wait;
     int window_steps;
+    bool had_window; /* a window has been complete */
     double tok_s, mfu, comm; /* comm: share of the time spent waiting for gradients */
 } speed;
 
@@ -235,15 +236,22 @@ static int evaluate_profiled(trainer *t, awl_data_split split, double *mean)
     return status;
 }
 
+/* The speed over a window of steps (half a second, or 20 steps); until the
+ * first window is complete, over the steps so far, so that a short run
+ * does not log 0 tokens/s. */
 static void speed_update(speed *v, const trainer *t)
 {
     v->window_steps++;
     v->window_wait += gradient_wait_seconds(t);
     double elapsed = now() - v->window_start;
-    if (elapsed > 0.5 || v->window_steps >= 20) {
+    bool complete = elapsed > 0.5 || v->window_steps >= 20;
+    if ((complete || !v->had_window) && elapsed > 0) {
         v->tok_s = (double)v->tokens_per_step * v->window_steps / elapsed;
         v->mfu = v->peak > 0 ? v->tok_s * v->flops_per_token / v->peak : 0;
         v->comm = v->window_wait / elapsed;
+    }
+    if (complete) {
+        v->had_window = true;
         v->window_start = now();
         v->window_steps = 0;
         v->window_wait = 0;
@@ -388,6 +396,7 @@ int train(trainer *t)
             }
             v.window_start = now(); /* evaluation time is not training speed */
             v.window_steps = 0;
+            v.window_wait = 0;
         }
         if (t->log) {
             memory_use m;
