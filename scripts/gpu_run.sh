@@ -47,7 +47,8 @@
 #          and its PyTorch peer (bench/torch_generate.py, eager with its own
 #          key/value cache) on GEN_CONFIGS in GEN_PRECISIONS: decode tokens/s
 #          with and without the cache, GEN_NEW new tokens after a prompt of
-#          16, GEN_ROUNDS rounds; JSON lines in $OUT/generate.jsonl; not part
+#          16 for each batch of GEN_BATCHES (prompts decoded together),
+#          GEN_ROUNDS rounds; JSON lines in $OUT/generate.jsonl; not part
 #          of all;
 #   train  two 100-step runs per DET_SETTINGS pair (same seed, same losses?),
 #          then train_gpt on tinyshakespeare, shakespeare-char with nanoGPT's
@@ -109,6 +110,7 @@ GEN_CONFIGS=${GEN_CONFIGS:-cpu-small,shakespeare-char,gpt2-124m}
 GEN_PRECISIONS=${GEN_PRECISIONS:-fp32 bf16}
 GEN_NEW=${GEN_NEW:-256}
 GEN_ROUNDS=${GEN_ROUNDS:-3}
+GEN_BATCHES=${GEN_BATCHES:-1}
 JOBS=$(nproc)
 DATA=$D/data/tinyshakespeare.txt
 SUMMARY=$OUT/summary.txt
@@ -132,7 +134,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 TEST_SRC=(tests/test_*.c)
 CHECK_SRC=(tools/awl-check/*.c) # awl-check: main.c and the harness the suites share
 TRAIN_GPT_SRC=(examples/train_gpt/*.c)
-PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" bench/bench_gpt.c bench/bench_cuda.c
+OPTIONS_SRC=examples/common/options.c # train_gpt's and generate's command lines
+PROG_SRC=(tests/helpers/*.c "${TRAIN_GPT_SRC[@]}" "$OPTIONS_SRC" bench/bench_gpt.c bench/bench_cuda.c
           bench/bench_generate.c examples/generate/main.c
           "${CHECK_SRC[@]}" "${TEST_SRC[@]}")
 echo "== build: ${#LIB_SRC[@]} library and ${#PROG_SRC[@]} program sources on $JOBS cores"
@@ -146,11 +149,11 @@ done
 if [ ! -e "$B/FAILED" ]; then
     TRAIN_GPT_OBJ=()
     for src in "${TRAIN_GPT_SRC[@]}"; do TRAIN_GPT_OBJ+=("$(gpu_obj "$src")"); done
-    gpu_spawn gpu_link train_gpt "${TRAIN_GPT_OBJ[@]}"
+    gpu_spawn gpu_link train_gpt "${TRAIN_GPT_OBJ[@]}" "$(gpu_obj "$OPTIONS_SRC")"
     gpu_spawn gpu_link bench_gpt "$(gpu_obj bench/bench_gpt.c)"
     gpu_spawn gpu_link bench_cuda "$(gpu_obj bench/bench_cuda.c)"
     gpu_spawn gpu_link bench_generate "$(gpu_obj bench/bench_generate.c)"
-    gpu_spawn gpu_link generate "$(gpu_obj examples/generate/main.c)"
+    gpu_spawn gpu_link generate "$(gpu_obj examples/generate/main.c)" "$(gpu_obj "$OPTIONS_SRC")"
     gpu_spawn gpu_link awl-check "$(gpu_obj tools/awl-check/main.c)" "${HARNESS[@]}" "${HELPERS[@]}"
     for src in "${TEST_SRC[@]}"; do
         gpu_spawn gpu_link "$(basename "$src" .c)" "$(gpu_obj "$src")" "${HELPERS[@]}" "${HARNESS[@]}"
@@ -348,12 +351,14 @@ stage_generate() {
     row "test_generate (cuda:0): rc $? $(grep -h -E '^[0-9]+%: Checks' "$B/log/run_generate.log")"
     grep -h -E ':[FE]:' "$B/log/run_generate.log" | head -5 | tee -a "$SUMMARY"
     : > "$OUT/generate.jsonl"
-    for p in $GEN_PRECISIONS; do
-        timeout 200 "$BIN/bench_generate" --device cuda --precision "$p" --configs "$GEN_CONFIGS" \
-            --new "$GEN_NEW" --rounds "$GEN_ROUNDS" | tee -a "$OUT/generate.jsonl"
-        PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_generate.py --device cuda \
-            --precision "$p" --configs "$GEN_CONFIGS" --new "$GEN_NEW" --rounds "$GEN_ROUNDS" |
-            tee -a "$OUT/generate.jsonl"
+    for batch in $GEN_BATCHES; do
+        for p in $GEN_PRECISIONS; do
+            timeout 200 "$BIN/bench_generate" --device cuda --precision "$p" --configs "$GEN_CONFIGS" \
+                --new "$GEN_NEW" --rounds "$GEN_ROUNDS" --batch "$batch" | tee -a "$OUT/generate.jsonl"
+            PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_generate.py --device cuda \
+                --precision "$p" --configs "$GEN_CONFIGS" --new "$GEN_NEW" --rounds "$GEN_ROUNDS" \
+                --batch "$batch" | tee -a "$OUT/generate.jsonl"
+        done
     done
     row ""
     python3 - "$OUT/generate.jsonl" <<'EOF' | tee -a "$SUMMARY"
@@ -365,17 +370,18 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     who = "awl" if r["impl"] == "awl" else "torch"
-    rows[(r["config"], r["precision"], r["mode"], who)] = r
-print(f"{'config':17} {'prec':5} {'new':>4} {'awl cache':>10} {'recompute':>10} {'speedup':>8} "
-      f"{'torch cache':>11} {'recompute':>10} {'speedup':>8} {'awl/torch':>9}  (decode tokens/s)")
-for cfg, prec in sorted({k[:2] for k in rows}):
-    g = lambda mode, who: rows.get((cfg, prec, mode, who), {}).get("decode_tokens_per_s", 0)
+    rows[(r["config"], r["precision"], r["batch"], r["mode"], who)] = r
+print(f"{'config':17} {'prec':5} {'batch':>5} {'new':>4} {'awl cache':>10} {'recompute':>10} "
+      f"{'speedup':>8} {'torch cache':>11} {'recompute':>10} {'speedup':>8} {'awl/torch':>9}"
+      "  (decode tokens/s)")
+for cfg, prec, batch in sorted({k[:3] for k in rows}):
+    g = lambda mode, who: rows.get((cfg, prec, batch, mode, who), {}).get("decode_tokens_per_s", 0)
     ac, ar = g("cache", "awl"), g("recompute", "awl")
     tc, tr = g("cache", "torch"), g("recompute", "torch")
-    new = rows.get((cfg, prec, "cache", "awl"), {}).get("new", 0)
+    new = rows.get((cfg, prec, batch, "cache", "awl"), {}).get("new", 0)
     q = lambda a, b: f"{a / b:.2f}" if a and b else "-"
-    print(f"{cfg:17} {prec:5} {new:>4} {ac:>10.1f} {ar:>10.1f} {q(ac, ar):>8} {tc:>11.1f} "
-          f"{tr:>10.1f} {q(tc, tr):>8} {q(ac, tc):>9}")
+    print(f"{cfg:17} {prec:5} {batch:>5} {new:>4} {ac:>10.1f} {ar:>10.1f} {q(ac, ar):>8} "
+          f"{tc:>11.1f} {tr:>10.1f} {q(tc, tr):>8} {q(ac, tc):>9}")
 EOF
     row "generate: $(( $(date +%s) - t0 )) s"
 }

@@ -241,7 +241,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     if (!scratch)
         return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory (%d x %lld floats)",
                          nt, (long long)per_head);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(B * H, nt))
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *S = kt + D * Tp;
@@ -315,7 +315,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                          "awl_cpu attention_backward: out of memory (%d x %lld floats)", nt,
                          (long long)per_head);
     const float sc = (float)scale;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(B * H, nt))
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * Tp;

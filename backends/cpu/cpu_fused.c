@@ -66,7 +66,7 @@ int awl_cpu_softmax_forward(const awl_view *out, const awl_view *in, bool log)
     const float *x0 = (const float *)cpu_view_ptr(in);
     float *y0 = (float *)cpu_view_ptr(out);
     int nt = awl_cpu_threads_for(rows * n, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(rows, nt))
     for (int64_t r = 0; r < rows; r++) {
         const float *x = x0 + r * n;
         float *y = y0 + r * n;
@@ -97,7 +97,7 @@ int awl_cpu_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_v
     const float *g0 = (const float *)cpu_view_ptr(dy), *y0 = (const float *)cpu_view_ptr(y);
     float *d0 = (float *)cpu_view_ptr(dx);
     int nt = awl_cpu_threads_for(rows * n, log ? CPU_GRAIN_COSTLY : CPU_GRAIN_CHEAP);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(rows, nt))
     for (int64_t r = 0; r < rows; r++) {
         const float *g = g0 + r * n, *yr = y0 + r * n;
         float *d = d0 + r * n;
@@ -137,7 +137,7 @@ int awl_cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const a
                 *b = (const float *)pb;
     float *y0 = (float *)cpu_view_ptr(out), *m0 = (float *)pm, *r0 = (float *)pr;
     int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(rows, nt))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x0 + r * C;
         float *y = y0 + r * C;
@@ -201,7 +201,7 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                              (long long)nchunks, (long long)C);
     }
     int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(nchunks, nt))
     for (int64_t c = 0; c < nchunks; c++) {
         double *pw_sum = part ? part + c * 2 * C : NULL, *pb_sum = pw_sum ? pw_sum + C : NULL;
         const int64_t r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
@@ -264,7 +264,8 @@ int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, con
     float *l = (float *)pl, *z = (float *)pz;
     int64_t bad = -1;
     int nt = awl_cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(max : bad)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) \
+    schedule(static, awl_cpu_chunk(N, nt)) reduction(max : bad)
     for (int64_t i = 0; i < N; i++) {
         const float *x = x0 + i * V;
         const float m = row_max(x, V);
@@ -308,7 +309,7 @@ int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dlos
     const int32_t *t = (const int32_t *)pt;
     float *d0 = (float *)cpu_view_ptr(dlogits);
     int nt = awl_cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(N, nt))
     for (int64_t i = 0; i < N; i++) {
         const float *x = x0 + i * V;
         float *d = d0 + i * V;
@@ -336,7 +337,7 @@ int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view
     float *o = (float *)cpu_view_ptr(dx);
     const float *g = (const float *)cpu_view_ptr(dy), *in = (const float *)cpu_view_ptr(x);
     int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
-#pragma omp parallel for simd num_threads(nt) schedule(static)
+#pragma omp parallel for simd num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(n, nt))
     for (int64_t i = 0; i < n; i++) o[i] = g[i] * cpu_gelu_grad_f(in[i]);
     return AWL_OK;
 }
@@ -368,7 +369,7 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
     const float step_size = (float)(lr / (1.0 - pow(b1, t)));
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
     int nt = awl_cpu_threads_for(total, CPU_GRAIN_CHEAP);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(awl_cpu_team(nt))
     {
         const int64_t per = (total + nt - 1) / nt;
         const int64_t lo = (int64_t)omp_get_thread_num() * per;

@@ -181,7 +181,7 @@ int awl_cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *
     const int64_t esize = row.elsize[0];
     int nt = rowlen >= 64 ? awl_cpu_threads_for(nidx * rowlen, CPU_GRAIN_CHEAP) : 1;
     int64_t chunk = ((rowlen + nt - 1) / nt + 15) & ~(int64_t)15;
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(awl_cpu_team(nt))
     {
         int64_t c0 = (int64_t)omp_get_thread_num() * chunk;
         int64_t c1 = c0 + chunk < rowlen ? c0 + chunk : rowlen;

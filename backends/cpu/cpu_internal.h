@@ -69,6 +69,31 @@ void awl_cpu_iter_walk(const cpu_iter *it, int64_t begin, int64_t end, cpu_segme
  * more than OpenMP's current maximum. */
 int awl_cpu_threads_for(int64_t work, int64_t grain);
 
+/* The team a parallel region opens for a job split between nt threads: all
+ * of OpenMP's threads when nt > 1, and the work goes to the first nt of
+ * them (the others go straight to the region's closing barrier). libgomp
+ * ends the threads that a region leaves unused (a 4-thread region after a
+ * 16-thread one ends 12) and creates them again for the next larger
+ * region: with the team sized to each job, a gpt2-124m decoding step on 16
+ * threads created 143 threads, and a cpu-medium training step 152. So
+ * every region of more than one thread is written
+ *
+ *     #pragma omp parallel for num_threads(awl_cpu_team(nt)) \
+ *         schedule(static, awl_cpu_chunk(n, nt))
+ *
+ * (n iterations in nt chunks, one per thread), or, for a region that splits
+ * the work itself, with num_threads(awl_cpu_team(nt)) and nothing for the
+ * threads numbered nt and up. A 1-thread region never touches the team. */
+int awl_cpu_team(int nt);
+
+/* Iterations per chunk when n iterations go to nt threads: at most nt
+ * chunks (at least 1 iteration, as OpenMP requires). */
+static inline int64_t awl_cpu_chunk(int64_t n, int nt)
+{
+    const int64_t c = nt > 1 ? (n + nt - 1) / nt : n;
+    return c > 0 ? c : 1;
+}
+
 /* Address of a view's first element. */
 static inline char *cpu_view_ptr(const awl_view *v)
 {

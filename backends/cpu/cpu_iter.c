@@ -25,6 +25,13 @@ int awl_cpu_threads_for(int64_t work, int64_t grain)
     return want < max ? (int)want : max;
 }
 
+int awl_cpu_team(int nt)
+{
+    if (nt <= 1) return 1;
+    int max = omp_get_max_threads();
+    return nt > max ? nt : max;
+}
+
 void awl_cpu_iter_init(cpu_iter *it, int nop, const awl_view *const *views)
 {
     const awl_view *out = views[0];
@@ -113,7 +120,7 @@ void awl_cpu_iter_run(const cpu_iter *it, int64_t grain, cpu_segment_fn fn, cons
     }
     int64_t chunk = (it->numel + nt - 1) / nt;
     chunk = (chunk + 63) & ~(int64_t)63;
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(awl_cpu_team(nt))
     {
         int64_t begin = (int64_t)omp_get_thread_num() * chunk;
         int64_t end = begin + chunk < it->numel ? begin + chunk : it->numel;

@@ -161,6 +161,10 @@ static void gemm(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_
 #define BAND_ALIGN 16
 /* Multiply-adds per thread below which a product is not split. */
 #define SPLIT_GRAIN (1 << 17)
+/* The same for a matrix-vector product (one row or one column of C), which
+ * reads each element of its matrix once and is bound by memory, not by
+ * arithmetic: 32K float32 elements (128 KB) a thread. */
+#define GEMV_GRAIN (1 << 15)
 
 /* C's m x n block (row-major, ldc) := the bias row (n elements) on every row. */
 static void fill_bias(char *c, int64_t ldc, int64_t m, int64_t n, const char *bias, int64_t es)
@@ -188,7 +192,7 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
     const bool rows = m >= n;
     const int64_t len = rows ? m : n;
     const int64_t band = ((len + nt - 1) / nt + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, 1)
     for (int64_t i0 = 0; i0 < len; i0 += band) {
         const int64_t w = len - i0 < band ? len - i0 : band;
         if (rows) { /* a's row i0 is i0 rows down, or i0 columns across when transposed */
@@ -206,7 +210,7 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
 /* Threads to split one m x n x k product between. */
 static int band_threads(int64_t m, int64_t n, int64_t k)
 {
-    int nt = awl_cpu_threads_for(m * n * k, SPLIT_GRAIN);
+    int nt = awl_cpu_threads_for(m * n * k, m == 1 || n == 1 ? GEMV_GRAIN : SPLIT_GRAIN);
     const int64_t most = (m > n ? m : n) / BAND_ALIGN; /* bands of at least BAND_ALIGN */
     if (nt > most) nt = most > 1 ? (int)most : 1;
     return nt;
@@ -312,7 +316,7 @@ static int matmul(const char *op, const awl_view *out, const awl_view *a, const 
                              (long long)(bytes * nt));
     }
     if (nt > 1) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(j.nbatch, nt))
         for (int64_t i = 0; i < j.nbatch; i++) {
             char *mine = scratch ? scratch + bytes * omp_get_thread_num() : NULL;
             run_one(&j, i, mine, 1);

@@ -263,7 +263,7 @@ static int output_value_parallel(const reduce_plan *p, int64_t in_off, int nt, d
     if (!leaves)
         return awl_error(AWL_ERR_OOM, "awl_cpu reduce: out of memory for %lld partial sums",
                          (long long)nleaves);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(nleaves, nt))
     for (int64_t l = 0; l < nleaves; l++) {
         const char *x = p->in + (in_off + run_offset(p, l / nb)) * p->elsize;
         leaves[l] = leaf(p, x, l % nb);
@@ -280,7 +280,7 @@ static int reduce_runs(const reduce_plan *p)
 {
     int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     if (nt > 1 && p->nout >= nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(p->nout, nt))
         for (int64_t k = 0; k < p->nout; k++) {
             int64_t in_off, out_off;
             kept_offsets(p, p->nk, k, &in_off, &out_off);
@@ -354,7 +354,7 @@ static int reduce_row_chunks(const reduce_plan *p)
                          (long long)nchunks, (long long)cols);
     int nt = awl_cpu_threads_for(p->nout * p->nred, CPU_GRAIN_CHEAP);
     if (nt > nchunks) nt = (int)nchunks;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(nchunks, nt))
     for (int64_t c = 0; c < nchunks; c++) {
         double *acc = part + c * cols;
         for (int64_t j = 0; j < cols; j++) acc[j] = p->init;
@@ -382,7 +382,7 @@ static int reduce_columns(const reduce_plan *p)
     width = width < MIN_TILE ? MIN_TILE : width > TILE ? TILE : (width + 15) & ~(int64_t)15;
     const int64_t tiles = (cols + width - 1) / width, items = outer * tiles;
     if (nt > items) nt = (int)items;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(items, nt))
     for (int64_t it = 0; it < items; it++) {
         int64_t in_off, out_off;
         kept_offsets(p, p->nk - 1, it / tiles, &in_off, &out_off);
