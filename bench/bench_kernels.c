@@ -359,10 +359,14 @@ int main(int argc, char **argv)
     const int64_t big = quick ? (int64_t)1 << 20 : (int64_t)1 << 24;
     const int64_t sq_max = quick ? 512 : 2048;
     for (int64_t s = 256; s <= sq_max; s *= 2) bench_matmul("square", s, s, s, false, false);
-    /* A GPT block at B*T = 1024 tokens, C = 128: forward, then the two
-     * backward products of each (dX = dY W^T, dW = X^T dY). */
-    const int64_t shapes[3][3] = {{1024, 128, 384}, {1024, 512, 128}, {1024, 128, 512}};
-    for (int i = 0; i < (quick ? 1 : 3); i++) {
+    /* A GPT block's products, forward, then the two backward products of
+     * each (dX = dY W^T, dW = X^T dY): cpu-small (B*T = 1024 tokens, C =
+     * 128: qkv, MLP out, MLP in), then cpu-medium (2048 tokens, C = 192:
+     * qkv, attention out, MLP in, MLP out). */
+    const int64_t shapes[7][3] = {{1024, 128, 384}, {1024, 512, 128}, {1024, 128, 512},
+                                  {2048, 192, 576}, {2048, 192, 192}, {2048, 192, 768},
+                                  {2048, 768, 192}};
+    for (int i = 0; i < (quick ? 1 : 7); i++) {
         const int64_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
         bench_matmul("transformer", m, k, n, false, false);
         bench_matmul("transformer_dx", m, n, k, false, true);

@@ -23,6 +23,9 @@
 #         awl, then PyTorch, CPU_ROUNDS times per count;
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
 #         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS);
+#   kernels  bench_kernels (the CPU backend's kernels against BLAS sgemm and
+#         memcpy in the same process) on the benches whose name contains
+#         KERNELS (default matmul) at each of KERNEL_THREADS (4 16);
 #   generate  bench_generate against bench/torch_generate.py (PyTorch's own
 #         key/value cache): decode tokens/s with and without the cache
 #         (GEN_MODES, default cache,recompute) for GEN_CONFIGS (default cpu-small
@@ -52,13 +55,13 @@ export CFLAGS B
 t0=$(date +%s)
 : > "$B/build.log"
 printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c \
-    bench/bench_generate.c tests/dist/dist_worker.c |
+    bench/bench_generate.c bench/bench_kernels.c tests/dist/dist_worker.c |
     xargs -P "$(nproc)" -I{} bash -c 'compile {}'
 LIB_OBJ=()
 for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
 LIBS="-L$D/lib -l:libz.a -lgomp -lm -ldl -lpthread"
 for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c bench/bench_generate.c \
-            tests/dist/dist_worker.c; do
+            bench/bench_kernels.c tests/dist/dist_worker.c; do
     name=$(basename "$prog" .c)
     gcc -fopenmp -o "$B/bin/$name" "$B/obj/${prog//\//_}.o" "${LIB_OBJ[@]}" $LIBS >> "$B/build.log" 2>&1 ||
         echo "link failed: $name"
@@ -118,6 +121,13 @@ if has_stage cpu; then
                 sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
             peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
         done
+    done
+fi
+
+if has_stage kernels; then
+    echo "== kernels"
+    for t in ${KERNEL_THREADS:-4 16}; do
+        OMP_NUM_THREADS=$t "$B/bin/bench_kernels" full "${KERNELS:-matmul}" | tee -a "$OUT/kernels.jsonl"
     done
 fi
 
