@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/alloc.h"
 #include "dist/dist_internal.h"
 #include "dist/net.h"
 #include "tensor/profiler.h"
@@ -498,9 +499,10 @@ static awl_process_group *new_group(void)
  * global: the members' ranks in the job's group (NULL: 0..world-1). */
 static void size_group(awl_process_group *pg, const int *global)
 {
-    pg->send_seq = calloc((size_t)pg->world, sizeof *pg->send_seq);
-    pg->recv_seq = calloc((size_t)pg->world, sizeof *pg->recv_seq);
-    pg->global_rank = calloc((size_t)pg->world, sizeof *pg->global_rank);
+    const size_t n = pg->world > 0 ? (size_t)pg->world : 1;
+    pg->send_seq = awl_xcalloc(n, sizeof *pg->send_seq);
+    pg->recv_seq = awl_xcalloc(n, sizeof *pg->recv_seq);
+    pg->global_rank = awl_xcalloc(n, sizeof *pg->global_rank);
     for (int r = 0; r < pg->world; r++) pg->global_rank[r] = global ? global[r] : r;
 }
 
