@@ -27,6 +27,11 @@
  * modes alternate, so that a slow spell of the shared machine hits both.
  * One short untimed generation per configuration warms the allocator and
  * the BLAS threads first.
+ *
+ * --profile PREFIX: after the timed rounds, one more generation in each
+ * mode under the op profiler (tensor/profiler.h), untimed: its summary
+ * (ops by time against the device's ceilings) on stderr, its Chrome trace
+ * in PREFIX-<config>-<mode>.json.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +43,7 @@
 enum { MAX_ROUNDS = 64 };
 
 typedef struct bench_options {
-    const char *configs, *device, *precision, *modes;
+    const char *configs, *device, *precision, *modes, *profile;
     int batch, prompt, new_tokens, rounds, threads;
 } bench_options;
 
@@ -78,6 +83,35 @@ static int time_generation(awl_gpt *model, int batch, const int32_t *const *prom
     *prefill_s = clock.first - start;
     *decode_s = clock.last - clock.first;
     return 0;
+}
+
+/* One generation of `mode` under the profiler: its summary on stderr and
+ * its trace in PREFIX-<config>-<mode>.json. */
+static int profile_generation(const bench_options *o, const char *config, awl_gpt *model,
+                              int batch, const int32_t *const *prompts, const int *n_prompt,
+                              int32_t *const *out, int new_tokens, bool use_cache)
+{
+    const char *mode = use_cache ? "cache" : "recompute";
+    double p_s, d_s;
+    awl_profiler_start();
+    awl_profiler_begin(AWL_PROFILE_STEP, mode);
+    int status =
+        time_generation(model, batch, prompts, n_prompt, out, new_tokens, use_cache, &p_s, &d_s);
+    awl_profiler_end();
+    awl_profiler_stop();
+    char path[512];
+    snprintf(path, sizeof path, "%s-%s-%s.json", o->profile, config, mode);
+    awl_roofline r;
+    awl_dtype dt = strcmp(o->precision, "bf16") == 0 ? AWL_BF16 : AWL_F32;
+    if (status == 0) status = awl_profiler_write(path);
+    if (status == 0) status = awl_roofline_measure(o->device, dt, &r);
+    if (status == 0) {
+        fprintf(stderr, "== profile: %s, %s, %s, batch %d, %d new tokens (trace: %s)\n", config,
+                o->precision, mode, batch, new_tokens, path);
+        status = awl_profiler_print_summary(stderr, &r);
+    }
+    awl_profiler_clear();
+    return status < 0 ? status : 0;
 }
 
 static int run_config(const bench_options *o, const char *config)
@@ -126,6 +160,9 @@ static int run_config(const bench_options *o, const char *config)
                                      &decode[m][r]);
         }
     }
+    for (int m = 0; m < 2 && status == 0 && o->profile; m++)
+        if (modes[m])
+            status = profile_generation(o, config, model, B, in, n_prompt, out, N, m == 0);
     if (status < 0) fprintf(stderr, "bench_generate: %s: %s\n", config, awl_last_error());
     double decode_rate[2] = {0, 0};
     for (int m = 0; m < 2 && status == 0; m++) {
@@ -183,6 +220,8 @@ static int parse_args(int argc, char **argv, bench_options *o)
             o->precision = v;
         else if (strcmp(a, "--modes") == 0 && v)
             o->modes = v;
+        else if (strcmp(a, "--profile") == 0 && v)
+            o->profile = v;
         else if (strcmp(a, "--batch") == 0)
             status = parse_int(a, v, 1, 4096, &o->batch);
         else if (strcmp(a, "--prompt") == 0)
@@ -199,7 +238,7 @@ static int parse_args(int argc, char **argv, bench_options *o)
             fprintf(stderr,
                     "usage: bench_generate [--configs a,b] [--device cpu|cuda] [--precision "
                     "fp32|tf32|bf16] [--modes cache,recompute] [--batch B] [--prompt P] [--new "
-                    "N] [--rounds R] [--threads N]\n");
+                    "N] [--rounds R] [--threads N] [--profile PREFIX]\n");
             return -1;
         }
     }

@@ -461,8 +461,12 @@ awl_tensor *awl_attention_qkv_cached(awl_tensor *qkv, int n_head, awl_attention_
              * where the device has the kernel) */
             out = awl_attention_qkv(x, n_head, true, 0.0);
         } else {
-            /* query i sits at position past + i; one query sees every key */
-            awl_tensor *s = attention_scores(heads_view(x, n_head, 0, D),
+            /* query i sits at position past + i; one query sees every key.
+             * The queries get a (B, H, T, D) block of their own: as a view
+             * of qkv their batch and head axes do not merge into one batch
+             * axis, and CUDA's product then runs one batched call per row
+             * of the batch instead of one for all of them. */
+            awl_tensor *s = attention_scores(awl_tensor_contiguous(heads_view(x, n_head, 0, D)),
                                              awl_tensor_slice(cache->k, 2, 0, S, 1),
                                              1.0 / sqrt((double)D), T > 1, past);
             if (cache->key_mask)

@@ -15,10 +15,13 @@
  * once when the cache is reset.
  *
  * Sampling runs on the host in double precision, on each row's logits of
- * the step (vocab numbers per row: for GPT-2, 400 KB a step against the
- * model's 500 MB of weights). Top-k finds its cutoff by selection, not by
- * sorting the vocabulary; top-p sorts what remains (all of it when top-k is
- * off).
+ * the step (vocab numbers per row, copied as float32: for GPT-2, 200 KB a
+ * row against the model's 500 MB of weights). Top-k finds its cutoff by
+ * selection, not by sorting the vocabulary; top-p sorts what remains (all
+ * of it when top-k is off). Greedy decoding on a device whose memory is not
+ * the host's takes each row's argmax where the logits are, and only the
+ * token crosses to the host: at batch 32 the rows' logits would be 6.4 MB a
+ * step.
  */
 #include "nn/generate.h"
 
@@ -330,17 +333,54 @@ typedef struct generation {
     int *n_out;
     bool *ended;
     double *logits;  /* (batch, vocab): each row's logits for its next token */
+    float *staged;   /* (batch, vocab): the same as they come from the device */
     double *scratch; /* vocab */
+    int32_t *picked; /* (batch): a row's greedy token found on the device, or -1 */
     int32_t *tokens; /* (batch): the step's new tokens, -1 for ended rows */
 } generation;
 
-/* logits (rows, vocab) into g->logits from row `first` on. */
+/* Each row's greedy token, the first largest of its logits (rows, vocab),
+ * computed on their device, into g->picked from row `first` on. Returns
+ * false, having picked nothing, when a row has no largest logit (a NaN):
+ * the host then samples from the logits, as for any other row. */
+static bool greedy_on_device(generation *g, awl_tensor *logits, int first)
+{
+    const int64_t rows = awl_numel(logits) / g->vocab;
+    char device[32];
+    awl_tensor_device_name(logits, device, sizeof device);
+    awl_tensor *l32 = awl_tensor_cast(logits, AWL_F32); /* float32 counts the vocabulary exactly */
+    awl_tensor *table = awl_tensor_reshape(l32, 2, (int64_t[]){rows, g->vocab});
+    awl_tensor *best = awl_tensor_reduce(AWL_REDUCE_MAX, table, 1, (int[]){1}, true);
+    awl_tensor *column = awl_arange(0, g->vocab, 1, AWL_F32, device);
+    awl_tensor *past_end = awl_full(1, (int64_t[]){1}, g->vocab, AWL_F32, device);
+    /* each row's columns that hold its largest logit, the others past the end */
+    awl_tensor *hits = awl_tensor_where(awl_tensor_binary(AWL_BINARY_EQ, table, best), column,
+                                        past_end);
+    awl_tensor *index = awl_tensor_reduce(AWL_REDUCE_MIN, hits, 1, (int[]){1}, false);
+    float *host = g->staged; /* rows floats, the room of the logits not copied */
+    if (!index || awl_to_host(index, host, (size_t)rows * sizeof *host) != AWL_OK) return false;
+    for (int64_t r = 0; r < rows; r++)
+        if (!(host[r] < (float)g->vocab)) return false;
+    for (int64_t r = 0; r < rows; r++) g->picked[first + r] = (int32_t)host[r];
+    return true;
+}
+
+/* logits (rows, vocab) into g->logits from row `first` on; for greedy
+ * decoding off the host, only each row's token into g->picked. */
 static int logits_to_host(generation *g, awl_tensor *logits, int first)
 {
-    awl_tensor *l64 = awl_tensor_cast(logits, AWL_F64);
-    if (!l64) return AWL_ERR_INVALID;
-    return awl_to_host(l64, g->logits + (size_t)first * (size_t)g->vocab,
-                       (size_t)awl_numel(l64) * sizeof *g->logits);
+    if (!logits) return AWL_ERR_INVALID;
+    const int64_t n = awl_numel(logits), rows = n / g->vocab;
+    for (int64_t r = 0; r < rows; r++) g->picked[first + r] = -1;
+    if (g->o->temperature <= 0.0 && !awl_tensor_is_host(logits) &&
+        greedy_on_device(g, logits, first))
+        return AWL_OK;
+    awl_tensor *l32 = awl_tensor_cast(logits, AWL_F32);
+    if (!l32) return AWL_ERR_INVALID;
+    int status = awl_to_host(l32, g->staged, (size_t)n * sizeof *g->staged);
+    double *dst = g->logits + (size_t)first * (size_t)g->vocab;
+    for (int64_t i = 0; status == AWL_OK && i < n; i++) dst[i] = g->staged[i];
+    return status;
 }
 
 /* Samples each live row's next token and appends it. Returns true when
@@ -352,8 +392,10 @@ static bool sample_step(generation *g, int step)
         g->tokens[b] = -1;
         if (g->ended[b]) continue;
         double u = awl_philox_uniform_at(g->o->seed, ((uint64_t)b << 32) + (uint64_t)step, 0);
-        int32_t t = awl_sample_logits(g->logits + (size_t)b * (size_t)g->vocab, g->vocab, g->o, u,
-                                      g->scratch);
+        int32_t t = g->picked[b] >= 0
+                        ? g->picked[b]
+                        : awl_sample_logits(g->logits + (size_t)b * (size_t)g->vocab, g->vocab,
+                                            g->o, u, g->scratch);
         g->out[b][g->n_out[b]++] = t;
         g->tokens[b] = t;
         g->ended[b] = t == g->o->stop_token;
@@ -363,30 +405,52 @@ static bool sample_step(generation *g, int step)
     return !live;
 }
 
+/* The logits after the last of `rows` rows of T tokens each (ids, rows x T,
+ * row-major), the whole context run through the model (the head for the
+ * last column only), into the generation's rows from `first` on. */
+static int recompute_rows(generation *g, const int32_t *ids, int rows, int64_t T, int first,
+                          const char *device)
+{
+    awl_scope_begin();
+    awl_tensor *idx = awl_from_data(ids, AWL_SHAPE(rows, T), AWL_I32, device);
+    awl_dtype before = awl_gpt_autocast_enter(g->model);
+    awl_tensor *h = awl_gpt_hidden(g->model, idx, NULL);
+    awl_tensor *logits = awl_gpt_head(g->model, awl_slice(h, 1, T - 1, T, 1));
+    awl_autocast_set(before);
+    int status = logits_to_host(g, logits, first);
+    awl_scope_end();
+    return status;
+}
+
 /* Without a cache: every step runs each live row's last `block` tokens
- * through the whole model (the head for the last one only). */
+ * through the whole model. While every row is live and all have one length
+ * (prompts of one length, no row stopped), the rows go through together,
+ * as one batch; otherwise one at a time. */
 static int run_recompute(generation *g)
 {
-    const int block = g->model->cfg.block;
+    const int block = g->model->cfg.block, B = g->batch;
     char device[32];
     model_device(g->model, device, sizeof device);
+    int32_t *ids = awl_xmalloc((size_t)B * (size_t)block * sizeof *ids);
     int status = AWL_OK;
     for (int step = 0; step < g->o->max_new_tokens && status == AWL_OK; step++) {
-        for (int b = 0; b < g->batch && status == AWL_OK; b++) {
+        bool together = true;
+        for (int b = 0; b < B; b++) together &= !g->ended[b] && g->n_out[b] == g->n_out[0];
+        if (together) {
+            int n = g->n_out[0], start = n > block ? n - block : 0;
+            int64_t T = n - start;
+            for (int b = 0; b < B; b++)
+                memcpy(ids + (size_t)b * (size_t)T, g->out[b] + start, (size_t)T * sizeof *ids);
+            status = recompute_rows(g, ids, B, T, 0, device);
+        }
+        for (int b = 0; !together && b < B && status == AWL_OK; b++) {
             if (g->ended[b]) continue;
             int n = g->n_out[b], start = n > block ? n - block : 0;
-            int64_t T = n - start;
-            awl_scope_begin();
-            awl_tensor *idx = awl_from_data(g->out[b] + start, AWL_SHAPE(1, T), AWL_I32, device);
-            awl_dtype before = awl_gpt_autocast_enter(g->model);
-            awl_tensor *h = awl_gpt_hidden(g->model, idx, NULL);
-            awl_tensor *logits = awl_gpt_head(g->model, awl_slice(h, 1, T - 1, T, 1));
-            awl_autocast_set(before);
-            status = logits_to_host(g, logits, b);
-            awl_scope_end();
+            status = recompute_rows(g, g->out[b] + start, 1, n - start, b, device);
         }
         if (status == AWL_OK && sample_step(g, step)) break;
     }
+    free(ids);
     return status;
 }
 
@@ -504,7 +568,9 @@ int awl_gpt_generate(awl_gpt *model, int batch, const int32_t *const *prompts, c
                     .n_out = n_out,
                     .ended = awl_xcalloc((size_t)batch, sizeof(bool)),
                     .logits = awl_xmalloc((size_t)batch * (size_t)V * sizeof(double)),
+                    .staged = awl_xmalloc((size_t)batch * (size_t)V * sizeof(float)),
                     .scratch = awl_xmalloc((size_t)V * sizeof(double)),
+                    .picked = awl_xmalloc((size_t)batch * sizeof(int32_t)),
                     .tokens = awl_xmalloc((size_t)batch * sizeof(int32_t))};
     bool was_training = model->base.training;
     awl_module_train(&model->base, false);
@@ -514,7 +580,9 @@ int awl_gpt_generate(awl_gpt *model, int batch, const int32_t *const *prompts, c
     awl_module_train(&model->base, was_training);
     free(g.ended);
     free(g.logits);
+    free(g.staged);
     free(g.scratch);
+    free(g.picked);
     free(g.tokens);
     return status;
 }

@@ -48,8 +48,9 @@
 #          key/value cache) on GEN_CONFIGS in GEN_PRECISIONS: decode tokens/s
 #          with and without the cache, GEN_NEW new tokens after a prompt of
 #          16 for each batch of GEN_BATCHES (prompts decoded together),
-#          GEN_ROUNDS rounds; JSON lines in $OUT/generate.jsonl; not part
-#          of all;
+#          GEN_ROUNDS rounds; JSON lines in $OUT/generate.jsonl (awl's
+#          messages, and with GEN_PROFILE=1 its op profile of each mode, in
+#          generate-profile.txt, the traces beside it); not part of all;
 #   train  two 100-step runs per DET_SETTINGS pair (same seed, same losses?),
 #          then train_gpt on tinyshakespeare, shakespeare-char with nanoGPT's
 #          settings (lr 1e-3 warmup 100 cosine to 1e-4, dropout 0.2, batch
@@ -354,7 +355,9 @@ stage_generate() {
     for batch in $GEN_BATCHES; do
         for p in $GEN_PRECISIONS; do
             timeout 200 "$BIN/bench_generate" --device cuda --precision "$p" --configs "$GEN_CONFIGS" \
-                --new "$GEN_NEW" --rounds "$GEN_ROUNDS" --batch "$batch" | tee -a "$OUT/generate.jsonl"
+                --new "$GEN_NEW" --rounds "$GEN_ROUNDS" --batch "$batch" \
+                ${GEN_PROFILE:+--profile "$OUT/generate-profile-$p-b$batch"} \
+                2>> "$OUT/generate-profile.txt" | tee -a "$OUT/generate.jsonl"
             PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_generate.py --device cuda \
                 --precision "$p" --configs "$GEN_CONFIGS" --new "$GEN_NEW" --rounds "$GEN_ROUNDS" \
                 --batch "$batch" | tee -a "$OUT/generate.jsonl"

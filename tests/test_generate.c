@@ -190,6 +190,39 @@ START_TEST(test_cache_matches_recompute)
 }
 END_TEST
 
+/* Prompts of one length: without the cache the rows run through the model
+ * as one batch. Greedy tokens are the cache's, and each row's alone. */
+START_TEST(test_recompute_batch_of_one_length)
+{
+    awl_gc_begin(17);
+    awl_gpt *model = tiny_model();
+    static const int32_t p0[] = {3, 1, 4, 1}, p1[] = {5, 9, 2, 6}, p2[] = {5, 3, 5, 8};
+    const int32_t *prompts[ROWS] = {p0, p1, p2};
+    const int len[ROWS] = {4, 4, 4};
+    awl_generate_options cached = awl_generate_defaults();
+    cached.max_new_tokens = NEW;
+    cached.temperature = 0.0;
+    awl_generate_options recompute = cached;
+    recompute.use_cache = false;
+    int32_t a[ROWS][ROOM], b[ROWS][ROOM], c[ROWS][ROOM];
+    int na[ROWS], nb[ROWS], nc[ROWS];
+    int32_t *outs[3][ROWS] = {{a[0], a[1], a[2]}, {b[0], b[1], b[2]}, {c[0], c[1], c[2]}};
+    ck_assert_msg(awl_gpt_generate(model, ROWS, prompts, len, &cached, outs[0], na) == 0, "%s",
+                  awl_last_error());
+    ck_assert_msg(awl_gpt_generate(model, ROWS, prompts, len, &recompute, outs[1], nb) == 0, "%s",
+                  awl_last_error());
+    for (int r = 0; r < ROWS; r++)
+        ck_assert_msg(awl_gpt_generate(model, 1, prompts + r, len + r, &recompute, outs[2] + r,
+                                       nc + r) == 0,
+                      "%s", awl_last_error());
+    for (int r = 0; r < ROWS; r++) ck_assert_int_eq(nb[r], 4 + NEW);
+    assert_same_rows(a, na, b, nb, 0, ROWS, "cached, and recomputed as one batch");
+    assert_same_rows(b, nb, c, nc, 0, ROWS, "recomputed as one batch, and row by row");
+    awl_gpt_free(model);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 /* Past the block the cache starts again from the last half block; the
  * model's training mode is restored. */
 START_TEST(test_generate_past_the_block)
@@ -396,6 +429,6 @@ int main(void)
 {
     return AWL_GC_RUN_SUITE("generate", test_cached_attention_matches_uncached,
                             test_key_mask_hides_keys, test_cache_matches_recompute,
-                            test_generate_past_the_block, test_stop_token_and_callback,
+                            test_recompute_batch_of_one_length, test_generate_past_the_block, test_stop_token_and_callback,
                             test_sampler, test_errors);
 }
