@@ -372,6 +372,13 @@ int main(int argc, char **argv)
         bench_matmul("transformer_dx", m, n, k, false, true);
         bench_matmul("transformer_dw", k, m, n, true, false);
     }
+    /* A decoding step of a batch of prompts: a few rows against a linear
+     * layer's weight, stored (out, in) (shakespeare-char's qkv; gpt2-124m's
+     * MLP in). */
+    const int64_t skinny[2][2] = {{384, 1152}, {768, 3072}};
+    for (int i = 0; i < (quick ? 1 : 2); i++)
+        for (int64_t m = 2; m <= 32; m *= 2)
+            bench_matmul("decode", m, skinny[i][0], skinny[i][1], false, true);
     bench_batched(64, 64, 32, 64);
     bench_batched(16, 256, 64, 256);
 

@@ -37,6 +37,10 @@ static const mm_case cases[] = {
     {1, 1, {4}, {4}, 2, 0, 0, {0}},                         /* dot product */
     {1, 3, {4}, {2, 4, 5}, 0, 0, 2, {2, 5}},                /* vector @ batch */
     {3, 1, {2, 3, 4}, {4}, 0, 0, 2, {2, 3}},                /* batch @ vector */
+    /* a few rows @ a transposed view, a linear layer's weight: the CPU's
+     * product for up to 8 rows (rows in fours and a remainder) */
+    {2, 2, {7, 37}, {37, 33}, 0, 1, 2, {7, 33}},
+    {2, 2, {8, 64}, {64, 20}, 2, 1, 2, {8, 20}},
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
@@ -182,6 +186,7 @@ START_TEST(test_matmul_bias)
         {300, 48, 96, 0, 1, false, false}, {20, 64, 300, 0, 0, false, false},
         {1, 64, 50, 0, 1, false, false},   {5, 0, 7, 0, 0, false, false},
         {40, 16, 30, 2, 0, true, false},   {40, 16, 30, 0, 1, false, true},
+        {6, 40, 50, 0, 1, false, false},
     };
     static const awl_dtype types[] = {AWL_F32, AWL_F64};
     for (int t = 0; t < 2; t++)

@@ -112,6 +112,50 @@ static void pack(const gemm_job *j, char *dst, const char *src, const mat *m)
                    (size_t)j->elsize);
 }
 
+/* Products of at most this many rows against a transposed matrix go to
+ * skinny_product instead of sgemm. */
+#define SKINNY_ROWS 8
+
+/* C (m x n, row-major, ldc) = A B^T + beta C for a few rows: A is m x k
+ * (lda), B is stored as n rows of k (ldb), as a linear layer's weight is.
+ * A decoding step of a batch of prompts is such a product, one row per
+ * prompt. sgemm would first pack B, the weights, into its own layout,
+ * reading and writing them once more than the product reads them; here
+ * each row of B is read once, from memory, and dotted with A's rows, which
+ * stay in the cache. Four rows of A share each load of B. */
+static void skinny_product(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, double beta, float *c, int64_t ldc)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const float *w = b + j * ldb;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            const float *x0 = a + i * lda, *x1 = x0 + lda, *x2 = x1 + lda, *x3 = x2 + lda;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+            for (int64_t t = 0; t < k; t++) {
+                s0 += x0[t] * w[t];
+                s1 += x1[t] * w[t];
+                s2 += x2[t] * w[t];
+                s3 += x3[t] * w[t];
+            }
+            const float s[4] = {s0, s1, s2, s3};
+            for (int r = 0; r < 4; r++) {
+                float *o = c + (i + r) * ldc + j;
+                *o = beta != 0.0 ? *o + s[r] : s[r];
+            }
+        }
+        for (; i < m; i++) {
+            const float *x = a + i * lda;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t t = 0; t < k; t++) s += x[t] * w[t];
+            float *o = c + i * ldc + j;
+            *o = beta != 0.0 ? *o + s : s;
+        }
+    }
+}
+
 /* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's BLAS
  * call (awl_cpu_matmul has made sure the library is loaded). */
 static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -127,6 +171,8 @@ static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n
     else if (n == 1) /* a is m x k, or k x m when ta; b's column has stride 1 when tb */
         awl_cpu_blas_gemv(dtype, ta, ta ? (int)k : (int)m, ta ? (int)m : (int)k, a, (int)lda, b,
                           tb ? 1 : (int)ldb, beta, c, (int)ldc);
+    else if (dtype == AWL_F32 && m <= SKINNY_ROWS && !ta && tb)
+        skinny_product(m, n, k, a, lda, b, ldb, beta, c, ldc);
     else if (dtype == AWL_F32)
         awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta,
                        c, (int)ldc);
