@@ -16,7 +16,8 @@
 #         of cpu-medium on 1, 2 and 4 ranks of 4 threads each (DDP_CONFIG,
 #         DDP_RANKS, DDP_THREADS, DDP_STEPS, DDP_ROUNDS: the counts alternated
 #         that many times), for each of DDP_SETTINGS;
-#   ddp   only the DDP steps;
+#   ddp   only the DDP steps (TORCH_DDP=1: PyTorch's DDP beside them,
+#         bench/torch_ddp.py, with the same settings);
 #   cpu   bench_gpt against PyTorch (the device's python3: torch 2.11, MKL) on
 #         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
 #         16 (CPU_STEPS; CPU_PAIRS="config:threads ..." for others), alternated:
@@ -92,6 +93,12 @@ if has_stage dist || has_stage ddp; then
             --ddp-steps "${DDP_STEPS:-20}" --ddp-rounds "${DDP_ROUNDS:-1}" "${extra[@]}" |
             sed "s/^{/{\"setting\":\"$setting\",/" | tee -a "$OUT/ddp.jsonl"
     done
+    # PyTorch's DDP (gloo) on the same GPT, ranks, threads and steps
+    [ -n "${TORCH_DDP:-}" ] &&
+        timeout 400 python3 bench/torch_ddp.py --config "${DDP_CONFIG:-cpu-medium}" \
+            --ranks "${DDP_RANKS:-1,2,4}" --threads "${DDP_THREADS:-4}" --steps "${DDP_STEPS:-20}" \
+            --rounds "${DDP_ROUNDS:-1}" --peer "$D/torch_gpt_cpu.py" 2>&1 | grep '^{' |
+            tee -a "$OUT/ddp.jsonl"
 fi
 
 if has_stage parallel; then
