@@ -86,9 +86,10 @@ def main():
     counts = [int(c) for c in args.ranks.split(",")]
     _, _, _, block, batch = CONFIGS[args.config]
     rates = {n: [] for n in counts}
+    manager = mp.Manager()  # each run's ranks report their step times through it
     for rnd in range(args.rounds):
         for n in counts:
-            results = mp.Manager().dict()
+            results = manager.dict()
             port = 29500 + (os.getpid() + 7 * rnd + n) % 1000
             mp.spawn(rank_main, args=(n, args, port, results), nprocs=n)
             step_s = max(results.values())

@@ -343,9 +343,8 @@ typedef struct generation {
  * computed on their device, into g->picked from row `first` on. Returns
  * false, having picked nothing, when a row has no largest logit (a NaN):
  * the host then samples from the logits, as for any other row. */
-static bool greedy_on_device(generation *g, awl_tensor *logits, int first)
+static bool greedy_on_device(generation *g, awl_tensor *logits, int64_t rows, int first)
 {
-    const int64_t rows = awl_numel(logits) / g->vocab;
     char device[32];
     awl_tensor_device_name(logits, device, sizeof device);
     awl_tensor *l32 = awl_tensor_cast(logits, AWL_F32); /* float32 counts the vocabulary exactly */
@@ -373,7 +372,7 @@ static int logits_to_host(generation *g, awl_tensor *logits, int first)
     const int64_t n = awl_numel(logits), rows = n / g->vocab;
     for (int64_t r = 0; r < rows; r++) g->picked[first + r] = -1;
     if (g->o->temperature <= 0.0 && !awl_tensor_is_host(logits) &&
-        greedy_on_device(g, logits, first))
+        greedy_on_device(g, logits, rows, first))
         return AWL_OK;
     awl_tensor *l32 = awl_tensor_cast(logits, AWL_F32);
     if (!l32) return AWL_ERR_INVALID;
