@@ -244,8 +244,8 @@ typedef struct awl_backend {
      * transport. NULL where work runs synchronously (the CPU). */
     void *(*stream)(int device);
     /* Sets one of the backend's named settings, chosen once rather than
-     * looked up by kernels ("attention" = "auto", "simt" or "split" on
-     * CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */
+     * looked up by kernels ("attention" = "auto", "simt", "split" or
+     * "one-pass" on CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */
     int (*set_option)(const char *name, const char *value);
 
     /* ---- optional: profiling (tensor/profiler.c; NULL when not meaningful) ---- */
@@ -334,6 +334,15 @@ typedef struct awl_backend {
      * shape and dtype (in possibly strided or broadcast). Its backward is
      * the same call on the gradient. */
     int (*dropout)(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
+
+    /* A residual branch joining the residual stream: out = x + keep_i h_i /
+     * (1 - p), computed in out's dtype with h_i first cast to it (keep_i as
+     * in dropout, for element i of out in row-major order; args NULL: no
+     * dropout, out = x + h). out and x have one dtype, h may have another
+     * (bfloat16 under autocast); all three one shape, contiguous. Its
+     * backward needs no kernel of its own: dx = dout, dh = dropout(dout). */
+    int (*dropout_add)(const awl_view *out, const awl_view *x, const awl_view *h,
+                       const awl_dropout_args *args);
 
     /* dx = dy * gelu'(x) (tanh form), all three the same shape: GELU's
      * backward in one pass instead of gelu' then a multiply. */

@@ -360,9 +360,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         drop(&d);
     }
     /* causal attention on every rung: tensor cores (f32 as 3xTF32, TF32
-     * mode, bf16), f32's backward in two kernels (split: dK/dV, then dQ)
+     * mode, bf16), f32's backward in two kernels (split: dK/dV, then dQ),
+     * bf16's in one pass (one-pass; it takes two kernels without dropout)
      * and CUDA cores (simt); the tensor-core rungs again with dropout 0.1
-     * (the mask drawn in the kernels); ceiling: the matching GEMM rate */
+     * (the mask drawn in the kernels; bf16 in two kernels as well);
+     * ceiling: the matching GEMM rate */
     const awl_dropout_args att_drop = {0.1, 1, 0};
     static const struct {
         awl_dtype dt;
@@ -376,10 +378,12 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
                  {AWL_F32, "split", true, false, 1, "f32 tf32 split"},
                  {AWL_F32, "simt", false, false, 0, "f32 simt"},
                  {AWL_BF16, NULL, false, false, 2, "bf16"},
+                 {AWL_BF16, "one-pass", false, false, 2, "bf16 one-pass"},
                  {AWL_BF16, "simt", false, false, 2, "bf16 simt"},
                  {AWL_F32, NULL, false, true, 0, "f32 dropout"},
                  {AWL_F32, NULL, true, true, 1, "f32 tf32 dropout"},
-                 {AWL_BF16, NULL, false, true, 2, "bf16 dropout"}};
+                 {AWL_BF16, NULL, false, true, 2, "bf16 dropout"},
+                 {AWL_BF16, "split", false, true, 2, "bf16 dropout split"}};
     for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
         awl_dtype dt = rungs[t].dt;
         be->set_option("attention", rungs[t].env ? rungs[t].env : "auto");

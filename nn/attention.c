@@ -493,15 +493,22 @@ typedef struct attention_layer {
     awl_attention_cache *cache; /* during generation; NULL otherwise */
 } attention_layer;
 
-/* x (B, T, C) -> (B, T, C). */
-static awl_tensor *attention_forward(awl_module *self, awl_tensor *x)
+/* x (B, T, C) -> (B, T, C), before the output dropout. */
+awl_tensor *awl_nn_attention_branch(awl_module *self, awl_tensor *x, double *p)
 {
     attention_layer *a = (attention_layer *)self;
-    double p = self->training ? a->dropout : 0.0;
+    *p = self->training ? a->dropout : 0.0;
     awl_tensor *qkv = awl_module_forward(a->c_attn, x);
     awl_tensor *y = a->cache ? awl_attention_qkv_cached(qkv, a->n_head, a->cache)
-                             : awl_attention_qkv(qkv, a->n_head, true, p);
-    return awl_dropout(awl_module_forward(a->c_proj, y), p, self->training);
+                             : awl_attention_qkv(qkv, a->n_head, true, *p);
+    return awl_module_forward(a->c_proj, y);
+}
+
+static awl_tensor *attention_forward(awl_module *self, awl_tensor *x)
+{
+    double p;
+    awl_tensor *y = awl_nn_attention_branch(self, x, &p);
+    return awl_dropout(y, p, self->training);
 }
 
 int awl_causal_self_attention_set_cache(awl_module *attn, awl_attention_cache *cache)

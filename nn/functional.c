@@ -205,6 +205,69 @@ awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
     return awl_nn_dropout_at(x, &d);
 }
 
+/* ---- dropout_add: x (...), h (...) -> out (...) ----------------------------------- */
+
+typedef struct dropout_add_ctx {
+    awl_dropout_args d; /* p = 0: no dropout */
+    awl_dtype h_dtype;
+} dropout_add_ctx;
+
+/* dx = grad; dh = the dropout of grad cast to h's dtype (the composed
+ * path's order: the cast's backward, then the dropout's). */
+static int dropout_add_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const dropout_add_ctx *c = awl_node_ctx(node);
+    if (awl_node_needs_grad(node, 0)) grads[0] = grad;
+    if (awl_node_needs_grad(node, 1)) {
+        awl_tensor *g = awl_cast(grad, c->h_dtype);
+        grads[1] = c->d.p > 0.0 ? awl_nn_dropout_at(g, &c->d) : g;
+    }
+    return AWL_OK;
+}
+
+awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool training)
+{
+    if (!x || !h) return NULL;
+    const char *op = "awl_dropout_add";
+    if (!(p >= 0.0 && p <= 1.0)) {
+        awl_error(AWL_ERR_INVALID, "%s: probability %g is outside [0, 1]", op, p);
+        return NULL;
+    }
+    if (!awl_dtype_is_float(x->dtype) || !awl_dtype_is_float(h->dtype) || !awl_same_shape(x, h)) {
+        char s1[160], s2[160];
+        awl_error(AWL_ERR_INVALID, "%s: x %s %s and h %s %s must be float tensors of one shape", op,
+                  awl_dtype_name(x->dtype), awl_shape_str(x, s1, sizeof s1),
+                  awl_dtype_name(h->dtype), awl_shape_str(h, s2, sizeof s2));
+        return NULL;
+    }
+    if (!training) p = 0.0;
+    dropout_add_ctx c = {{p, 0, 0}, h->dtype};
+    if (p > 0.0) {
+        awl_rng_get_state(&c.d.seed, NULL);
+        c.d.offset = awl_rng_reserve((uint64_t)awl_numel(h));
+    }
+    awl_scope_begin();
+    awl_tensor *out = NULL;
+    int status = AWL_ERR_UNSUPPORTED;
+    if (p < 1.0 && awl_fused_available(AWL_KERNEL_DROPOUT_ADD, x)) {
+        out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+        status = out ? awl_tensor_dropout_add(out, x, h, p > 0.0 ? &c.d : NULL) : AWL_ERR_OOM;
+        if (status != AWL_OK) out = NULL;
+    }
+    if (status == AWL_ERR_UNSUPPORTED) {
+        awl_tensor *branch = p > 0.0 ? awl_nn_dropout_at(h, &c.d) : h;
+        if (branch && branch->dtype != x->dtype) branch = awl_cast(branch, x->dtype);
+        out = awl_add(x, branch);
+    } else if (out) {
+        awl_node *node = awl_node_record(out, "dropout_add", dropout_add_backward, 2,
+                                         (awl_tensor *[]){x, h}, sizeof c);
+        if (node) *(dropout_add_ctx *)awl_node_ctx(node) = c;
+    }
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
+}
+
 /* ---- cross-entropy: logits (N, V) or (B, T, V), targets int32 -> scalar ----------- */
 
 typedef struct ce_ctx {

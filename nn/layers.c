@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "common/alloc.h"
+#include "nn/functional_internal.h"
 
 static bool check_sizes(const char *op, int64_t a, int64_t b)
 {
@@ -153,26 +154,27 @@ awl_module *awl_gelu_new(void)
 
 /* ---- MLP and Block ------------------------------------------------------------------ */
 
-/* x + branch, the branch cast to x's dtype first: under autocast a bfloat16
- * branch joins the float32 residual stream (PyTorch's type promotion). */
-static awl_tensor *residual_add(awl_tensor *x, awl_tensor *branch)
-{
-    if (x && branch && branch->dtype != x->dtype) branch = awl_cast(branch, x->dtype);
-    return awl_add(x, branch);
-}
-
 typedef struct mlp_layer {
     awl_module base;
     awl_module *c_fc, *c_proj;
     double dropout;
 } mlp_layer;
 
-/* x (B, T, C) -> (B, T, C) through a hidden (B, T, 4C). */
-static awl_tensor *mlp_forward(awl_module *self, awl_tensor *x)
+/* x (B, T, C) -> (B, T, C) through a hidden (B, T, 4C), before the output
+ * dropout. */
+awl_tensor *awl_nn_mlp_branch(awl_module *self, awl_tensor *x, double *p)
 {
     mlp_layer *l = (mlp_layer *)self;
+    *p = self->training ? l->dropout : 0.0;
     awl_tensor *h = awl_gelu(awl_module_forward(l->c_fc, x));
-    return awl_dropout(awl_module_forward(l->c_proj, h), l->dropout, self->training);
+    return awl_module_forward(l->c_proj, h);
+}
+
+static awl_tensor *mlp_forward(awl_module *self, awl_tensor *x)
+{
+    double p;
+    awl_tensor *y = awl_nn_mlp_branch(self, x, &p);
+    return awl_dropout(y, p, self->training);
 }
 
 awl_module *awl_mlp_new(int64_t n_embd, double dropout, bool bias, const char *device)
@@ -191,12 +193,18 @@ typedef struct block_layer {
     awl_module *ln_1, *attn, *ln_2, *mlp;
 } block_layer;
 
-/* x (B, T, C) -> (B, T, C). */
+/* x (B, T, C) -> (B, T, C): x + attn(ln_1(x)), then the same with the MLP.
+ * Each branch's output dropout and its addition to the residual stream are
+ * one op (awl_dropout_add), which also casts a bfloat16 branch (autocast)
+ * up to the float32 stream, as PyTorch's type promotion does. */
 static awl_tensor *block_forward(awl_module *self, awl_tensor *x)
 {
     block_layer *b = (block_layer *)self;
-    x = residual_add(x, awl_module_forward(b->attn, awl_module_forward(b->ln_1, x)));
-    return residual_add(x, awl_module_forward(b->mlp, awl_module_forward(b->ln_2, x)));
+    double p;
+    awl_tensor *h = awl_nn_attention_branch(b->attn, awl_module_forward(b->ln_1, x), &p);
+    x = awl_dropout_add(x, h, p, true);
+    h = awl_nn_mlp_branch(b->mlp, awl_module_forward(b->ln_2, x), &p);
+    return awl_dropout_add(x, h, p, true);
 }
 
 awl_module *awl_block_new(int64_t n_embd, int n_head, double dropout, bool bias, const char *device)
@@ -249,7 +257,7 @@ awl_module *awl_sequential_new(int n, awl_module *const *modules)
 
 static awl_tensor *residual_forward(awl_module *self, awl_tensor *x)
 {
-    return residual_add(x, awl_module_forward(self->children[0].module, x));
+    return awl_dropout_add(x, awl_module_forward(self->children[0].module, x), 0.0, false);
 }
 
 awl_module *awl_residual_new(awl_module *inner)

@@ -313,6 +313,13 @@ awl_tensor *awl_attention_qkv_cached(awl_tensor *qkv, int n_head, awl_attention_
  * never stored (the backward draws it again). */
 awl_tensor *awl_dropout(awl_tensor *x, double p, bool training);
 
+/* x + awl_dropout(h, p, training), h cast to x's dtype first: a residual
+ * branch joining the residual stream (each of Block's two additions). x
+ * and h have one shape. With the backend's dropout_add kernel it is one
+ * pass (reading x and h, writing the sum; no mask stored); otherwise the
+ * dropout, the cast and the addition, composed, draw the same mask. */
+awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool training);
+
 #ifdef __cplusplus
 }
 #endif

@@ -240,11 +240,12 @@ stage_kernels() {
 }
 
 # ---- profile ----------------------------------------------------------------------------
-# PROFILE="config:precision ..." (default gpt2-124m:bf16 shakespeare-char:fp32);
+# PROFILE="config:precision[:dropout] ..." (default gpt2-124m:bf16
+# shakespeare-char:fp32; dropout 0 where none is given);
 # PROFILE_PEER=1 profiles the PyTorch peer's eager step on each pair too.
 stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
-    local t0=$(date +%s) pair
+    local t0=$(date +%s) pair fields
     { gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
         nvcc -arch=sm_90 -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
             "${LIB_OBJ[@]}" -L$D/lib -l:libz.so.1 -lgomp -ldl -lm -lrt \
@@ -253,8 +254,9 @@ stage_profile() {
     : > "$OUT/profile.txt"
     for pair in ${PROFILE:-gpt2-124m:bf16 shakespeare-char:fp32}; do
         for target in "$B/bin/libawl_bench.so" ${PROFILE_PEER:+$D/torch_gpt_gpu.py}; do
-            timeout 120 python3 scripts/profile_kernels.py "$target" "$DATA" "${pair%%:*}" \
-                "${pair##*:}" 2>&1 | grep -v -E '^\{|_warn_once|UserWarning' |
+            IFS=: read -r -a fields <<< "$pair"
+            timeout 120 python3 scripts/profile_kernels.py "$target" "$DATA" "${fields[0]}" \
+                "${fields[1]}" "${fields[2]:-0}" 2>&1 | grep -v -E '^\{|_warn_once|UserWarning' |
                 tee -a "$OUT/profile.txt"
         done
     done

@@ -1,7 +1,7 @@
 """scripts/profile_kernels.py - where one GPU training step of awl spends its time.
 
-    python3 scripts/profile_kernels.py LIB DATA CONFIG PRECISION
-    python3 scripts/profile_kernels.py PEER.py DATA CONFIG PRECISION
+    python3 scripts/profile_kernels.py LIB DATA CONFIG PRECISION [DROPOUT]
+    python3 scripts/profile_kernels.py PEER.py DATA CONFIG PRECISION [DROPOUT]
 
 LIB is bench/bench_gpt.c built as a shared library whose main() is renamed
 awl_bench_main (the `profile` stage of scripts/gpu_run.sh builds it). The
@@ -26,21 +26,21 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-def run_awl(lib, data, config, precision, steps):
+def run_awl(lib, data, config, precision, dropout, steps):
     args = ["bench_gpt", "--device", "cuda", "--configs", config, "--precisions", precision,
-            "--steps", str(steps), "--warmup", "2", "--data", data]
+            "--dropout", str(dropout), "--steps", str(steps), "--warmup", "2", "--data", data]
     argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
     lib.awl_bench_main(len(args), argv)
 
 
-def run_peer(peer, data, config, precision, steps):
-    peer.run(config, precision, "eager", steps, 2, 989.0)
+def run_peer(peer, data, config, precision, dropout, steps):
+    peer.run(config, precision, "eager", steps, 2, 989.0, dropout)
 
 
-def kernel_times(runner, target, data, config, precision, steps):
+def kernel_times(runner, target, data, config, precision, dropout, steps):
     """{kernel name: (total microseconds, launches)} of one run."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        runner(target, data, config, precision, steps)
+        runner(target, data, config, precision, dropout, steps)
     out = collections.defaultdict(lambda: [0.0, 0])
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -51,6 +51,7 @@ def kernel_times(runner, target, data, config, precision, steps):
 
 def main():
     lib_path, data, config, precision = sys.argv[1:5]
+    dropout = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     torch.zeros(1, device="cuda")  # one CUDA context, shared with awl
     if lib_path.endswith(".py"):
         sys.path.insert(0, os.path.dirname(os.path.abspath(lib_path)))
@@ -58,17 +59,17 @@ def main():
         config_name = f"{config} (PyTorch eager)"
     else:
         runner, target, config_name = run_awl, ctypes.CDLL(lib_path), config
-    short = kernel_times(runner, target, data, config, precision, 2)
-    long = kernel_times(runner, target, data, config, precision, 7)
+    short = kernel_times(runner, target, data, config, precision, dropout, 2)
+    long = kernel_times(runner, target, data, config, precision, dropout, 7)
     rows = []
     for name, (us, n) in long.items():
         s_us, s_n = short.get(name, (0.0, 0))
         rows.append(((us - s_us) / 5, (n - s_n) / 5, name))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
-    print(f"== {config_name} {precision}: {total / 1e3:.2f} ms of kernels per step, "
+    print(f"== {config_name} {precision} dropout {dropout:g}: {total / 1e3:.2f} ms of kernels per step, "
           f"{sum(r[1] for r in rows):.0f} launches")
-    for us, n, name in rows[:28]:
+    for us, n, name in rows[:40]:
         print(f"{us / 1e3:8.3f} ms {100 * us / total:5.1f}% {n:5.0f}  {name[:100]}")
 
 

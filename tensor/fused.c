@@ -405,6 +405,26 @@ int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *
     return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(in)->dropout(&vo, &vi, d)));
 }
 
+int awl_tensor_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h, const awl_dropout_args *d)
+{
+    const char *op = "awl_tensor_dropout_add";
+    if (!out || !x || !h) return AWL_ERR_INVALID;
+    if (check_devices(op, 3, (awl_tensor *[]){x, h, out}) < 0 ||
+        check_shape(op, "out", out, x) < 0 || check_shape(op, "h", h, x) < 0 ||
+        check_dtype(op, "out", out, x->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_DROPOUT_ADD, x) || !awl_is_contiguous(out) ||
+        !awl_is_contiguous(x) || !awl_is_contiguous(h) || (d && !(d->p > 0.0 && d->p < 1.0)) ||
+        awl_numel(out) == 0)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x), vh = awl_tensor_view(h);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "dropout_add", x, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vo, &vx, &vh});
+    return kernel_status(op,
+                         awl_trace_end(&k, awl_tensor_backend(x)->dropout_add(&vo, &vx, &vh, d)));
+}
+
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */
 
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)

@@ -425,6 +425,11 @@ int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
 /* out = in with draw d's dropout mask applied (common/dropout.h), out and in
  * of one shape and dtype, out contiguous; 0 < d->p < 1. */
 int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *d);
+/* out = x + h with draw d's dropout mask applied to h (NULL: none), h cast
+ * to out's dtype; out and x of one dtype, all three of one shape and
+ * contiguous; 0 < d->p < 1 where d is given. */
+int awl_tensor_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h,
+                           const awl_dropout_args *d);
 /* One AdamW step over params[0..n) with their grads and moments, all of
  * params[0]'s device and dtype. */
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,

@@ -67,14 +67,15 @@ CONFORMS(test_adamw, "adamw")
 CONFORMS(test_dropout, "dropout")
 
 /* Attention on every rung: tensor cores (float32 as 3xTF32; bfloat16 mma),
- * float32's backward in two kernels where it would take one pass
- * ("split"), the CUDA-core kernels ("simt"), each with dropout and without
+ * the backward in two kernels where it would take one pass ("split"), in
+ * one pass where bfloat16 would take two ("one-pass"), the CUDA-core
+ * kernels ("simt"), each with dropout and without
  * (awl-check's attention cases include dropout); and float32 in TF32 mode,
  * whose single TF32 pass keeps 10 mantissa bits (tolerances x 500). */
 START_TEST(test_attention)
 {
-    static const char *const rungs[] = {NULL, "split", "simt"};
-    for (int r = 0; r < 3; r++) conforms("attention", rungs[r], 1);
+    static const char *const rungs[] = {NULL, "split", "one-pass", "simt"};
+    for (int r = 0; r < 4; r++) conforms("attention", rungs[r], 1);
     cuda->set_matmul_fast_fp32(true);
     conforms("attention", NULL, 500);
     conforms("attention", "split", 500);
@@ -114,7 +115,7 @@ START_TEST(test_device_and_memory)
 
     awl_clear_error();
     ck_assert_int_eq(cuda->set_option("attention", "fastest"), AWL_ERR_INVALID);
-    ck_assert_ptr_nonnull(strstr(awl_last_error(), "auto, simt or split"));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "auto, simt, split or one-pass"));
 }
 END_TEST
 

@@ -335,6 +335,12 @@ static awl_tensor *call_dropout(awl_tensor *const *in, void *user)
     return awl_dropout(in[0], 0.3, true);
 }
 
+static awl_tensor *call_dropout_add(awl_tensor *const *in, void *user)
+{
+    awl_rng_set_state(45, 2);
+    return awl_dropout_add(in[0], in[1], user ? *(double *)user : 0.3, true);
+}
+
 START_TEST(test_attention)
 {
     awl_gc_begin(5);
@@ -438,6 +444,11 @@ START_TEST(test_fused_vs_composed)
     bool full = false;
     compare_fused(call_sdpa_dropout, &full, 3, heads, false, "sdpa dropout, no mask");
     compare_fused(call_dropout, NULL, 1, &qkv, false, "dropout");
+    awl_tensor *res[2] = {awl_randn(AWL_SHAPE(3, 40), AWL_F32, awl_gc_device()),
+                          awl_randn(AWL_SHAPE(3, 40), AWL_F32, awl_gc_device())};
+    compare_fused(call_dropout_add, NULL, 2, res, false, "dropout_add");
+    double p0 = 0.0;
+    compare_fused(call_dropout_add, &p0, 2, res, false, "dropout_add, p = 0");
     {
         awl_scope_begin();
         int64_t n = awl_numel(qkv);
@@ -456,7 +467,9 @@ START_TEST(test_fused_vs_composed)
     ck_assert_str_eq(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
     ck_assert_str_eq(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
     ck_assert_str_eq(call_sdpa(heads, &causal)->grad_fn->name, "scaled_dot_product_attention");
+    ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "dropout_add");
     awl_set_fused_kernels(false);
+    ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "add");
     ck_assert_str_ne(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
     ck_assert_str_ne(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
     ck_assert_str_ne(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
@@ -540,6 +553,24 @@ START_TEST(test_dropout)
     ck_assert_double_eq(awl_item(awl_sum_all(awl_dropout(x, 1.0, true))), 0.0);
     ck_assert_ptr_null(awl_dropout(x, -0.1, true));
     ck_assert(strstr(awl_last_error(), "awl_dropout: probability -0.1 is outside [0, 1]") != NULL);
+
+    /* dropout_add: x + dropout(h); h a permuted view, then both contiguous
+     * (the fused kernel where the backend has it for float64) */
+    awl_tensor *xh[2] = {awl_gc_randn(AWL_SHAPE(2, 4, 6)), awl_gc_permuted(AWL_SHAPE(2, 4, 6))};
+    ck_assert(awl_gradcheck(call_dropout_add, NULL, 2, xh, "dropout_add, permuted h"));
+    xh[1] = awl_gc_randn(AWL_SHAPE(2, 4, 6));
+    ck_assert(awl_gradcheck(call_dropout_add, NULL, 2, xh, "dropout_add"));
+    double p0 = 0.0;
+    ck_assert(awl_gradcheck(call_dropout_add, &p0, 2, xh, "dropout_add, p = 0"));
+    /* a kept element is x + h / (1 - p), a dropped one x */
+    awl_tensor *ones = awl_ones(AWL_SHAPE(n), AWL_F32, dev);
+    double *sum = awl_gc_values(awl_dropout_add(ones, ones, 0.25, true));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(sum[i] == 1.0 || fabs(sum[i] - (1.0 + 1.0 / 0.75)) < 1e-6);
+    free(sum);
+    ck_assert_ptr_null(awl_dropout_add(ones, awl_ones(AWL_SHAPE(n + 1), AWL_F32, dev), 0.1, true));
+    ck_assert(strstr(awl_last_error(),
+                     "awl_dropout_add: x float32 (20000) and h float32 (20001)") != NULL);
     ck_assert(awl_gc_end());
 }
 END_TEST

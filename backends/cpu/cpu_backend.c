@@ -104,6 +104,7 @@ static const awl_backend cpu_backend = {
     .attention_backward = awl_cpu_attention_backward,
     .dropout = awl_cpu_dropout,
     .gelu_backward = awl_cpu_gelu_backward,
+    .dropout_add = awl_cpu_dropout_add,
     .adamw_step = awl_cpu_adamw_step,
 };
 

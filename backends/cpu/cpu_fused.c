@@ -264,8 +264,9 @@ int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, con
     float *l = (float *)pl, *z = (float *)pz;
     int64_t bad = -1;
     int nt = awl_cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(awl_cpu_team(nt)) \
-    schedule(static, awl_cpu_chunk(N, nt)) reduction(max : bad)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(N, nt))      \
+    reduction(max                                                                                  \
+              : bad)
     for (int64_t i = 0; i < N; i++) {
         const float *x = x0 + i * V;
         const float m = row_max(x, V);
@@ -339,6 +340,42 @@ int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view
     int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
 #pragma omp parallel for simd num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(n, nt))
     for (int64_t i = 0; i < n; i++) o[i] = g[i] * cpu_gelu_grad_f(in[i]);
+    return AWL_OK;
+}
+
+/* ---- dropout + residual add: out, x float32, h float32 or bfloat16 ---------------- */
+
+/* out = x + keep_i h_i / (1 - p): one Philox block per four elements, as
+ * the dropout kernel draws them; args NULL: out = x + h. A bfloat16 h (an
+ * autocast branch) is widened as it is read. */
+int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
+                        const awl_dropout_args *args)
+{
+    const int64_t n = awl_view_numel(out);
+    if (out->dtype != AWL_F32 || x->dtype != AWL_F32 ||
+        (h->dtype != AWL_F32 && h->dtype != AWL_BF16) || awl_view_numel(x) != n ||
+        awl_view_numel(h) != n || !awl_view_is_contiguous(out) || !awl_view_is_contiguous(x) ||
+        !awl_view_is_contiguous(h))
+        return AWL_ERR_UNSUPPORTED;
+    float *o = (float *)cpu_view_ptr(out);
+    const float *a = (const float *)cpu_view_ptr(x), *bf = (const float *)cpu_view_ptr(h);
+    const awl_bf16 *bh = (const awl_bf16 *)cpu_view_ptr(h);
+    const bool wide = h->dtype == AWL_F32;
+    const uint32_t threshold = args ? awl_dropout_threshold(args->p) : 0;
+    const float scale = args ? (float)awl_dropout_scale(args->p) : 1.0f;
+    const int64_t blocks = (n + 3) / 4;
+    int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(blocks, nt))
+    for (int64_t j = 0; j < blocks; j++) {
+        unsigned keep =
+            args ? awl_dropout_block_bits(awl_philox4x32(args->seed, args->offset + (uint64_t)j),
+                                          threshold)
+                 : 15u;
+        for (int64_t i = 4 * j; i < 4 * j + 4 && i < n; i++) {
+            float b = wide ? bf[i] : awl_bf16_to_float(bh[i]);
+            o[i] = keep >> (i - 4 * j) & 1u ? a[i] + b * scale : a[i];
+        }
+    }
     return AWL_OK;
 }
 

@@ -175,8 +175,8 @@ int awl_cpu_index_select(const awl_view *out, const awl_view *src, const awl_vie
 int awl_cpu_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src);
 int awl_cpu_gather(const awl_view *out, const awl_view *in, int axis, const awl_view *idx);
 int awl_cpu_scatter_add(const awl_view *out, int axis, const awl_view *idx, const awl_view *src);
-int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset, double a,
-               double b);
+int awl_cpu_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64_t offset,
+                   double a, double b);
 int awl_cpu_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
 /* cpu_fused.c */
@@ -194,16 +194,18 @@ int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dlos
                                    const awl_view *logits, const awl_view *lse,
                                    const awl_view *targets, int ignore_index);
 int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x);
+int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
+                        const awl_dropout_args *args);
 int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                        const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
 
 /* cpu_attention.c */
 int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,
-                          const awl_view *k, const awl_view *v, double scale, bool causal,
-                          const awl_dropout_args *dropout);
+                              const awl_view *k, const awl_view *v, double scale, bool causal,
+                              const awl_dropout_args *dropout);
 int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
-                           const awl_view *dout, const awl_view *q, const awl_view *k,
-                           const awl_view *v, const awl_view *out, const awl_view *lse,
-                           double scale, bool causal, const awl_dropout_args *dropout);
+                               const awl_view *dout, const awl_view *q, const awl_view *k,
+                               const awl_view *v, const awl_view *out, const awl_view *lse,
+                               double scale, bool causal, const awl_dropout_args *dropout);
 
 #endif

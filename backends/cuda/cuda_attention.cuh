@@ -77,6 +77,7 @@ int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, cons
  * float32 backward in two kernels (dK/dV, then dQ) where the one-pass kernel
  * would run (tests and the benchmark compare them). */
 bool awlc_attention_split(void);
+bool awlc_attention_one_pass(void);
 
 /* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).
  * float32 with D <= 64 takes one pass (dK, dV and slices of dQ) and a sum;

@@ -6,8 +6,9 @@
  * softmax forward; backward split into a dK/dV kernel and a dQ kernel so
  * that nothing is added with atomics), but every tile product is a warp-wide
  * mma.sync issued by one warp on its own 16 rows, as in FlashAttention-2
- * (Dao, 2023). float32 with D <= 64 has a third backward, bwd_fused_kernel:
- * one pass, dQ in slices summed in order (see there). One algorithm, two
+ * (Dao, 2023). With D <= 64 the backward is a third kernel instead,
+ * bwd_fused_kernel: one pass, dQ in slices summed in order (see there; the
+ * two kernels remain for D up to 128 and as the `split` rung). One algorithm, two
  * instruction families, chosen by a policy type that the kernels take as a
  * template parameter:
  *
@@ -166,27 +167,60 @@ struct bf16_mma {
             }
     }
 
-    /* ldmatrix.trans: matrices (rows kc*16.., cols nb*8), (kc*16+8.., nb*8),
-     * (kc*16.., (nb+1)*8), (kc*16+8.., (nb+1)*8) give b0, b1 of column
+    /* acc (16 x DP) += A (16 x 16, keys kc*16..) times rows kc*16.. of the
+     * tile. ldmatrix.trans: matrices (rows kc*16.., cols nb*8), (kc*16+8..,
+     * nb*8), (kc*16.., (nb+1)*8), (kc*16+8.., (nb+1)*8) give b0, b1 of column
      * blocks nb and nb + 1. */
+    template <int DP>
+    static __device__ __forceinline__ void product_k16(float acc[DP / 8][4], const uint32_t a[4],
+                                                       const word *tile, int kc, int lane)
+    {
+        int mi = lane / 8, rr = lane % 8;
+#pragma unroll
+        for (int nb = 0; nb < DP / 8; nb += 2) {
+            uint32_t r[4];
+            ldsm4_t(r, tile + (kc * 16 + (mi % 2) * 8 + rr) * (DP + PAD) + (nb + mi / 2) * 8);
+            mma16816(acc[nb], a, r[0], r[1]);
+            mma16816(acc[nb + 1], a, r[2], r[3]);
+        }
+    }
+
     template <int DP>
     static __device__ __forceinline__ void accumulate(float acc[DP / 8][4], const float w[8][4],
                                                       const word *tile, int lane)
     {
-        int mi = lane / 8, rr = lane % 8;
 #pragma unroll
         for (int kc = 0; kc < 4; kc++) {
             uint32_t a[4] = {pack2(w[2 * kc][0], w[2 * kc][1]), pack2(w[2 * kc][2], w[2 * kc][3]),
                              pack2(w[2 * kc + 1][0], w[2 * kc + 1][1]),
                              pack2(w[2 * kc + 1][2], w[2 * kc + 1][3])};
-#pragma unroll
-            for (int nb = 0; nb < DP / 8; nb += 2) {
-                uint32_t r[4];
-                ldsm4_t(r, tile + (kc * 16 + (mi % 2) * 8 + rr) * (DP + PAD) + (nb + mi / 2) * 8);
-                mma16816(acc[nb], a, r[0], r[1]);
-                mma16816(acc[nb + 1], a, r[2], r[3]);
-            }
+            product_k16<DP>(acc, a, tile, kc, lane);
         }
+    }
+
+    /* The same product with W read from shared memory, transposed: W (16 x
+     * 64) is columns [r0, r0 + 16) of `wt`, a 64 x 64 tile (dS^T: keys x
+     * queries). ldmatrix.trans gives W's A fragment from wt directly:
+     * matrices (keys kc*16.., queries r0..), (kc*16.., r0+8..), (kc*16+8..,
+     * r0..), (kc*16+8.., r0+8..) are a0..a3. */
+    template <int DP>
+    static __device__ __forceinline__ void accumulate_t(float acc[DP / 8][4], const word *wt,
+                                                        int r0, const word *tile, int lane)
+    {
+        int mi = lane / 8, rr = lane % 8;
+        const int WS = 64 + PAD; /* wt's row stride */
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            uint32_t a[4];
+            ldsm4_t(a, wt + (kc * 16 + (mi / 2) * 8 + rr) * WS + r0 + (mi % 2) * 8);
+            product_k16<DP>(acc, a, tile, kc, lane);
+        }
+    }
+
+    /* Elements (r, c) and (r, c + 1) of a tile, rounded to bf16. */
+    static __device__ __forceinline__ void store_pair(word *p, float lo, float hi)
+    {
+        *reinterpret_cast<uint32_t *>(p) = pack2(lo, hi);
     }
 };
 
@@ -315,6 +349,11 @@ template <int P> struct tf32_mma {
 #pragma unroll
             for (int nb = 0; nb < DP / 8; nb++) mma(acc[nb], a, b[nb * 8], b[nb * 8 + DP + PAD]);
         }
+    }
+
+    static __device__ __forceinline__ void store_pair(word *p, float lo, float hi)
+    {
+        *reinterpret_cast<float2 *>(p) = make_float2(lo, hi);
     }
 };
 
@@ -738,7 +777,7 @@ __global__ void __launch_bounds__(THREADS)
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
 }
 
-/* The float32 backward in one pass (D <= 64): dK and dV of a key tile as in
+/* The backward in one pass (D <= 64): dK and dV of a key tile as in
  * dkdv_kernel, and with the same dS^T the tile's share of dQ, dS K, so that
  * nothing is recomputed (5 tile products a pair of tiles, not 7). The
  * warps own keys, but dQ sums over keys: dS^T goes through shared memory
@@ -755,17 +794,19 @@ __global__ void __launch_bounds__(THREADS)
  * Shared memory: [K Q0 dO0 Q1 dO1 dS^T] and the row statistics; V passes
  * through the dS^T tile into registers (each warp needs only its own 16
  * rows of V), so that two blocks fit on an SM. */
-template <int P, bool DROP>
+template <typename M, bool DROP>
 __global__ void __launch_bounds__(THREADS)
-    bwd_fused_kernel(float *dq_acc, heads<float> dk, heads<float> dv, heads<float> dout,
-                     heads<float> q, heads<float> k, heads<float> v, lse_ref lse, const float *Dv,
-                     att_dims a, int nsplit)
+    bwd_fused_kernel(float *dq_acc, heads<typename M::elem> dk, heads<typename M::elem> dv,
+                     heads<typename M::elem> dout, heads<typename M::elem> q,
+                     heads<typename M::elem> k, heads<typename M::elem> v, lse_ref lse,
+                     const float *Dv, att_dims a, int nsplit)
 {
-    typedef tf32_mma<P> M;
+    typedef typename M::word W;
     const int DP = 64, TS = BR * (DP + M::PAD);
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    float *smem = reinterpret_cast<float *>(smem_bytes);
-    float *Ks = smem, *dSs = smem + 5 * TS, *stats = smem + 6 * TS; /* [ls0 ds0 ls1 ds1] */
+    W *smem = reinterpret_cast<W *>(smem_bytes);
+    W *Ks = smem, *dSs = smem + 5 * TS;
+    float *stats = reinterpret_cast<float *>(smem + 6 * TS); /* [ls0 ds0 ls1 ds1] */
     int ntiles = (a.T + BR - 1) / BR, s = blockIdx.x;
     int b = blockIdx.y / a.H, h = blockIdx.y % a.H;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -790,8 +831,7 @@ __global__ void __launch_bounds__(THREADS)
             for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
         for (int qt = first; qt < ntiles; qt++) {
             int q0 = qt * BR, cur = (qt - first) & 1;
-            float *Qs = smem + (1 + 2 * cur) * TS, *dOs = Qs + TS,
-                  *next = smem + (3 - 2 * cur) * TS;
+            W *Qs = smem + (1 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (3 - 2 * cur) * TS;
             const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
             if (qt + 1 < ntiles)
                 load_query_tile<M, DP>(next, stats + (cur ^ 1) * 2 * BR, q, dout, lse, Dv, b, h,
@@ -810,9 +850,8 @@ __global__ void __launch_bounds__(THREADS)
             for (int nb = 0; nb < 8; nb++)
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    *reinterpret_cast<float2 *>(dSs + (r0 + g + 8 * i) * (DP + M::PAD) + nb * 8 +
-                                                2 * t) =
-                        make_float2(dp[nb][2 * i], dp[nb][2 * i + 1]);
+                    M::store_pair(dSs + (r0 + g + 8 * i) * (DP + M::PAD) + nb * 8 + 2 * t,
+                                  dp[nb][2 * i], dp[nb][2 * i + 1]);
             __syncthreads(); /* dS^T complete */
             float gq[DP / 8][4];
 #pragma unroll
@@ -839,25 +878,28 @@ __global__ void __launch_bounds__(THREADS)
             __syncthreads(); /* every warp is done with Q, dO and dS^T before they are refilled */
         }
         const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
-        store_rows<float, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
-        store_rows<float, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
+        store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
+        store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
     }
 }
 
 /* dq = scale * the sum of dq_acc's slices, in slice order; under the causal
- * mask slice s holds rows of query tiles s and later only. */
-__global__ void dq_sum_kernel(heads<float> dq, const float *dq_acc, int nsplit, att_dims a)
+ * mask slice s holds rows of query tiles s and later only. A block is
+ * SUM_ROWS query rows of one head (blockIdx.y = b H + h), a thread one
+ * column (D <= 64): no divisions, which bounded a grid-stride loop of one
+ * thread per element. */
+const int SUM_ROWS = 4;
+
+template <typename T>
+__global__ void dq_sum_kernel(heads<T> dq, const float *dq_acc, int nsplit, att_dims a)
 {
-    int64_t n = (int64_t)a.B * a.H * a.T * a.D;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / a.D;
-        int d = (int)(i - r * a.D), tq = (int)(r % a.T), bh = (int)(r / a.T);
-        int used = a.causal ? min(nsplit, tq / BR + 1) : nsplit;
-        float sum = 0.0f;
-        for (int j = 0; j < used; j++) sum += dq_acc[j * n + i];
-        const_cast<float *>(row_ptr(dq, bh / a.H, bh % a.H, tq))[d] = sum * a.scale;
-    }
+    int tq = blockIdx.x * SUM_ROWS + threadIdx.y, d = threadIdx.x, bh = blockIdx.y;
+    if (tq >= a.T || d >= a.D) return;
+    int64_t n = (int64_t)a.B * a.H * a.T * a.D, i = ((int64_t)bh * a.T + tq) * a.D + d;
+    int used = a.causal ? min(nsplit, tq / BR + 1) : nsplit;
+    float sum = 0.0f;
+    for (int j = 0; j < used; j++) sum += dq_acc[j * n + i];
+    const_cast<T *>(row_ptr(dq, bh / a.H, bh % a.H, tq))[d] = awlc_cast<T>(sum * a.scale);
 }
 
 template <typename K> int allow(K kernel, size_t bytes)
@@ -926,19 +968,20 @@ int fused_slices(int bh, int ntiles, int slots)
     return best;
 }
 
-/* The one-pass float32 backward: bwd_fused_kernel on fused_slices slices,
- * then their sum; the slices take that many times dq's size in float32
- * scratch. */
-template <int P, bool DROP>
-int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<float> &dv,
-                   const heads<float> &dout, const heads<float> &q, const heads<float> &k,
-                   const heads<float> &v, const lse_ref &lse, const float *Dv, const att_dims &a)
+/* The one-pass backward: bwd_fused_kernel on fused_slices slices, then
+ * their sum; the slices take that many times dq's size in float32 scratch. */
+template <typename M, bool DROP>
+int backward_fused(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
+                   const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
+                   const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+                   const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
+                   const att_dims &a)
 {
-    size_t smem = tiles<tf32_mma<P>, 64>(6) + 4 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(bwd_fused_kernel<P, DROP>, smem));
+    size_t smem = tiles<M, 64>(6) + 4 * BR * sizeof(float);
+    AWLC_TRY_STATUS(allow(bwd_fused_kernel<M, DROP>, smem));
     static int per_sm = 0; /* blocks per SM: the same on every call */
     if (per_sm == 0)
-        AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<P, DROP>,
+        AWLC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_fused_kernel<M, DROP>,
                                                                THREADS, smem),
                  "attention_backward occupancy");
     int ntiles = (a.T + BR - 1) / BR, bh = a.B * a.H;
@@ -946,11 +989,12 @@ int backward_fused(const heads<float> &dq, const heads<float> &dk, const heads<f
     size_t n = (size_t)bh * a.T * a.D, bytes = (size_t)nsplit * n * sizeof(float);
     float *acc = (float *)awlc_scratch_alloc(bytes);
     if (!acc) return AWL_ERR_OOM;
-    bwd_fused_kernel<P, DROP>
+    bwd_fused_kernel<M, DROP>
         <<<dim3(nsplit, bh), THREADS, smem>>>(acc, dk, dv, dout, q, k, v, lse, Dv, a, nsplit);
     int st = awlc_check_launch("attention_backward (tensor cores, one pass)");
     if (st == AWL_OK) {
-        dq_sum_kernel<<<awlc_grid_for((int64_t)n, 256), 256>>>(dq, acc, nsplit, a);
+        dq_sum_kernel<<<dim3((a.T + SUM_ROWS - 1) / SUM_ROWS, bh), dim3(64, SUM_ROWS)>>>(dq, acc,
+                                                                                         nsplit, a);
         st = awlc_check_launch("attention_backward dq sum");
     }
     awlc_scratch_free(acc, bytes);
@@ -987,14 +1031,16 @@ int backward_d(const heads<typename M::elem> &dq, const heads<typename M::elem> 
                      : backward<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
 
-/* The one-pass float32 backward in P passes, dropout compiled in or out. */
-template <int P>
-int backward_fused_p(const heads<float> &dq, const heads<float> &dk, const heads<float> &dv,
-                     const heads<float> &dout, const heads<float> &q, const heads<float> &k,
-                     const heads<float> &v, const lse_ref &lse, const float *Dv, const att_dims &a)
+/* The one-pass backward of policy M, dropout compiled in or out. */
+template <typename M>
+int backward_fused_m(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
+                     const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
+                     const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+                     const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
+                     const att_dims &a)
 {
-    return a.dropout ? backward_fused<P, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                     : backward_fused<P, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    return a.dropout ? backward_fused<M, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                     : backward_fused<M, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
 
 } // namespace
@@ -1012,6 +1058,11 @@ int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16>
                                 const heads<awl_bf16> &v, const lse_ref &lse, const float *Dv,
                                 const att_dims &a)
 {
+    /* One pass with dropout, where drawing the mask once instead of twice
+     * pays for the slices; without, the two kernels are as fast or faster
+     * (docs/cuda.md). */
+    if (a.D <= 64 && !awlc_attention_split() && (a.dropout || awlc_attention_one_pass()))
+        return backward_fused_m<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     return backward_d<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
 
@@ -1029,8 +1080,8 @@ int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
 {
     bool fast = awlc_matmul_fast_fp32();
     if (a.D <= 64 && !awlc_attention_split()) {
-        return fast ? backward_fused_p<1>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                    : backward_fused_p<3>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+        return fast ? backward_fused_m<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
+                    : backward_fused_m<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     }
     return fast ? backward_d<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
                 : backward_d<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);

@@ -212,6 +212,8 @@ static awl_backend make_table(void)
     t.attention_forward = awlc_attention_forward;
     t.attention_backward = awlc_attention_backward;
     t.dropout = awlc_dropout;
+    t.gelu_backward = awlc_gelu_backward;
+    t.dropout_add = awlc_dropout_add;
     t.check_indices = awlc_check_indices;
     t.adamw_step = awlc_adamw_step;
     return t;

@@ -18,7 +18,9 @@
  * grid's two axes, with no divisions at all.
  * The op code is a run-time switch inside the kernel: it is uniform across
  * the grid, costs a few instructions per element of a memory-bound loop, and
- * keeps the number of template instances (and the build time) small.
+ * keeps the number of template instances (and the build time) small. GELU,
+ * the one op a training step runs on its largest tensors, has a kernel of
+ * its own, and so has its backward (dx = dy gelu'(x) in one pass).
  *
  * Random fill follows common/philox.h exactly: element i of the output, in
  * row-major order, is a pure function of (seed, offset, i). The affine map
@@ -154,6 +156,29 @@ template <typename C> __device__ __forceinline__ C binary_apply(int op, C a, C b
 
 /* ---- per-element functors (by value into kernels) ------------------------------------ */
 
+/* GELU and its backward (backends/ops.h's formulas) with the op fixed at
+ * compile time. In bfloat16 a 16-byte pack is eight elements, and the
+ * run-time switch, not the bytes, bounded the hidden layer's GELU. The
+ * backward reads dy and x and writes dx once: the composed gelu' then a
+ * multiply wrote and read gelu'(x) as well. */
+template <typename T> struct gelu_op {
+    typedef typename Compute<T>::type C;
+    __device__ T operator()(T xin) const
+    {
+        C x = awlc_cast<C>(xin);
+        return awlc_cast<T>((C)(AWL_GELU(x)));
+    }
+};
+
+template <typename T> struct gelu_backward_op {
+    typedef typename Compute<T>::type C;
+    __device__ T operator()(T dy, T xin) const
+    {
+        C x = awlc_cast<C>(xin);
+        return awlc_cast<T>(awlc_cast<C>(dy) * (C)(AWL_GELU_GRAD(x)));
+    }
+};
+
 template <typename TO, typename TI> struct cast_op {
     __device__ TO operator()(TI x) const { return awlc_cast<TO>(x); }
 };
@@ -272,6 +297,43 @@ __global__ void dropout4_kernel(T *out, const T *in, int64_t n, uint64_t seed, u
     }
 }
 
+/* out = x + keep_i h_i scale over contiguous arrays, computed in T's compute
+ * type with h_i first cast to T: thread j takes elements 4 j .. 4 j + 3, one
+ * Philox block as in dropout4_kernel (every element kept when !drop). VEC:
+ * all three arrays aligned to four elements, loaded as packs. */
+template <bool VEC, typename T, typename TH>
+__global__ void dropout_add4_kernel(T *out, const T *x, const TH *h, int64_t n, uint64_t seed,
+                                    uint64_t offset, uint32_t threshold, bool drop,
+                                    typename Compute<T>::type scale)
+{
+    typedef typename Compute<T>::type C;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j * 4 < n;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        unsigned keep =
+            drop ? awl_dropout_block_bits(awl_philox4x32(seed, offset + (uint64_t)j), threshold)
+                 : 15u;
+        if (VEC && 4 * j + 4 <= n) {
+            awlc_pack<T, 4> a = reinterpret_cast<const awlc_pack<T, 4> *>(x)[j], o;
+            awlc_pack<TH, 4> b = reinterpret_cast<const awlc_pack<TH, 4> *>(h)[j];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                C v = awlc_cast<C>(a.v[u]);
+                if (keep >> u & 1u) v += awlc_cast<C>(awlc_cast<T>(b.v[u])) * scale;
+                o.v[u] = awlc_cast<T>(v);
+            }
+            reinterpret_cast<awlc_pack<T, 4> *>(out)[j] = o;
+            continue;
+        }
+        for (int u = 0; u < 4; u++) {
+            int64_t i = 4 * j + u;
+            if (i >= n) break;
+            C v = awlc_cast<C>(x[i]);
+            if (keep >> u & 1u) v += awlc_cast<C>(awlc_cast<T>(h[i])) * scale;
+            out[i] = awlc_cast<T>(v);
+        }
+    }
+}
+
 } // namespace
 
 /* ---- entries ------------------------------------------------------------------------- */
@@ -341,6 +403,8 @@ int awlc_unary(awl_unary_op op, const awl_view *out, const awl_view *in, double 
         /* int32 ops take an integer scalar, truncated like a stored int32. */
         C al = awl_dtype_is_float(out->dtype) ? (C)alpha : (C)awlc_cast<int32_t>(alpha);
         unary_op<T> f = {(int)op, al, alpha};
+        if (awlc_layout_contiguous<2>(&L) && op == AWL_UNARY_GELU && awl_dtype_is_float(out->dtype))
+            return launch_map1(awlc_ptr<T>(out), awlc_ptr<T>(in), n, gelu_op<T>(), "gelu");
         if (awlc_layout_contiguous<2>(&L))
             return launch_map1(awlc_ptr<T>(out), awlc_ptr<T>(in), n, f, "unary");
         unary_fn<T> g = {awlc_ptr<T>(out), awlc_ptr<T>(in), f};
@@ -420,6 +484,66 @@ int awlc_random(const awl_view *out, awl_random_kind kind, uint64_t seed, uint64
         random_fn<T> f = {awlc_ptr<T>(out), (int)kind, seed, offset, a, b};
         return awlc_launch_strided<1>(L, n, f, "random");
     };
+    return AWLC_DISPATCH_FLOAT(out->dtype, run);
+}
+
+int awlc_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)
+{
+    if (dy->dtype != dx->dtype || x->dtype != dx->dtype || !awl_dtype_is_float(dx->dtype))
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(dx->data));
+    const awl_view *views[3] = {dx, dy, x};
+    awlc_layout<3> L;
+    int64_t n = awlc_coalesce<3>(&L, views);
+    if (n == 0) return AWL_OK;
+    if (!awlc_layout_contiguous<3>(&L)) return AWL_ERR_UNSUPPORTED;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        return launch_map2(awlc_ptr<T>(dx), awlc_ptr<T>(dy), awlc_ptr<T>(x), n,
+                           gelu_backward_op<T>(), "gelu_backward");
+    };
+    return AWLC_DISPATCH_FLOAT(dx->dtype, run);
+}
+
+/* h in out's dtype, or bfloat16 into float32 (a bf16 branch joining the
+ * float32 residual stream under autocast); other pairs compose. */
+int awlc_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
+                     const awl_dropout_args *args)
+{
+    bool mixed = out->dtype == AWL_F32 && h->dtype == AWL_BF16;
+    if (x->dtype != out->dtype || !awl_dtype_is_float(out->dtype) ||
+        (h->dtype != out->dtype && !mixed))
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    const awl_view *views[3] = {out, x, h};
+    awlc_layout<3> L;
+    int64_t n = awlc_coalesce<3>(&L, views);
+    if (n == 0) return AWL_OK;
+    if (!awlc_layout_contiguous<3>(&L)) return AWL_ERR_UNSUPPORTED;
+    uint64_t seed = args ? args->seed : 0, offset = args ? args->offset : 0;
+    uint32_t threshold = args ? awl_dropout_threshold(args->p) : 0;
+    double scale = args ? awl_dropout_scale(args->p) : 1.0;
+    unsigned grid = awlc_grid_for((n + 3) / 4, 256);
+    auto launch = [&](auto tag, auto htag) -> int {
+        typedef decltype(tag) T;
+        typedef decltype(htag) TH;
+        typedef typename Compute<T>::type C;
+        T *o = awlc_ptr<T>(out);
+        const T *a = awlc_ptr<T>(x);
+        const TH *b = awlc_ptr<TH>(h);
+        C s = (C)awlc_cast<double>(awlc_cast<T>(scale));
+        bool vec = (uintptr_t)o % (4 * sizeof(T)) == 0 && (uintptr_t)a % (4 * sizeof(T)) == 0 &&
+                   (uintptr_t)b % (4 * sizeof(TH)) == 0;
+        if (vec)
+            dropout_add4_kernel<true>
+                <<<grid, 256>>>(o, a, b, n, seed, offset, threshold, args != NULL, s);
+        else
+            dropout_add4_kernel<false>
+                <<<grid, 256>>>(o, a, b, n, seed, offset, threshold, args != NULL, s);
+        return awlc_check_launch("dropout_add");
+    };
+    if (mixed) return launch(float(), awl_bf16());
+    auto run = [&](auto tag) -> int { return launch(tag, tag); };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
 }
 

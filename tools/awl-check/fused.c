@@ -563,6 +563,52 @@ static void dropout_cases(ac_list *l)
         }
 }
 
+/* out, x, h */
+static int call_dropout_add(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->dropout_add(v[0], v[1], v[2], a->dropout.p > 0 ? &a->dropout : NULL);
+}
+
+/* out = x + h M (M as in ref_dropout, 1 without dropout), in out's dtype. */
+static int ref_dropout_add(const ac_case *c, double *const *in, double **ref)
+{
+    const awl_dropout_args *d = &c->args.dropout;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    double scale = d->p > 0 ? awl_dropout_scale(d->p) : 1.0;
+    if (c->dtype == AWL_F32) scale = (float)scale;
+    if (c->dtype == AWL_BF16) scale = awl_bf16_to_float(awl_float_to_bf16((float)scale));
+    int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape);
+    for (int64_t e = 0; e < n; e++) {
+        bool keep = d->p == 0 || awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold);
+        ref[0][e] = in[1][e] + (keep ? in[2][e] * scale : 0.0);
+    }
+    return 0;
+}
+
+/* Each float dtype with and without dropout, and a bfloat16 branch into a
+ * float32 stream (autocast's residual additions). */
+static void dropout_add_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{1, 37}, {64, 384}};
+    const awl_dropout_args d = {0.3, 0x9e3779b97f4a7c15ull, 7};
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < COUNT(shapes); s++)
+            for (int drop = 0; drop < 2; drop++) {
+                awl_dtype dt = t < 3 ? FLOATS[t] : AWL_F32, ht = t < 3 ? dt : AWL_BF16;
+                char name[64];
+                snprintf(name, sizeof name, "%s%s", drop ? "dropout 0.3" : "no dropout",
+                         t == 3 ? ", bf16 h" : "");
+                ac_case c = ac_case_new(AWL_KERNEL_DROPOUT_ADD, "", dt, name, call_dropout_add,
+                                        ref_dropout_add);
+                if (drop) c.args.dropout = d;
+                c.tol = tol_of(dt, 1e-6, 1e-2);
+                ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&c, ac_operand_new("x", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&c, ac_operand_new("h", AC_IN, ht, 2, shapes[s], AC_CONTIG));
+                ac_push(l, &c);
+            }
+}
+
 /* ---- matmul with a bias, GELU backward, AdamW --------------------------------------------------
  */
 
@@ -681,5 +727,6 @@ void ac_fused_cases(ac_list *l)
     cross_entropy_cases(l);
     attention_cases(l);
     dropout_cases(l);
+    dropout_add_cases(l);
     other_cases(l);
 }
