@@ -105,22 +105,22 @@ static int ring_open(awl_process_group *pg, ring *r)
     int rank = awl_dist_rank(pg), n = awl_dist_world_size(pg);
     awl_store *store = awl_dist_store(pg);
     char err[256], key[64], addr[64], host[64];
-    int lfd = net_listen("127.0.0.1", 0, err, sizeof err);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", net_local_port(lfd));
+    int lfd = awl_net_listen("127.0.0.1", 0, err, sizeof err);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", awl_net_local_port(lfd));
     snprintf(key, sizeof key, "bench/ring/%d", rank);
     awl_store_set(store, key, addr, strlen(addr) + 1);
     snprintf(key, sizeof key, "bench/ring/%d", (rank + 1) % n);
     void *value;
     if (awl_store_get(store, key, &value, NULL, 30) < 0) return -1;
     int port;
-    net_split_address(value, host, sizeof host, &port, 0);
+    awl_net_split_address(value, host, sizeof host, &port, 0);
     free(value);
-    r->right = net_connect(host, port, net_now() + 30, err, sizeof err);
-    r->left = net_accept(lfd, net_now() + 30, err, sizeof err);
+    r->right = awl_net_connect(host, port, awl_net_now() + 30, err, sizeof err);
+    r->left = awl_net_accept(lfd, awl_net_now() + 30, err, sizeof err);
     close(lfd);
     if (r->right < 0 || r->left < 0) return -1;
-    net_set_nonblocking(r->right, true);
-    net_set_nonblocking(r->left, true);
+    awl_net_set_nonblocking(r->right, true);
+    awl_net_set_nonblocking(r->left, true);
     return 0;
 }
 
@@ -344,8 +344,8 @@ static int open_mpi_groups(bench_groups *g)
     int port = 0;
     if (awl_dist_rank(g->mpi) == 0) {
         char err[128];
-        int fd = net_listen("0.0.0.0", 0, err, sizeof err);
-        port = net_local_port(fd);
+        int fd = awl_net_listen("0.0.0.0", 0, err, sizeof err);
+        port = awl_net_local_port(fd);
         close(fd);
     }
     MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);

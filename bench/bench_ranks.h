@@ -21,8 +21,8 @@ static inline void bench_run_ranks(int n, int threads,
                                    void *arg)
 {
     char err[128];
-    int fd = net_listen("127.0.0.1", 0, err, sizeof err);
-    int port = net_local_port(fd);
+    int fd = awl_net_listen("127.0.0.1", 0, err, sizeof err);
+    int port = awl_net_local_port(fd);
     close(fd);
     cpu_set_t all;
     sched_getaffinity(0, sizeof all, &all);

@@ -230,7 +230,7 @@ static void plan(dist_buckets *b, int64_t first_cap, int64_t cap)
     for (int i = 0; i < b->n_buckets; i++) b->buckets[i].pending = b->buckets[i].n;
 }
 
-int dist_buckets_init(dist_buckets *b, awl_process_group *pg, const awl_param_list *params,
+int awl_dist_buckets_init(dist_buckets *b, awl_process_group *pg, const awl_param_list *params,
                       const dist_buckets_options *o, dist_launch_fn launch, void *user,
                       const char *op)
 {
@@ -276,9 +276,9 @@ int dist_buckets_init(dist_buckets *b, awl_process_group *pg, const awl_param_li
     return AWL_OK;
 }
 
-void dist_buckets_clear(dist_buckets *b)
+void awl_dist_buckets_clear(dist_buckets *b)
 {
-    for (int k = 0; k < b->n_buckets; k++) dist_buckets_wait(b, k);
+    for (int k = 0; k < b->n_buckets; k++) awl_dist_buckets_wait(b, k);
     for (int i = 0; i < b->n_params; i++) {
         dist_param *p = &b->params[i];
         if (p->hooked) awl_remove_grad_hook(p->t, on_grad_ready, p);
@@ -296,7 +296,7 @@ void dist_buckets_clear(dist_buckets *b)
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
-int dist_buckets_finish(dist_buckets *b, const char *op)
+int awl_dist_buckets_finish(dist_buckets *b, const char *op)
 {
     if (b->error[0]) return awl_error(AWL_ERR_INVALID, "%s: %s", op, b->error);
     if (b->next_launch == b->n_buckets) return AWL_OK;
@@ -329,33 +329,33 @@ int dist_buckets_finish(dist_buckets *b, const char *op)
     return b->error[0] ? awl_error(AWL_ERR_DIST, "%s: %s", op, b->error) : AWL_OK;
 }
 
-int dist_buckets_wait(dist_buckets *b, int k)
+int awl_dist_buckets_wait(dist_buckets *b, int k)
 {
     dist_bucket *bucket = &b->buckets[k];
     if (!bucket->work) return AWL_OK;
     double busy = 0;
-    int status = dist_work_wait(bucket->work, &busy);
+    int status = awl_dist_work_wait(bucket->work, &busy);
     awl_profiler_async_end((uint64_t)(uintptr_t)bucket);
     bucket->work = NULL;
     bucket->busy_s += busy;
     return status;
 }
 
-int dist_buckets_finish_and_wait(dist_buckets *b, const char *op, bool release, double *comm_s)
+int awl_dist_buckets_finish_and_wait(dist_buckets *b, const char *op, bool release, double *comm_s)
 {
-    int status = dist_buckets_finish(b, op);
+    int status = awl_dist_buckets_finish(b, op);
     *comm_s = 0;
     for (int k = 0; k < b->n_buckets; k++) {
         b->buckets[k].busy_s = 0;
-        int s = dist_buckets_wait(b, k);
+        int s = awl_dist_buckets_wait(b, k);
         *comm_s += b->buckets[k].busy_s;
         if (status == AWL_OK) status = s;
-        if (release) dist_buckets_release(b, k);
+        if (release) awl_dist_buckets_release(b, k);
     }
     return status;
 }
 
-void dist_buckets_reset(dist_buckets *b)
+void awl_dist_buckets_reset(dist_buckets *b)
 {
     for (int k = 0; k < b->n_buckets; k++) b->buckets[k].pending = b->buckets[k].n;
     for (int i = 0; i < b->n_params; i++) b->params[i].ready = false;
@@ -363,7 +363,7 @@ void dist_buckets_reset(dist_buckets *b)
     b->error[0] = '\0';
 }
 
-int dist_buckets_zero(dist_buckets *b)
+int awl_dist_buckets_zero(dist_buckets *b)
 {
     for (int k = 0; k < b->n_buckets; k++) {
         dist_bucket *bucket = &b->buckets[k];
@@ -380,7 +380,7 @@ int dist_buckets_zero(dist_buckets *b)
     return AWL_OK;
 }
 
-void dist_buckets_release(dist_buckets *b, int k)
+void awl_dist_buckets_release(dist_buckets *b, int k)
 {
     dist_bucket *bucket = &b->buckets[k];
     for (int i = bucket->first; i < bucket->first + bucket->n; i++) awl_clear_grad(b->params[i].t);
@@ -388,7 +388,7 @@ void dist_buckets_release(dist_buckets *b, int k)
     bucket->flat = NULL;
 }
 
-int64_t dist_buckets_bytes(const dist_buckets *b)
+int64_t awl_dist_buckets_bytes(const dist_buckets *b)
 {
     int64_t bytes = 0;
     for (int k = 0; k < b->n_buckets; k++)

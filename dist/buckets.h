@@ -13,14 +13,14 @@
  * A gradient hook fires once per backward for each parameter; it counts the
  * bucket down, and every complete bucket whose predecessors have all gone
  * is handed to the owner's `launch` callback at once, in index order on
- * every rank. dist_buckets_finish, before the optimizer step, launches what
+ * every rank. awl_dist_buckets_finish, before the optimizer step, launches what
  * is left (with find_unused, parameters that got no gradient count as
  * ready; else they are an error naming them).
  *
  * Lazy buckets (ZeRO stage 2) hold memory only while they are needed: a
  * bucket is allocated when its first gradient is complete (the gradient,
  * made by the engine, is copied in and the view put in its place) and
- * released once its work is done (dist_buckets_release), leaving the
+ * released once its work is done (awl_dist_buckets_release), leaving the
  * parameters without gradients between steps.
  */
 #ifndef AWL_DIST_BUCKETS_H
@@ -61,7 +61,7 @@ struct dist_buckets {
     int64_t numel; /* the flat space */
     int next_launch;
     bool no_sync, overlap, find_unused, lazy;
-    char error[512]; /* found by a hook, reported by dist_buckets_finish */
+    char error[512]; /* found by a hook, reported by awl_dist_buckets_finish */
     dist_launch_fn launch;
     void *user;
 };
@@ -75,29 +75,29 @@ typedef struct dist_buckets_options {
  * the first difference is an error on every rank), broadcasts rank 0's
  * values, builds the buckets and installs the views and hooks. `op` names
  * the caller in messages. Returns 0 or negative; clear b either way. */
-int dist_buckets_init(dist_buckets *b, awl_process_group *pg, const awl_param_list *params,
+int awl_dist_buckets_init(dist_buckets *b, awl_process_group *pg, const awl_param_list *params,
                       const dist_buckets_options *o, dist_launch_fn launch, void *user,
                       const char *op);
 /* Waits for what is outstanding, removes the hooks, gives the parameters
  * plain gradients (copies) and frees everything. */
-void dist_buckets_clear(dist_buckets *b);
+void awl_dist_buckets_clear(dist_buckets *b);
 /* Before the optimizer step: a hook's error, or the parameters without a
  * gradient (unless find_unused), or launches every bucket not yet gone.
  * Returns 0 or negative. */
-int dist_buckets_finish(dist_buckets *b, const char *op);
+int awl_dist_buckets_finish(dist_buckets *b, const char *op);
 /* Waits for bucket k's work, if any; its busy time goes to busy_s. */
-int dist_buckets_wait(dist_buckets *b, int k);
-/* dist_buckets_finish, then waits for every bucket (releasing each when
+int awl_dist_buckets_wait(dist_buckets *b, int k);
+/* awl_dist_buckets_finish, then waits for every bucket (releasing each when
  * `release`); *comm_s: the communication thread's time for them. */
-int dist_buckets_finish_and_wait(dist_buckets *b, const char *op, bool release, double *comm_s);
+int awl_dist_buckets_finish_and_wait(dist_buckets *b, const char *op, bool release, double *comm_s);
 /* For the next backward: nothing ready, nothing launched. */
-void dist_buckets_reset(dist_buckets *b);
+void awl_dist_buckets_reset(dist_buckets *b);
 /* Zeroes every bucket in place (views kept); lazy buckets are left
  * released. */
-int dist_buckets_zero(dist_buckets *b);
+int awl_dist_buckets_zero(dist_buckets *b);
 /* A lazy bucket's memory goes; its parameters' gradients are dropped. */
-void dist_buckets_release(dist_buckets *b, int k);
+void awl_dist_buckets_release(dist_buckets *b, int k);
 /* Bytes of gradient memory the buckets hold now. */
-int64_t dist_buckets_bytes(const dist_buckets *b);
+int64_t awl_dist_buckets_bytes(const dist_buckets *b);
 
 #endif

@@ -42,19 +42,19 @@ awl_ddp *awl_ddp_new(awl_process_group *pg, const awl_param_list *params,
     dist_buckets_options bo = {o.first_bucket_bytes, o.bucket_cap_bytes, !o.no_overlap,
                                o.find_unused_parameters, false};
     awl_ddp *d = calloc(1, sizeof *d);
-    if (dist_buckets_init(&d->buckets, pg, params, &bo, launch, d, "awl_ddp_new") < 0) {
+    if (awl_dist_buckets_init(&d->buckets, pg, params, &bo, launch, d, "awl_ddp_new") < 0) {
         awl_ddp_free(d);
         return NULL;
     }
     d->stats.n_buckets = d->buckets.n_buckets;
-    d->stats.bucket_bytes = dist_buckets_bytes(&d->buckets);
+    d->stats.bucket_bytes = awl_dist_buckets_bytes(&d->buckets);
     return d;
 }
 
 void awl_ddp_free(awl_ddp *d)
 {
     if (!d) return;
-    dist_buckets_clear(&d->buckets);
+    awl_dist_buckets_clear(&d->buckets);
     free(d);
 }
 
@@ -63,15 +63,18 @@ int awl_ddp_wait(awl_ddp *d)
     if (!d) return AWL_ERR_INVALID;
     dist_buckets *b = &d->buckets;
     if (b->no_sync) return AWL_OK;
-    double t0 = net_now(), comm;
-    int status = dist_buckets_finish_and_wait(b, "awl_ddp_wait", false, &comm);
-    dist_buckets_reset(b);
+    double t0 = awl_net_now(), comm;
+    int status = awl_dist_buckets_finish_and_wait(b, "awl_ddp_wait", false, &comm);
+    awl_dist_buckets_reset(b);
     d->stats.comm_s = comm;
-    d->stats.wait_s = net_now() - t0;
+    d->stats.wait_s = awl_net_now() - t0;
     return status;
 }
 
-int awl_ddp_zero_grad(awl_ddp *d) { return d ? dist_buckets_zero(&d->buckets) : AWL_ERR_INVALID; }
+int awl_ddp_zero_grad(awl_ddp *d)
+{
+    return d ? awl_dist_buckets_zero(&d->buckets) : AWL_ERR_INVALID;
+}
 
 void awl_ddp_no_sync_begin(awl_ddp *d)
 {

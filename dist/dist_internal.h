@@ -52,8 +52,8 @@ typedef struct dist_fingerprint {
 } dist_fingerprint;
 
 /* "allreduce #12 (sum, float32, 1000 elements)" */
-const char *dist_describe(const dist_fingerprint *fp, char *buf, size_t size);
-bool dist_fingerprint_equal(const dist_fingerprint *a, const dist_fingerprint *b);
+const char *awl_dist_describe(const dist_fingerprint *fp, char *buf, size_t size);
+bool awl_dist_fingerprint_equal(const dist_fingerprint *a, const dist_fingerprint *b);
 
 /* One started operation. Buffers are contiguous, in the transport's memory
  * (host, or the group's GPU); in/out alias for in-place collectives. */
@@ -115,7 +115,7 @@ typedef struct dist_transport {
     int (*run)(awl_process_group *pg, awl_work *w);
     /* Between operations: waits up to `seconds` for pg->wake, keeping the
      * connections alive (heartbeats, peers that close, strangers at the
-     * door). Reports a fault with dist_fail. */
+     * door). Reports a fault with awl_dist_fail. */
     void (*idle)(awl_process_group *pg, double seconds);
     /* The communication thread has stopped: says goodbye (when clean) and
      * closes everything. */
@@ -133,24 +133,24 @@ typedef struct dist_transport {
 
 #define DIST_DTYPE(d) (1u << (d))
 
-extern const dist_transport dist_tcp_transport;
+extern const dist_transport awl_dist_tcp_transport;
 #ifndef AWL_WITH_MPI
 #define AWL_WITH_MPI 0
 #endif
 #if AWL_WITH_MPI
-extern const dist_transport dist_mpi_transport;
-#define dist_mpi (&dist_mpi_transport)
+extern const dist_transport awl_dist_mpi_transport;
+#define dist_mpi (&awl_dist_mpi_transport)
 #else
-#define dist_mpi (&dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses mpi */
+#define dist_mpi (&awl_dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses mpi */
 #endif
 #ifndef AWL_WITH_NCCL
 #define AWL_WITH_NCCL 0
 #endif
 #if AWL_WITH_NCCL
-extern const dist_transport dist_nccl_transport;
-#define dist_nccl (&dist_nccl_transport)
+extern const dist_transport awl_dist_nccl_transport;
+#define dist_nccl (&awl_dist_nccl_transport)
 #else
-#define dist_nccl (&dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses nccl */
+#define dist_nccl (&awl_dist_tcp_transport) /* never chosen: awl_dist_launch_info refuses nccl */
 #endif
 
 struct awl_process_group {
@@ -173,7 +173,7 @@ struct awl_process_group {
     char device[32];
     double timeout, peer_timeout, init_timeout;
     int64_t segment_bytes;
-    double t0; /* net_now() at creation */
+    double t0; /* awl_net_now() at creation */
 
     const dist_transport *transport;
     bool connected; /* the transport's connect succeeded: shutdown is owed */
@@ -199,7 +199,7 @@ struct awl_process_group {
     /* The rank (the job's numbering) that the transport's latest fault is
      * about: a peer that closed, went silent, sent damage or relayed an
      * abort; -1 when it is nobody's but this rank's. Communication thread;
-     * dist_fail passes it to the launcher (AWLRUN_REPORT_FD), which so tells
+     * awl_dist_fail passes it to the launcher (AWLRUN_REPORT_FD), which so tells
      * the rank that failed first from the ranks that failed because of it. */
     int blamed;
 
@@ -220,32 +220,32 @@ static inline int dist_me(const awl_process_group *pg)
 /* Records the group's first failure (later ones are dropped), prints it and
  * the flight ring to stderr, and tells awlrun whom it blames (pg->blamed).
  * Any thread. */
-void dist_fail(awl_process_group *pg, const char *message);
-bool dist_failed(awl_process_group *pg, char *message, size_t size);
+void awl_dist_fail(awl_process_group *pg, const char *message);
+bool awl_dist_failed(awl_process_group *pg, char *message, size_t size);
 /* w->message = "<operation> failed on rank <r>: <err>". */
-void dist_work_message(const awl_process_group *pg, awl_work *w, const char *err);
+void awl_dist_work_message(const awl_process_group *pg, awl_work *w, const char *err);
 /* Drains pg->wake and prints the flight ring when SIGUSR1 asked for it. The
  * transport calls it whenever pg->wake was readable. */
-void dist_service_wake(awl_process_group *pg);
+void awl_dist_service_wake(awl_process_group *pg);
 /* Waits up to `seconds` for pg->wake, then services it: the idle of a
  * transport with nothing of its own to watch. */
-void dist_wait_wake(awl_process_group *pg, double seconds);
+void awl_dist_wait_wake(awl_process_group *pg, double seconds);
 /* Adds to the byte counters (communication thread). */
-void dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received);
+void awl_dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received);
 /* Seconds since the group was made. */
-double dist_elapsed(const awl_process_group *pg);
+double awl_dist_elapsed(const awl_process_group *pg);
 
 /* awl_work_wait that also says how long the communication thread spent on
  * the work (DDP's statistics). */
-int dist_work_wait(awl_work *w, double *busy_s);
+int awl_dist_work_wait(awl_work *w, double *busy_s);
 
 /* ---- element-wise reductions (reduce.c) ------------------------------------------------- */
 
 /* dst = a (op) b over n elements; dst may be a. AVG adds (the division is
- * dist_scale's). */
-void dist_reduce(awl_dtype dtype, awl_dist_reduce op, void *dst, const void *a, const void *b,
-                 int64_t n);
+ * awl_dist_scale's). */
+void awl_dist_reduce_values(awl_dtype dtype, awl_dist_reduce op, void *dst, const void *a,
+                            const void *b, int64_t n);
 /* dst /= divisor (float dtypes). */
-void dist_scale(awl_dtype dtype, void *dst, int64_t n, int divisor);
+void awl_dist_scale(awl_dtype dtype, void *dst, int64_t n, int divisor);
 
 #endif

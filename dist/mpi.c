@@ -74,7 +74,7 @@ static int finish(MPI_Request *req, double deadline)
     while (!done) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) break;
-        if (net_now() > deadline) return -1;
+        if (awl_net_now() > deadline) return -1;
         poll(NULL, 0, 0); /* yield */
     }
     return 0;
@@ -82,7 +82,7 @@ static int finish(MPI_Request *req, double deadline)
 
 _Noreturn static void give_up(awl_process_group *pg, const char *message)
 {
-    dist_fail(pg, message); /* prints it and the flight ring */
+    awl_dist_fail(pg, message); /* prints it and the flight ring */
     fprintf(stderr, "awl_dist: rank %d aborts the MPI job (MPI_Abort): an MPI collective in "
                     "flight cannot be cancelled\n",
             dist_me(pg));
@@ -106,7 +106,7 @@ static int check_fingerprints(awl_process_group *pg, const awl_work *w, char *er
         MPI_Irecv(theirs + r * FP_WORDS, FP_WORDS, MPI_INT64_T, r, FP_TAG, st->comm, &recv[r]);
         MPI_Isend(mine, FP_WORDS, MPI_INT64_T, r, FP_TAG, st->comm, &send[r]);
     }
-    double deadline = net_now() + pg->timeout;
+    double deadline = awl_net_now() + pg->timeout;
     int status = 0;
     char what[160], a[160], b[160];
     for (int r = 0; r < n && status == 0; r++) {
@@ -114,16 +114,16 @@ static int check_fingerprints(awl_process_group *pg, const awl_work *w, char *er
         if (finish(&recv[r], deadline) < 0) {
             snprintf(err, size, "%s on rank %d timed out after %g s (AWL_DIST_TIMEOUT): rank %d has "
                                 "not started it",
-                     dist_describe(&w->fp, what, sizeof what), dist_me(pg), pg->timeout,
+                     awl_dist_describe(&w->fp, what, sizeof what), dist_me(pg), pg->timeout,
                      pg->global_rank[r]);
             status = -1;
             break;
         }
         dist_fingerprint fp = decode(theirs + r * FP_WORDS);
-        if (!dist_fingerprint_equal(&fp, &w->fp)) {
+        if (!awl_dist_fingerprint_equal(&fp, &w->fp)) {
             snprintf(err, size, "ranks disagree: rank %d is in %s, but rank %d is in %s", dist_me(pg),
-                     dist_describe(&w->fp, a, sizeof a), pg->global_rank[r],
-                     dist_describe(&fp, b, sizeof b));
+                     awl_dist_describe(&w->fp, a, sizeof a), pg->global_rank[r],
+                     awl_dist_describe(&fp, b, sizeof b));
             status = -2;
         }
     }
@@ -152,14 +152,14 @@ static int mpi_run(awl_process_group *pg, awl_work *w)
         }
         if (rc < 0) {
             snprintf(w->message, sizeof w->message, "%s failed on rank %d: %s",
-                     dist_describe(fp, what, sizeof what), dist_me(pg), err);
+                     awl_dist_describe(fp, what, sizeof what), dist_me(pg), err);
             return -1;
         }
     }
     if (w->out_count > INT_MAX || w->in_count > INT_MAX) { /* MPI's counts are ints */
         snprintf(w->message, sizeof w->message,
                  "%s failed on rank %d: more than %d elements in one call, MPI's limit",
-                 dist_describe(fp, what, sizeof what), dist_me(pg), INT_MAX);
+                 awl_dist_describe(fp, what, sizeof what), dist_me(pg), INT_MAX);
         return -1;
     }
     MPI_Request req = MPI_REQUEST_NULL;
@@ -191,9 +191,10 @@ static int mpi_run(awl_process_group *pg, awl_work *w)
         encode(fp, head);
         MPI_Request h;
         MPI_Isend(head, FP_WORDS, MPI_INT64_T, fp->root, P2P_TAG, st->comm, &h);
-        if (finish(&h, net_now() + pg->timeout) < 0) {
-            snprintf(w->message, sizeof w->message, "%s on rank %d timed out: rank %d does not receive",
-                     dist_describe(fp, what, sizeof what), dist_me(pg), pg->global_rank[fp->root]);
+        if (finish(&h, awl_net_now() + pg->timeout) < 0) {
+            snprintf(
+                w->message, sizeof w->message, "%s on rank %d timed out: rank %d does not receive",
+                awl_dist_describe(fp, what, sizeof what), dist_me(pg), pg->global_rank[fp->root]);
             give_up(pg, w->message);
         }
         MPI_Isend(w->in, (int)w->in_count, type, fp->root, P2P_TAG, st->comm, &req);
@@ -203,37 +204,38 @@ static int mpi_run(awl_process_group *pg, awl_work *w)
         int64_t head[FP_WORDS];
         MPI_Request h;
         MPI_Irecv(head, FP_WORDS, MPI_INT64_T, fp->root, P2P_TAG, st->comm, &h);
-        if (finish(&h, net_now() + pg->timeout) < 0) {
-            snprintf(w->message, sizeof w->message, "%s on rank %d timed out: rank %d sends nothing",
-                     dist_describe(fp, what, sizeof what), dist_me(pg), pg->global_rank[fp->root]);
+        if (finish(&h, awl_net_now() + pg->timeout) < 0) {
+            snprintf(
+                w->message, sizeof w->message, "%s on rank %d timed out: rank %d sends nothing",
+                awl_dist_describe(fp, what, sizeof what), dist_me(pg), pg->global_rank[fp->root]);
             give_up(pg, w->message);
         }
         dist_fingerprint got = decode(head), want = *fp;
         want.op = DIST_OP_SEND;
         want.root = me;
-        if (!dist_fingerprint_equal(&got, &want)) {
+        if (!awl_dist_fingerprint_equal(&got, &want)) {
             char a[160], b[160];
             snprintf(w->message, sizeof w->message,
-                     "%s failed on rank %d: rank %d sent %s", dist_describe(fp, a, sizeof a),
-                     dist_me(pg), pg->global_rank[fp->root], dist_describe(&got, b, sizeof b));
+                     "%s failed on rank %d: rank %d sent %s", awl_dist_describe(fp, a, sizeof a),
+                     dist_me(pg), pg->global_rank[fp->root], awl_dist_describe(&got, b, sizeof b));
             give_up(pg, w->message); /* its payload is on the way: no clean way back */
         }
         MPI_Irecv(w->out, (int)w->out_count, type, fp->root, P2P_TAG, st->comm, &req);
         break;
     }
     }
-    if (finish(&req, net_now() + pg->timeout) < 0) {
+    if (finish(&req, awl_net_now() + pg->timeout) < 0) {
         snprintf(w->message, sizeof w->message,
                  "%s on rank %d did not complete in %g s (AWL_DIST_TIMEOUT): a rank stopped in it",
-                 dist_describe(fp, what, sizeof what), dist_me(pg), pg->timeout);
+                 awl_dist_describe(fp, what, sizeof what), dist_me(pg), pg->timeout);
         give_up(pg, w->message);
     }
     if (fp->reduce == AWL_DIST_AVG && fp->op == DIST_OP_ALLREDUCE)
-        dist_scale(fp->dtype, w->out, w->out_count, n);
+        awl_dist_scale(fp->dtype, w->out, w->out_count, n);
     if (fp->reduce == AWL_DIST_AVG && fp->op == DIST_OP_REDUCE_SCATTER)
-        dist_scale(fp->dtype, w->out, w->out_count, n);
+        awl_dist_scale(fp->dtype, w->out, w->out_count, n);
     int64_t bytes = (int64_t)(w->in_count > w->out_count ? w->in_count : w->out_count) * (int64_t)es;
-    dist_count_bytes(pg, bytes, bytes);
+    awl_dist_count_bytes(pg, bytes, bytes);
     free(counts);
     free(displs);
     return 0;
@@ -297,12 +299,12 @@ static int mpi_connect(awl_process_group *pg)
     return status;
 }
 
-const dist_transport dist_mpi_transport = {
+const dist_transport awl_dist_mpi_transport = {
     .name = "mpi",
     .dtypes = DIST_DTYPE(AWL_F32) | DIST_DTYPE(AWL_F64) | DIST_DTYPE(AWL_I32),
     .connect = mpi_connect,
     .run = mpi_run,
-    .idle = dist_wait_wake,
+    .idle = awl_dist_wait_wake,
     .shutdown = mpi_shutdown,
 };
 

@@ -43,7 +43,7 @@
  * notices a peer that died; the TCP mesh stays beside it for that:
  *   - fingerprints: before NCCL runs an operation, its fingerprint goes to
  *     every rank the operation involves as a header-only data frame, and
- *     theirs are checked (ring.c's tcp_exchange_fingerprints), so ranks that
+ *     theirs are checked (ring.c's awl_tcp_exchange_fingerprints), so ranks that
  *     call different collectives fail naming both, and NCCL never runs a
  *     mismatched pair (it would hang, or worse). The price is a host round
  *     trip per operation, tens of microseconds, which only small messages
@@ -217,8 +217,8 @@ static void peers_doing(const awl_process_group *pg, char *buf, size_t size)
         if (r == pg->rank) continue;
         char who[96], doing[200];
         at += (size_t)snprintf(buf + at, size - at, "; %s: %s",
-                               tcp_peer_name(&ts->peers[r], who, sizeof who),
-                               tcp_peer_doing(pg, &ts->peers[r], doing, sizeof doing));
+                               awl_tcp_peer_name(&ts->peers[r], who, sizeof who),
+                               awl_tcp_peer_doing(pg, &ts->peers[r], doing, sizeof doing));
     }
 }
 
@@ -234,7 +234,7 @@ static void nap(awl_process_group *pg, double waited)
     struct pollfd fds[pg->world + 1];
     int n = 1;
     fds[0] = (struct pollfd){pg->wake[0], POLLIN, 0};
-    if (pg->nccl->mesh) n = tcp_poll_fds(pg, fds);
+    if (pg->nccl->mesh) n = awl_tcp_poll_fds(pg, fds);
     poll(fds, (nfds_t)n, 1);
 }
 
@@ -246,9 +246,9 @@ static int find_cause(awl_process_group *pg, char *err, size_t size)
     if (!pg->nccl->mesh) return TCP_FAULT_HERE;
     char cause[1024];
     int fault = 0;
-    for (double end = net_now() + 0.5; !fault && net_now() < end;) {
-        fault = tcp_service(pg, cause, sizeof cause);
-        if (!fault) fault = tcp_check_peers(pg, cause, sizeof cause);
+    for (double end = awl_net_now() + 0.5; !fault && awl_net_now() < end;) {
+        fault = awl_tcp_service(pg, cause, sizeof cause);
+        if (!fault) fault = awl_tcp_check_peers(pg, cause, sizeof cause);
         if (!fault) nap(pg, 1);
     }
     if (!fault) return TCP_FAULT_HERE;
@@ -276,7 +276,7 @@ static int wait_for(awl_process_group *pg, bool until_done, const wait_spec *w, 
                     size_t size)
 {
     nccl_state *st = pg->nccl;
-    double start = net_now(), deadline = w->since + w->limit;
+    double start = awl_net_now(), deadline = w->since + w->limit;
     for (;;) {
         ncclResult_t state;
         ncclResult_t r = api.ncclCommGetAsyncError(st->comm, &state);
@@ -291,14 +291,14 @@ static int wait_for(awl_process_group *pg, bool until_done, const wait_spec *w, 
             if (e == cudaSuccess) return 0;
             if (e != cudaErrorNotReady) return cuda_fault(pg, e, "the completion event", err, size);
         }
-        double now = net_now();
+        double now = awl_net_now();
         if (now - start >= 2e-3) {
             if (st->mesh) {
-                int fault = tcp_service(pg, err, size);
-                if (fault == 0) fault = tcp_check_peers(pg, err, size);
+                int fault = awl_tcp_service(pg, err, size);
+                if (fault == 0) fault = awl_tcp_check_peers(pg, err, size);
                 if (fault) return fault;
             } else {
-                dist_service_wake(pg);
+                awl_dist_service_wake(pg);
             }
             if (now > deadline) {
                 char doing[1024] = "";
@@ -414,8 +414,8 @@ static void abort_comm(awl_process_group *pg)
     if (!st->comm) return;
     api.ncclCommAbort(st->comm);
     st->comm = NULL;
-    double deadline = net_now() + 5;
-    while (cudaEventQuery(st->done) == cudaErrorNotReady && net_now() < deadline) sched_yield();
+    double deadline = awl_net_now() + 5;
+    while (cudaEventQuery(st->done) == cudaErrorNotReady && awl_net_now() < deadline) sched_yield();
     (void)cudaGetLastError();
 }
 
@@ -430,19 +430,19 @@ static void count_bytes(awl_process_group *pg, const awl_work *w)
     case DIST_OP_BARRIER: bytes = 2 * (n - 1) * w->out_count / n * es; break;
     case DIST_OP_ALLGATHER: bytes = (w->out_count - w->in_count) * es; break;
     case DIST_OP_REDUCE_SCATTER: bytes = (w->in_count - w->out_count) * es; break;
-    case DIST_OP_SEND: dist_count_bytes(pg, w->in_count * es, 0); return;
-    case DIST_OP_RECV: dist_count_bytes(pg, 0, w->out_count * es); return;
+    case DIST_OP_SEND: awl_dist_count_bytes(pg, w->in_count * es, 0); return;
+    case DIST_OP_RECV: awl_dist_count_bytes(pg, 0, w->out_count * es); return;
     default: bytes = w->out_count * es; /* broadcast */
     }
-    dist_count_bytes(pg, bytes, bytes);
+    awl_dist_count_bytes(pg, bytes, bytes);
 }
 
 static int nccl_run(awl_process_group *pg, awl_work *w)
 {
     nccl_state *st = pg->nccl;
-    wait_spec done = {"finish the operation", net_now(), pg->timeout, "AWL_DIST_TIMEOUT"};
+    wait_spec done = {"finish the operation", awl_net_now(), pg->timeout, "AWL_DIST_TIMEOUT"};
     char err[1536] = "";
-    int status = st->mesh ? tcp_exchange_fingerprints(pg, w) : 0;
+    int status = st->mesh ? awl_tcp_exchange_fingerprints(pg, w) : 0;
     if (status == 0) {
         int fault = launch(pg, w, done.since, err, sizeof err);
         if (fault == 0) fault = wait_for(pg, true, &done, err, sizeof err);
@@ -453,14 +453,14 @@ static int nccl_run(awl_process_group *pg, awl_work *w)
             snprintf(err + at, sizeof err - at, " (rank %d aborted its NCCL communicator)",
                      dist_me(pg));
             if (st->mesh)
-                tcp_fail_operation(pg, w, fault, err);
+                awl_tcp_fail_operation(pg, w, fault, err);
             else
-                dist_work_message(pg, w, err);
+                awl_dist_work_message(pg, w, err);
             status = -1;
         }
     }
     if (status < 0) abort_comm(pg);
-    if (st->mesh) tcp_end_operation(pg, w);
+    if (st->mesh) awl_tcp_end_operation(pg, w);
     return status;
 }
 
@@ -477,8 +477,9 @@ static int nccl_enqueue(awl_process_group *pg, awl_work *w)
         if (ready) cudaEventDestroy(ready);
         (void)cudaGetLastError();
         char what[160];
-        return awl_error(AWL_ERR_DEVICE, "%s: cannot record the event its inputs are ready at on %s: %s",
-                         dist_describe(&w->fp, what, sizeof what), pg->device, cudaGetErrorString(e));
+        return awl_error(
+            AWL_ERR_DEVICE, "%s: cannot record the event its inputs are ready at on %s: %s",
+            awl_dist_describe(&w->fp, what, sizeof what), pg->device, cudaGetErrorString(e));
     }
     w->tx = ready;
     return AWL_OK;
@@ -554,7 +555,7 @@ static int create_comm(awl_process_group *pg)
     config.blocking = 0;
     config.commName = pg->key_prefix;
     r = api.ncclCommInitRankConfig(&st->comm, pg->world, id, pg->rank, &config);
-    wait_spec created = {"create the communicator", net_now(), pg->init_timeout,
+    wait_spec created = {"create the communicator", awl_net_now(), pg->init_timeout,
                          "AWL_DIST_INIT_TIMEOUT"};
     int fault = r == ncclSuccess || r == ncclInProgress
                     ? wait_for(pg, false, &created, err, sizeof err)
@@ -576,7 +577,7 @@ static void nccl_shutdown(awl_process_group *pg, bool clean)
         bool finalized = false;
         if (clean) {
             ncclResult_t r = api.ncclCommFinalize(st->comm);
-            wait_spec quiet = {"finalize the communicator", net_now(), pg->peer_timeout,
+            wait_spec quiet = {"finalize the communicator", awl_net_now(), pg->peer_timeout,
                                "AWL_DIST_PEER_TIMEOUT"};
             if (r == ncclSuccess || r == ncclInProgress)
                 finalized = wait_for(pg, false, &quiet, err, sizeof err) == 0;
@@ -593,7 +594,7 @@ static void nccl_shutdown(awl_process_group *pg, bool clean)
     }
     if (st->done) cudaEventDestroy(st->done);
     if (st->stream) cudaStreamDestroy(st->stream);
-    if (st->mesh) dist_tcp_transport.shutdown(pg, clean);
+    if (st->mesh) awl_dist_tcp_transport.shutdown(pg, clean);
     free(st);
     pg->nccl = NULL;
 }
@@ -608,7 +609,7 @@ static int nccl_connect(awl_process_group *pg)
                          dist_me(pg));
     status = open_device(pg);
     if (status == AWL_OK && pg->world > 1) {
-        status = dist_tcp_transport.connect(pg);
+        status = awl_dist_tcp_transport.connect(pg);
         pg->nccl->mesh = status == AWL_OK;
     }
     if (status == AWL_OK) status = create_comm(pg);
@@ -619,12 +620,12 @@ static int nccl_connect(awl_process_group *pg)
 static void nccl_idle(awl_process_group *pg, double seconds)
 {
     if (pg->nccl->mesh)
-        dist_tcp_transport.idle(pg, seconds);
+        awl_dist_tcp_transport.idle(pg, seconds);
     else
-        dist_wait_wake(pg, seconds);
+        awl_dist_wait_wake(pg, seconds);
 }
 
-const dist_transport dist_nccl_transport = {
+const dist_transport awl_dist_nccl_transport = {
     .name = "nccl",
     .device_memory = true,
     .store = true,

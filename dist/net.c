@@ -18,14 +18,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
-double net_now(void)
+double awl_net_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-uint32_t net_crc32(const void *data, size_t n)
+uint32_t awl_net_crc32(const void *data, size_t n)
 {
     return (uint32_t)crc32(0L, (const Bytef *)data, (uInt)n);
 }
@@ -33,7 +33,7 @@ uint32_t net_crc32(const void *data, size_t n)
 /* Milliseconds until the deadline, for poll (at least 0). */
 static int ms_until(double deadline)
 {
-    double ms = (deadline - net_now()) * 1e3;
+    double ms = (deadline - awl_net_now()) * 1e3;
     if (ms <= 0) return 0;
     return ms > 1e9 ? 1000000000 : (int)ms + 1;
 }
@@ -55,7 +55,7 @@ static int resolve(const char *host, int port, int passive, struct addrinfo **ou
     return 0;
 }
 
-int net_listen(const char *host, int port, char *err, size_t size)
+int awl_net_listen(const char *host, int port, char *err, size_t size)
 {
     struct addrinfo *ai;
     if (resolve(host, port, 1, &ai, err, size) < 0) return -1;
@@ -72,7 +72,7 @@ int net_listen(const char *host, int port, char *err, size_t size)
     return fd;
 }
 
-int net_local_port(int fd)
+int awl_net_local_port(int fd)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
@@ -80,7 +80,7 @@ int net_local_port(int fd)
     return ntohs(a.sin_port);
 }
 
-int net_local_ip(int fd, char *buf, size_t size)
+int awl_net_local_ip(int fd, char *buf, size_t size)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
@@ -88,7 +88,7 @@ int net_local_ip(int fd, char *buf, size_t size)
     return inet_ntop(AF_INET, &a.sin_addr, buf, (socklen_t)size) ? 0 : -1;
 }
 
-const char *net_peer_name(int fd, char *buf, size_t size)
+const char *awl_net_peer_name(int fd, char *buf, size_t size)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
@@ -102,14 +102,14 @@ const char *net_peer_name(int fd, char *buf, size_t size)
     return buf;
 }
 
-int net_set_nonblocking(int fd, bool on)
+int awl_net_set_nonblocking(int fd, bool on)
 {
     int flags = fcntl(fd, F_GETFL, 0);
     if (flags < 0) return -1;
     return fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK);
 }
 
-void net_set_nodelay(int fd)
+void awl_net_set_nodelay(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -123,7 +123,7 @@ static int connect_once(const struct addrinfo *ai, double deadline, int *err_no)
         *err_no = errno;
         return -1;
     }
-    net_set_nonblocking(fd, true);
+    awl_net_set_nonblocking(fd, true);
     int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc < 0 && errno == EINPROGRESS) {
         struct pollfd p = {fd, POLLOUT, 0};
@@ -144,12 +144,12 @@ static int connect_once(const struct addrinfo *ai, double deadline, int *err_no)
         close(fd);
         return -1;
     }
-    net_set_nonblocking(fd, false);
-    net_set_nodelay(fd);
+    awl_net_set_nonblocking(fd, false);
+    awl_net_set_nodelay(fd);
     return fd;
 }
 
-int net_connect(const char *host, int port, double deadline, char *err, size_t size)
+int awl_net_connect(const char *host, int port, double deadline, char *err, size_t size)
 {
     struct addrinfo *ai;
     if (resolve(host, port, 0, &ai, err, size) < 0) return -1;
@@ -160,7 +160,7 @@ int net_connect(const char *host, int port, double deadline, char *err, size_t s
         if (fd >= 0) break;
         bool retry = err_no == ECONNREFUSED || err_no == ENETUNREACH || err_no == EHOSTUNREACH ||
                      err_no == ECONNRESET || err_no == ECONNABORTED;
-        if (!retry || net_now() + pause > deadline) break;
+        if (!retry || awl_net_now() + pause > deadline) break;
         struct timespec ts = {0, (long)(pause * 1e9)};
         nanosleep(&ts, NULL);
         if (pause < 0.2) pause *= 2;
@@ -172,7 +172,7 @@ int net_connect(const char *host, int port, double deadline, char *err, size_t s
     return fd;
 }
 
-int net_accept(int listen_fd, double deadline, char *err, size_t size)
+int awl_net_accept(int listen_fd, double deadline, char *err, size_t size)
 {
     struct pollfd p = {listen_fd, POLLIN, 0};
     for (;;) {
@@ -184,7 +184,7 @@ int net_accept(int listen_fd, double deadline, char *err, size_t size)
         }
         int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0) {
-            net_set_nodelay(fd);
+            awl_net_set_nodelay(fd);
             return fd;
         }
         if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
@@ -205,7 +205,7 @@ static int wait_fd(int fd, short events, double deadline)
     }
 }
 
-int net_send_all(int fd, const void *buf, size_t n, double deadline, char *err, size_t size)
+int awl_net_send_all(int fd, const void *buf, size_t n, double deadline, char *err, size_t size)
 {
     const char *p = buf;
     while (n > 0) {
@@ -229,7 +229,7 @@ int net_send_all(int fd, const void *buf, size_t n, double deadline, char *err, 
     return NET_OK;
 }
 
-int net_recv_all(int fd, void *buf, size_t n, double deadline, char *err, size_t size)
+int awl_net_recv_all(int fd, void *buf, size_t n, double deadline, char *err, size_t size)
 {
     char *p = buf;
     while (n > 0) {
@@ -261,7 +261,7 @@ int net_recv_all(int fd, void *buf, size_t n, double deadline, char *err, size_t
 
 static const uint8_t hello_magic[4] = {'A', 'W', 'L', 'D'};
 
-void net_hello_encode(const net_hello *h, uint8_t out[NET_HELLO_BYTES])
+void awl_net_hello_encode(const net_hello *h, uint8_t out[NET_HELLO_BYTES])
 {
     memset(out, 0, NET_HELLO_BYTES);
     memcpy(out, hello_magic, 4);
@@ -271,17 +271,17 @@ void net_hello_encode(const net_hello *h, uint8_t out[NET_HELLO_BYTES])
     net_put32(out + 40, h->rank);
     net_put32(out + 44, h->world);
     net_put32(out + 48, h->group);
-    net_put32(out + 60, net_crc32(out, 60));
+    net_put32(out + 60, awl_net_crc32(out, 60));
 }
 
-int net_hello_decode(const uint8_t in[NET_HELLO_BYTES], net_hello *h, char *err, size_t size)
+int awl_net_hello_decode(const uint8_t in[NET_HELLO_BYTES], net_hello *h, char *err, size_t size)
 {
     if (memcmp(in, hello_magic, 4) != 0) {
         snprintf(err, size, "not an awl connection (the first bytes are %02x %02x %02x %02x)",
                  in[0], in[1], in[2], in[3]);
         return -1;
     }
-    if (net_get32(in + 60) != net_crc32(in, 60)) {
+    if (net_get32(in + 60) != awl_net_crc32(in, 60)) {
         snprintf(err, size, "a damaged handshake (CRC mismatch)");
         return -1;
     }
@@ -298,13 +298,14 @@ int net_hello_decode(const uint8_t in[NET_HELLO_BYTES], net_hello *h, char *err,
     return 0;
 }
 
-void net_token_bytes(const char *token, uint8_t out[NET_TOKEN_BYTES])
+void awl_net_token_bytes(const char *token, uint8_t out[NET_TOKEN_BYTES])
 {
     memset(out, 0, NET_TOKEN_BYTES);
     if (token) memcpy(out, token, strnlen(token, NET_TOKEN_BYTES));
 }
 
-int net_split_address(const char *text, char *host, size_t host_size, int *port, int default_port)
+int awl_net_split_address(const char *text, char *host, size_t host_size, int *port,
+                          int default_port)
 {
     const char *colon = strrchr(text, ':');
     size_t len = colon ? (size_t)(colon - text) : strlen(text);

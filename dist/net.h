@@ -4,7 +4,7 @@
  * are built from.
  *
  * Every blocking step takes a deadline (seconds on the monotonic clock,
- * net_now() + timeout) and gives up when it passes, so nothing here can
+ * awl_net_now() + timeout) and gives up when it passes, so nothing here can
  * wait forever. Failures return a negative NET_* code and write a sentence
  * into the caller's `err` buffer (these run on communication threads,
  * where the thread-local error of common/error.h would reach nobody).
@@ -28,36 +28,36 @@ enum {
 };
 
 /* Seconds on the monotonic clock. */
-double net_now(void);
+double awl_net_now(void);
 
 /* A listening socket on host:port (host NULL or "": every interface; port
  * 0: any free port), with SO_REUSEADDR so a port freed by a finished job
  * can be bound again at once. Returns the fd, or -1. */
-int net_listen(const char *host, int port, char *err, size_t size);
+int awl_net_listen(const char *host, int port, char *err, size_t size);
 /* The port a socket is bound to, or -1. */
-int net_local_port(int fd);
+int awl_net_local_port(int fd);
 /* The local IP address of a connected socket ("10.0.0.2"): the address its
  * peers can reach this host at. */
-int net_local_ip(int fd, char *buf, size_t size);
+int awl_net_local_ip(int fd, char *buf, size_t size);
 /* "127.0.0.1:41234" for the remote end of a connected socket. */
-const char *net_peer_name(int fd, char *buf, size_t size);
+const char *awl_net_peer_name(int fd, char *buf, size_t size);
 
 /* Connects to host:port, retrying refused connections (the listener may
  * not be up yet) until the deadline. Returns the fd (blocking, TCP_NODELAY),
  * or -1. */
-int net_connect(const char *host, int port, double deadline, char *err, size_t size);
+int awl_net_connect(const char *host, int port, double deadline, char *err, size_t size);
 /* Accepts one connection, waiting until the deadline. Returns the fd or a
  * negative NET_* code. */
-int net_accept(int listen_fd, double deadline, char *err, size_t size);
+int awl_net_accept(int listen_fd, double deadline, char *err, size_t size);
 
-int net_set_nonblocking(int fd, bool on);
+int awl_net_set_nonblocking(int fd, bool on);
 /* TCP_NODELAY: a frame leaves at once instead of waiting for the last
  * one's acknowledgement (Nagle's algorithm would add tens of ms). */
-void net_set_nodelay(int fd);
+void awl_net_set_nodelay(int fd);
 
 /* Sends / receives exactly n bytes before the deadline. */
-int net_send_all(int fd, const void *buf, size_t n, double deadline, char *err, size_t size);
-int net_recv_all(int fd, void *buf, size_t n, double deadline, char *err, size_t size);
+int awl_net_send_all(int fd, const void *buf, size_t n, double deadline, char *err, size_t size);
+int awl_net_recv_all(int fd, void *buf, size_t n, double deadline, char *err, size_t size);
 
 /* ---- wire helpers -------------------------------------------------------------------------- */
 
@@ -87,7 +87,7 @@ static inline uint64_t net_get64(const uint8_t *p)
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
     return v;
 }
-uint32_t net_crc32(const void *data, size_t n);
+uint32_t awl_net_crc32(const void *data, size_t n);
 
 /* ---- the handshake ------------------------------------------------------------------------- */
 
@@ -116,14 +116,15 @@ typedef struct net_hello {
     uint32_t rank, world, group;
 } net_hello;
 
-void net_hello_encode(const net_hello *h, uint8_t out[NET_HELLO_BYTES]);
+void awl_net_hello_encode(const net_hello *h, uint8_t out[NET_HELLO_BYTES]);
 /* Decodes and checks magic, CRC and version; on failure says why in err and
  * returns -1. */
-int net_hello_decode(const uint8_t in[NET_HELLO_BYTES], net_hello *h, char *err, size_t size);
+int awl_net_hello_decode(const uint8_t in[NET_HELLO_BYTES], net_hello *h, char *err, size_t size);
 /* The token as it travels: the text, zero-padded (longer tokens are cut). */
-void net_token_bytes(const char *token, uint8_t out[NET_TOKEN_BYTES]);
+void awl_net_token_bytes(const char *token, uint8_t out[NET_TOKEN_BYTES]);
 
 /* Parses "host:port" or a bare host (port = default_port). Returns 0 or -1. */
-int net_split_address(const char *text, char *host, size_t host_size, int *port, int default_port);
+int awl_net_split_address(const char *text, char *host, size_t host_size, int *port,
+                          int default_port);
 
 #endif

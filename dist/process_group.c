@@ -71,7 +71,7 @@ static void first_slurm_host(const char *list, char *out, size_t size)
  * name, only to be refused with a message. */
 static const dist_transport *transport_named(const char *name)
 {
-    if (strcmp(name, "tcp") == 0) return &dist_tcp_transport;
+    if (strcmp(name, "tcp") == 0) return &awl_dist_tcp_transport;
     if (strcmp(name, "mpi") == 0) return dist_mpi;
     if (strcmp(name, "nccl") == 0) return dist_nccl;
     return NULL;
@@ -248,7 +248,7 @@ static const char *reduce_name(int r)
     return r == AWL_DIST_SUM ? "sum" : r == AWL_DIST_AVG ? "avg" : r == AWL_DIST_MAX ? "max" : "?";
 }
 
-const char *dist_describe(const dist_fingerprint *fp, char *buf, size_t size)
+const char *awl_dist_describe(const dist_fingerprint *fp, char *buf, size_t size)
 {
     const char *dtype = fp->dtype < AWL_DTYPE_COUNT ? awl_dtype_name(fp->dtype) : "?";
     unsigned long long seq = (unsigned long long)fp->seq, n = (unsigned long long)fp->count;
@@ -287,13 +287,13 @@ const char *dist_describe(const dist_fingerprint *fp, char *buf, size_t size)
     return buf;
 }
 
-bool dist_fingerprint_equal(const dist_fingerprint *a, const dist_fingerprint *b)
+bool awl_dist_fingerprint_equal(const dist_fingerprint *a, const dist_fingerprint *b)
 {
     return a->op == b->op && a->dtype == b->dtype && a->reduce == b->reduce &&
            a->root == b->root && a->seq == b->seq && a->count == b->count;
 }
 
-double dist_elapsed(const awl_process_group *pg) { return net_now() - pg->t0; }
+double awl_dist_elapsed(const awl_process_group *pg) { return awl_net_now() - pg->t0; }
 
 /* Caller holds pg->lock. */
 static void print_flight_locked(awl_process_group *pg, FILE *out)
@@ -305,13 +305,13 @@ static void print_flight_locked(awl_process_group *pg, FILE *out)
         const dist_flight *f = &pg->flight[(pg->flight_next + i) % DIST_FLIGHT_SLOTS];
         if (!f->fp.op) continue;
         char what[160];
-        dist_describe(&f->fp, what, sizeof what);
+        awl_dist_describe(&f->fp, what, sizeof what);
         if (f->end > 0)
             fprintf(out, "  %-58s %9.3f s  took %9.3f ms  %s\n", what, f->start,
                     (f->end - f->start) * 1e3, f->status == 0 ? "ok" : "FAILED");
         else
             fprintf(out, "  %-58s %9.3f s  running for %.3f s\n", what, f->start,
-                    dist_elapsed(pg) - f->start);
+                    awl_dist_elapsed(pg) - f->start);
         printed++;
     }
     if (!printed) fprintf(out, "  (none yet)\n");
@@ -343,7 +343,7 @@ static void report_to_launcher(const awl_process_group *pg)
     }
 }
 
-void dist_fail(awl_process_group *pg, const char *message)
+void awl_dist_fail(awl_process_group *pg, const char *message)
 {
     pthread_mutex_lock(&pg->lock);
     if (!pg->failed) {
@@ -356,14 +356,14 @@ void dist_fail(awl_process_group *pg, const char *message)
     pthread_mutex_unlock(&pg->lock);
 }
 
-void dist_work_message(const awl_process_group *pg, awl_work *w, const char *err)
+void awl_dist_work_message(const awl_process_group *pg, awl_work *w, const char *err)
 {
     char what[160];
     snprintf(w->message, sizeof w->message, "%s failed on rank %d: %s",
-             dist_describe(&w->fp, what, sizeof what), dist_me(pg), err);
+             awl_dist_describe(&w->fp, what, sizeof what), dist_me(pg), err);
 }
 
-bool dist_failed(awl_process_group *pg, char *message, size_t size)
+bool awl_dist_failed(awl_process_group *pg, char *message, size_t size)
 {
     pthread_mutex_lock(&pg->lock);
     bool failed = pg->failed;
@@ -372,7 +372,7 @@ bool dist_failed(awl_process_group *pg, char *message, size_t size)
     return failed;
 }
 
-void dist_service_wake(awl_process_group *pg)
+void awl_dist_service_wake(awl_process_group *pg)
 {
     char buf[64];
     while (read(pg->wake[0], buf, sizeof buf) > 0) {
@@ -383,14 +383,14 @@ void dist_service_wake(awl_process_group *pg)
     }
 }
 
-void dist_wait_wake(awl_process_group *pg, double seconds)
+void awl_dist_wait_wake(awl_process_group *pg, double seconds)
 {
     struct pollfd p = {pg->wake[0], POLLIN, 0};
     poll(&p, 1, (int)(seconds * 1e3));
-    dist_service_wake(pg);
+    awl_dist_service_wake(pg);
 }
 
-void dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received)
+void awl_dist_count_bytes(awl_process_group *pg, int64_t sent, int64_t received)
 {
     __atomic_add_fetch(&pg->stats.bytes_sent, sent, __ATOMIC_RELAXED);
     __atomic_add_fetch(&pg->stats.bytes_received, received, __ATOMIC_RELAXED);
@@ -414,9 +414,9 @@ static void complete(awl_process_group *pg, awl_work *w, int status)
 {
     pthread_mutex_lock(&pg->lock);
     w->status = status;
-    w->end = dist_elapsed(pg);
+    w->end = awl_dist_elapsed(pg);
     dist_flight *f = &pg->flight[w->flight_slot];
-    if (dist_fingerprint_equal(&f->fp, &w->fp)) {
+    if (awl_dist_fingerprint_equal(&f->fp, &w->fp)) {
         f->end = w->end > f->start ? w->end : f->start + 1e-9;
         f->status = status;
     }
@@ -429,7 +429,7 @@ static void complete(awl_process_group *pg, awl_work *w, int status)
 static void run_one(awl_process_group *pg, awl_work *w)
 {
     pthread_mutex_lock(&pg->lock);
-    w->start = dist_elapsed(pg);
+    w->start = awl_dist_elapsed(pg);
     w->flight_slot = pg->flight_next;
     pg->flight[pg->flight_next] = (dist_flight){w->fp, w->start, 0, 0,
                                                 w->in_count * (int64_t)awl_dtype_size(w->fp.dtype)};
@@ -439,7 +439,7 @@ static void run_one(awl_process_group *pg, awl_work *w)
     char what[160];
     if (failed)
         snprintf(w->message, sizeof w->message, "%s on rank %d cannot run: %.1700s",
-                 dist_describe(&w->fp, what, sizeof what), dist_me(pg), pg->failure);
+                 awl_dist_describe(&w->fp, what, sizeof what), dist_me(pg), pg->failure);
     pthread_mutex_unlock(&pg->lock);
     if (failed) {
         complete(pg, w, AWL_ERR_DIST);
@@ -448,7 +448,7 @@ static void run_one(awl_process_group *pg, awl_work *w)
     awl_profiler_begin(AWL_PROFILE_COMM, op_name(w->fp.op));
     int status = pg->transport->run(pg, w);
     awl_profiler_end();
-    if (status < 0) dist_fail(pg, w->message);
+    if (status < 0) awl_dist_fail(pg, w->message);
     complete(pg, w, status < 0 ? AWL_ERR_DIST : AWL_OK);
 }
 
@@ -471,7 +471,7 @@ static void *comm_main(void *arg)
         }
         bool stop = pg->stop;
         pthread_mutex_unlock(&pg->lock);
-        if (pg->dump_requested) dist_service_wake(pg);
+        if (pg->dump_requested) awl_dist_service_wake(pg);
         if (w)
             run_one(pg, w);
         else if (stop)
@@ -487,7 +487,7 @@ static void *comm_main(void *arg)
 static awl_process_group *new_group(void)
 {
     awl_process_group *pg = calloc(1, sizeof *pg);
-    pg->t0 = net_now();
+    pg->t0 = awl_net_now();
     pg->wake[0] = pg->wake[1] = -1;
     pg->blamed = -1;
     pthread_mutex_init(&pg->lock, NULL);
@@ -542,8 +542,8 @@ awl_process_group *awl_dist_init(const awl_dist_options *options)
 
     char err[512] = "";
     if (pg->rank == 0) {
-        pg->server = store_server_start(pg->master_addr, pg->master_port, pg->token, pg->world, err,
-                                        sizeof err);
+        pg->server = awl_store_server_start(pg->master_addr, pg->master_port, pg->token, pg->world,
+                                            err, sizeof err);
         if (!pg->server) {
             awl_error(AWL_ERR_DIST, "awl_dist_init: rank 0 cannot start the store: %s%s", err,
                       strstr(err, "in use") ? " (another job on this port? set MASTER_PORT)" : "");
@@ -551,7 +551,7 @@ awl_process_group *awl_dist_init(const awl_dist_options *options)
             return NULL;
         }
     }
-    pg->store = store_connect(pg->master_addr, pg->master_port, pg->token, pg->rank, pg->world,
+    pg->store = awl_store_connect(pg->master_addr, pg->master_port, pg->token, pg->rank, pg->world,
                               pg->init_timeout, err, sizeof err);
     if (!pg->store) {
         awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d cannot reach the store of rank 0: %s",
@@ -618,7 +618,7 @@ awl_process_group *awl_dist_split(awl_process_group *pg, int color, int key)
      * member (never 0, the job's group's) */
     char origin[128];
     snprintf(origin, sizeof origin, "%s/split%d/color%d", pg->key_prefix, split, color);
-    sub->group_id = net_crc32(origin, strlen(origin)) | 1u;
+    sub->group_id = awl_net_crc32(origin, strlen(origin)) | 1u;
     snprintf(sub->key_prefix, sizeof sub->key_prefix, "awl/g%08x", sub->group_id);
     sub->store = pg->store;
     sub->transport = pg->transport;
@@ -649,8 +649,8 @@ void awl_dist_destroy(awl_process_group *pg)
         pthread_join(pg->thread, NULL);
     }
     if (pg->connected) pg->transport->shutdown(pg, !pg->failed);
-    if (pg->owns_store) store_close(pg->store);
-    store_server_stop(pg->server);
+    if (pg->owns_store) awl_store_close(pg->store);
+    awl_store_server_stop(pg->server);
     for (int i = 0; i < 2; i++)
         if (pg->wake[i] >= 0) close(pg->wake[i]);
     pthread_mutex_destroy(&pg->lock);
@@ -953,9 +953,9 @@ int awl_work_test(awl_work *w)
     return done ? 1 : 0;
 }
 
-int awl_work_wait(awl_work *w) { return dist_work_wait(w, NULL); }
+int awl_work_wait(awl_work *w) { return awl_dist_work_wait(w, NULL); }
 
-int dist_work_wait(awl_work *w, double *busy_s)
+int awl_dist_work_wait(awl_work *w, double *busy_s)
 {
     if (!w) return AWL_ERR_INVALID;
     awl_process_group *pg = w->pg;

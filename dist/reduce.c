@@ -22,8 +22,8 @@
 #define PLAIN_ADD(p, q) ((p) + (q))
 #define WRAPPING_ADD(p, q) ((int32_t)((uint32_t)(p) + (uint32_t)(q)))
 
-void dist_reduce(awl_dtype dtype, awl_dist_reduce op, void *dst, const void *a, const void *b,
-                 int64_t n)
+void awl_dist_reduce_values(awl_dtype dtype, awl_dist_reduce op, void *dst, const void *a,
+                            const void *b, int64_t n)
 {
     switch (dtype) {
     case AWL_F32: REDUCE_LOOPS(float, PLAIN_ADD); break;
@@ -33,7 +33,7 @@ void dist_reduce(awl_dtype dtype, awl_dist_reduce op, void *dst, const void *a, 
     }
 }
 
-void dist_scale(awl_dtype dtype, void *dst, int64_t n, int divisor)
+void awl_dist_scale(awl_dtype dtype, void *dst, int64_t n, int divisor)
 {
     if (dtype == AWL_F32) {
         float *d = dst, s = (float)divisor;

@@ -214,7 +214,7 @@ static void frame_encode(uint8_t *f, const dist_fingerprint *fp, int from, int64
     net_put64(f + 24, fp->count);
     net_put64(f + 32, (uint64_t)offset);
     net_put32(f + 40, nbytes);
-    net_put32(f + 44, net_crc32(f, 44));
+    net_put32(f + 44, awl_net_crc32(f, 44));
 }
 
 /* Compares a received header with the frame this rank expects next; on a
@@ -223,18 +223,18 @@ static int frame_check(awl_process_group *pg, const uint8_t *f, const uint8_t *w
                        const tcp_peer *p, const dist_fingerprint *mine, char *err, size_t size)
 {
     char who[96], theirs[160], ours[160];
-    tcp_peer_name(p, who, sizeof who);
-    if (memcmp(f, frame_magic, 4) != 0 || net_get32(f + 44) != net_crc32(f, 44)) {
+    awl_tcp_peer_name(p, who, sizeof who);
+    if (memcmp(f, frame_magic, 4) != 0 || net_get32(f + 44) != awl_net_crc32(f, 44)) {
         pg->blamed = p->global_rank;
         snprintf(err, size, "%s sent a damaged data frame header (rank %d was in %s)", who,
-                 dist_me(pg), dist_describe(mine, ours, sizeof ours));
+                 dist_me(pg), awl_dist_describe(mine, ours, sizeof ours));
         return -1;
     }
     if (memcmp(f, want, 32) == 0 && memcmp(f + 32, want + 32, 12) == 0) return 0;
     dist_fingerprint got = {f[4], f[5], f[6], (int32_t)net_get32(f + 8), net_get64(f + 16),
                             net_get64(f + 24)};
-    dist_describe(&got, theirs, sizeof theirs);
-    dist_describe(mine, ours, sizeof ours);
+    awl_dist_describe(&got, theirs, sizeof theirs);
+    awl_dist_describe(mine, ours, sizeof ours);
     if (memcmp(f, want, 32) != 0)
         snprintf(err, size, "ranks disagree: rank %d is in %s, but %s sent data of %s", dist_me(pg),
                  ours, who, theirs);
@@ -258,7 +258,7 @@ typedef struct progress {
 static int peer_failed(awl_process_group *pg, tcp_peer *p, ssize_t k, int err_no, char *err,
                        size_t size)
 {
-    return tcp_data_failed(pg, p, k == 0 ? "end of stream" : strerror(err_no), err, size);
+    return awl_tcp_data_failed(pg, p, k == 0 ? "end of stream" : strerror(err_no), err, size);
 }
 
 static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule *s,
@@ -271,7 +271,7 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
     const int ns = s->sends.n, nr = s->recvs.n;
     progress out = {0}, in = {0};
     uint8_t want[FRAME_BYTES];
-    double start = net_now(), deadline = start + pg->timeout;
+    double start = awl_net_now(), deadline = start + pg->timeout;
     double next_service = start + st->heartbeat_interval;
     int64_t sent = 0, received = 0;
     struct pollfd fds[pg->world + 3];
@@ -333,18 +333,19 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
             }
             if (status == 0 && in.done == FRAME_BYTES + nbytes) {
                 if (u->local)
-                    dist_reduce(w->fp.dtype, w->fp.reduce, u->ptr, u->local, st->scratch, u->count);
-                if (u->scale) dist_scale(w->fp.dtype, u->ptr, u->count, pg->world);
+                    awl_dist_reduce_values(w->fp.dtype, w->fp.reduce, u->ptr, u->local, st->scratch,
+                                           u->count);
+                if (u->scale) awl_dist_scale(w->fp.dtype, u->ptr, u->count, pg->world);
                 in.next++;
                 in.done = 0;
             }
         }
         if (status != 0 || (out.next == ns && in.next == nr)) break;
-        double now = net_now();
+        double now = awl_net_now();
         if (moved && now < next_service) continue;
         /* nothing could move (or it is time): wait for any socket, then
          * look after the control connections */
-        int n = tcp_poll_fds(pg, fds);
+        int n = awl_tcp_poll_fds(pg, fds);
         int send_fd = -1, recv_fd = -1;
         if (out.next < ns && sends[out.next].dep < in.next) {
             send_fd = st->peers[sends[out.next].peer].data;
@@ -354,15 +355,15 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
             recv_fd = st->peers[recvs[in.next].peer].data;
             fds[n++] = (struct pollfd){recv_fd, POLLIN, 0};
         }
-        double wait = tcp_next_service(pg);
+        double wait = awl_tcp_next_service(pg);
         if (deadline - now < wait) wait = deadline - now;
         if (!moved) poll(fds, (nfds_t)n, wait > 0 ? (int)(wait * 1e3) + 1 : 0);
-        int rc = tcp_service(pg, err, size);
-        if (rc == 0) rc = tcp_check_peers(pg, err, size);
+        int rc = awl_tcp_service(pg, err, size);
+        if (rc == 0) rc = awl_tcp_check_peers(pg, err, size);
         if (rc == TCP_FAULT_RELAYED) status = TCP_FAULT_RELAYED;
         if (rc == TCP_FAULT_HERE) status = -1;
-        next_service = net_now() + st->heartbeat_interval;
-        if (status == 0 && net_now() > deadline) {
+        next_service = awl_net_now() + st->heartbeat_interval;
+        if (status == 0 && awl_net_now() > deadline) {
             char who[96], doing[200], what[64];
             bool receiving = in.next < nr;
             const unit *u = receiving ? &recvs[in.next] : &sends[out.next];
@@ -372,13 +373,13 @@ static int run_schedule(awl_process_group *pg, const awl_work *w, const schedule
                 snprintf(what, sizeof what, "the fingerprint of the operation");
             pg->blamed = st->peers[u->peer].global_rank;
             snprintf(err, size, "timed out after %g s (AWL_DIST_TIMEOUT) waiting for %s to %s %s: %s",
-                     pg->timeout, tcp_peer_name(&st->peers[u->peer], who, sizeof who),
+                     pg->timeout, awl_tcp_peer_name(&st->peers[u->peer], who, sizeof who),
                      receiving ? "send" : "receive", what,
-                     tcp_peer_doing(pg, &st->peers[u->peer], doing, sizeof doing));
+                     awl_tcp_peer_doing(pg, &st->peers[u->peer], doing, sizeof doing));
             status = -1;
         }
     }
-    dist_count_bytes(pg, sent, received);
+    awl_dist_count_bytes(pg, sent, received);
     return status;
 }
 
@@ -399,12 +400,12 @@ static int begin_operation(awl_process_group *pg, const awl_work *w, char *err, 
     if (is_collective(&w->fp)) {
         st->fp = w->fp;
         st->in_collective = true;
-        tcp_broadcast_ctrl(pg, CTRL_STATE, NULL);
+        awl_tcp_broadcast_ctrl(pg, CTRL_STATE, NULL);
     }
-    return tcp_check_peers(pg, err, size);
+    return awl_tcp_check_peers(pg, err, size);
 }
 
-void tcp_end_operation(awl_process_group *pg, const awl_work *w)
+void awl_tcp_end_operation(awl_process_group *pg, const awl_work *w)
 {
     tcp_state *st = pg->tx;
     if (!is_collective(&w->fp)) return;
@@ -412,10 +413,10 @@ void tcp_end_operation(awl_process_group *pg, const awl_work *w)
     st->last_seq = w->fp.seq;
 }
 
-int tcp_fail_operation(awl_process_group *pg, awl_work *w, int fault, const char *err)
+int awl_tcp_fail_operation(awl_process_group *pg, awl_work *w, int fault, const char *err)
 {
-    dist_work_message(pg, w, err);
-    if (fault != TCP_FAULT_RELAYED) tcp_broadcast_ctrl(pg, CTRL_ABORT, w->message);
+    awl_dist_work_message(pg, w, err);
+    if (fault != TCP_FAULT_RELAYED) awl_tcp_broadcast_ctrl(pg, CTRL_ABORT, w->message);
     return -1;
 }
 
@@ -432,7 +433,7 @@ static dist_fingerprint incoming(const awl_process_group *pg, const dist_fingerp
     return in;
 }
 
-int tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w)
+int awl_tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w)
 {
     schedule s = {0};
     dist_fingerprint recv_fp = incoming(pg, &w->fp);
@@ -442,7 +443,7 @@ int tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w)
     if (status == 0) status = run_schedule(pg, w, &s, &w->fp, &recv_fp, err, sizeof err);
     free(s.sends.items);
     free(s.recvs.items);
-    return status < 0 ? tcp_fail_operation(pg, w, status, err) : 0;
+    return status < 0 ? awl_tcp_fail_operation(pg, w, status, err) : 0;
 }
 
 static int reserve(void **buf, size_t *have, size_t need)
@@ -455,7 +456,7 @@ static int reserve(void **buf, size_t *have, size_t need)
     return 0;
 }
 
-int tcp_run(awl_process_group *pg, awl_work *w)
+int awl_tcp_run(awl_process_group *pg, awl_work *w)
 {
     tcp_state *st = pg->tx;
     const dist_fingerprint *fp = &w->fp;
@@ -494,8 +495,8 @@ int tcp_run(awl_process_group *pg, awl_work *w)
         status = begin_operation(pg, w, err, sizeof err);
         if (status == 0)
             status = run_schedule(pg, w, &s, &send_fp, &recv_fp, err, sizeof err);
-        if (status < 0) tcp_fail_operation(pg, w, status, err);
-        tcp_end_operation(pg, w);
+        if (status < 0) awl_tcp_fail_operation(pg, w, status, err);
+        awl_tcp_end_operation(pg, w);
     }
     free(s.sends.items);
     free(s.recvs.items);

@@ -58,7 +58,7 @@ struct store_server {
 
 static void server_log(const store_server *s, const char *fmt, const char *a, const char *b)
 {
-    fprintf(stderr, "awl_dist: store (rank 0, port %d): ", net_local_port(s->listen_fd));
+    fprintf(stderr, "awl_dist: store (rank 0, port %d): ", awl_net_local_port(s->listen_fd));
     fprintf(stderr, fmt, a, b);
     fputc('\n', stderr);
 }
@@ -98,9 +98,9 @@ static int reply(client *c, uint32_t status, const uint8_t *value, uint32_t len)
     net_put32(head, status);
     net_put32(head + 4, len);
     char err[128];
-    double deadline = net_now() + 2.0;
-    if (net_send_all(c->fd, head, sizeof head, deadline, err, sizeof err) < 0) return -1;
-    return len ? net_send_all(c->fd, value, len, deadline, err, sizeof err) : 0;
+    double deadline = awl_net_now() + 2.0;
+    if (awl_net_send_all(c->fd, head, sizeof head, deadline, err, sizeof err) < 0) return -1;
+    return len ? awl_net_send_all(c->fd, value, len, deadline, err, sizeof err) : 0;
 }
 
 /* The keys of a request: one for GET, several NUL-separated for WAIT. */
@@ -160,7 +160,7 @@ static int execute(store_server *s, client *c)
     case CMD_WAIT:
         c->cmd = cmd;
         c->parked = true;
-        c->park_deadline = net_now() + timeout_ms * 1e-3;
+        c->park_deadline = awl_net_now() + timeout_ms * 1e-3;
         return try_answer(s, c, false);
     default: return -1;
     }
@@ -185,7 +185,7 @@ static int serve(store_server *s, client *c)
         if (c->have < c->need) return 0;
         net_hello h;
         char why[160];
-        if (net_hello_decode(c->buf, &h, why, sizeof why) < 0) {
+        if (awl_net_hello_decode(c->buf, &h, why, sizeof why) < 0) {
             server_log(s, "rejected a connection from %s: %s", c->name, why);
             return -1;
         }
@@ -199,9 +199,10 @@ static int serve(store_server *s, client *c)
         }
         uint8_t back[NET_HELLO_BYTES];
         h.rank = 0;
-        net_hello_encode(&h, back);
+        awl_net_hello_encode(&h, back);
         char err[64];
-        if (net_send_all(c->fd, back, sizeof back, net_now() + 2, err, sizeof err) < 0) return -1;
+        if (awl_net_send_all(c->fd, back, sizeof back, awl_net_now() + 2, err, sizeof err) < 0)
+            return -1;
         c->greeted = true;
         c->have = 0;
         c->need = REQ_HEADER;
@@ -236,7 +237,7 @@ static void *server_main(void *arg)
     store_server *s = arg;
     struct pollfd *fds = malloc((STORE_MAX_CLIENTS + 2) * sizeof *fds);
     for (;;) {
-        double now = net_now(), next = now + 1.0;
+        double now = awl_net_now(), next = now + 1.0;
         for (int i = 0; i < s->n_clients; i++) {
             client *c = &s->clients[i];
             if (!c->greeted && c->hello_deadline < next) next = c->hello_deadline;
@@ -250,7 +251,7 @@ static void *server_main(void *arg)
         int ms = next > now ? (int)((next - now) * 1e3) + 1 : 0;
         if (poll(fds, (nfds_t)(n + 2), ms) < 0 && errno != EINTR) break;
         if (fds[0].revents) break;
-        now = net_now();
+        now = awl_net_now();
         for (int i = n - 1; i >= 0; i--) {
             client *c = &s->clients[i];
             int rc = 0;
@@ -272,7 +273,7 @@ static void *server_main(void *arg)
                 memset(c, 0, sizeof *c);
                 c->fd = fd;
                 c->hello_deadline = now + HELLO_TIMEOUT;
-                net_peer_name(fd, c->name, sizeof c->name);
+                awl_net_peer_name(fd, c->name, sizeof c->name);
             }
         }
     }
@@ -280,15 +281,15 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-store_server *store_server_start(const char *host, int port, const char *token, int world,
+store_server *awl_store_server_start(const char *host, int port, const char *token, int world,
                                  char *err, size_t size)
 {
-    int fd = net_listen(host, port, err, size);
+    int fd = awl_net_listen(host, port, err, size);
     if (fd < 0) return NULL;
     store_server *s = calloc(1, sizeof *s);
     s->listen_fd = fd;
     s->world = world;
-    net_token_bytes(token, s->token);
+    awl_net_token_bytes(token, s->token);
     s->clients = calloc(STORE_MAX_CLIENTS, sizeof *s->clients);
     if (pipe2(s->wake, O_CLOEXEC) < 0 || pthread_create(&s->thread, NULL, server_main, s) != 0) {
         snprintf(err, size, "cannot start the store's thread");
@@ -300,9 +301,9 @@ store_server *store_server_start(const char *host, int port, const char *token, 
     return s;
 }
 
-int store_server_port(const store_server *s) { return net_local_port(s->listen_fd); }
+int awl_store_server_port(const store_server *s) { return awl_net_local_port(s->listen_fd); }
 
-void store_server_stop(store_server *s)
+void awl_store_server_stop(store_server *s)
 {
     if (!s) return;
     ssize_t ignored = write(s->wake[1], "x", 1);
@@ -329,20 +330,20 @@ struct awl_store {
     pthread_mutex_t lock;
 };
 
-awl_store *store_connect(const char *host, int port, const char *token, int rank, int world,
+awl_store *awl_store_connect(const char *host, int port, const char *token, int rank, int world,
                          double timeout, char *err, size_t size)
 {
-    double deadline = net_now() + timeout;
-    int fd = net_connect(host, port, deadline, err, size);
+    double deadline = awl_net_now() + timeout;
+    int fd = awl_net_connect(host, port, deadline, err, size);
     if (fd < 0) return NULL;
     net_hello h = {NET_VERSION, NET_KIND_STORE, {0}, (uint32_t)rank, (uint32_t)world, 0};
-    net_token_bytes(token, h.token);
+    awl_net_token_bytes(token, h.token);
     uint8_t hello[NET_HELLO_BYTES];
-    net_hello_encode(&h, hello);
+    awl_net_hello_encode(&h, hello);
     char why[160] = "";
-    int rc = net_send_all(fd, hello, sizeof hello, deadline, why, sizeof why);
-    if (rc == 0) rc = net_recv_all(fd, hello, sizeof hello, deadline, why, sizeof why);
-    if (rc == 0) rc = net_hello_decode(hello, &h, why, sizeof why);
+    int rc = awl_net_send_all(fd, hello, sizeof hello, deadline, why, sizeof why);
+    if (rc == 0) rc = awl_net_recv_all(fd, hello, sizeof hello, deadline, why, sizeof why);
+    if (rc == 0) rc = awl_net_hello_decode(hello, &h, why, sizeof why);
     if (rc < 0) {
         snprintf(err, size,
                  "the store at %s:%d refused this rank's handshake (%s): another job's store, "
@@ -358,7 +359,7 @@ awl_store *store_connect(const char *host, int port, const char *token, int rank
     return c;
 }
 
-void store_close(awl_store *c)
+void awl_store_close(awl_store *c)
 {
     if (!c) return;
     close(c->fd);
@@ -366,7 +367,7 @@ void store_close(awl_store *c)
     free(c);
 }
 
-int store_fd(const awl_store *c) { return c->fd; }
+int awl_store_fd(const awl_store *c) { return c->fd; }
 
 /* One request and its reply; *value (malloc'd, may be NULL) for GET/ADD. */
 static int request(awl_store *c, const char *op, uint8_t cmd, const char *keys, size_t key_len,
@@ -384,21 +385,22 @@ static int request(awl_store *c, const char *op, uint8_t cmd, const char *keys, 
     net_put32(head + 16, (uint32_t)(timeout * 1e3 > 4e9 ? 4e9 : timeout * 1e3));
     /* the server answers a timed-out GET itself; the extra seconds are for
      * a server that is gone */
-    double deadline = net_now() + timeout + 10.0;
+    double deadline = awl_net_now() + timeout + 10.0;
     char why[128] = "";
     pthread_mutex_lock(&c->lock);
-    int rc = net_send_all(c->fd, head, sizeof head, deadline, why, sizeof why);
-    if (rc == 0) rc = net_send_all(c->fd, keys, key_len, deadline, why, sizeof why);
-    if (rc == 0 && value_len) rc = net_send_all(c->fd, value, value_len, deadline, why, sizeof why);
+    int rc = awl_net_send_all(c->fd, head, sizeof head, deadline, why, sizeof why);
+    if (rc == 0) rc = awl_net_send_all(c->fd, keys, key_len, deadline, why, sizeof why);
+    if (rc == 0 && value_len)
+        rc = awl_net_send_all(c->fd, value, value_len, deadline, why, sizeof why);
     uint8_t back[REPLY_HEADER];
-    if (rc == 0) rc = net_recv_all(c->fd, back, sizeof back, deadline, why, sizeof why);
+    if (rc == 0) rc = awl_net_recv_all(c->fd, back, sizeof back, deadline, why, sizeof why);
     uint32_t status = net_get32(back), len = rc == 0 ? net_get32(back + 4) : 0;
     if (rc == 0 && len > STORE_MAX_VALUE) {
         rc = -1;
         snprintf(why, sizeof why, "a reply of %u bytes", len);
     }
     uint8_t *data = rc == 0 ? malloc(len ? len : 1) : NULL;
-    if (rc == 0 && len) rc = net_recv_all(c->fd, data, len, deadline, why, sizeof why);
+    if (rc == 0 && len) rc = awl_net_recv_all(c->fd, data, len, deadline, why, sizeof why);
     pthread_mutex_unlock(&c->lock);
     if (rc < 0) {
         free(data);

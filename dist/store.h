@@ -34,18 +34,18 @@ typedef struct awl_store awl_store;
 
 /* Starts the server thread on host:port. token: the job token; log_rank:
  * the rank named in log lines. NULL after writing why into err. */
-store_server *store_server_start(const char *host, int port, const char *token, int world,
+store_server *awl_store_server_start(const char *host, int port, const char *token, int world,
                                  char *err, size_t size);
 /* The port it listens on (useful when started on port 0). */
-int store_server_port(const store_server *s);
-void store_server_stop(store_server *s);
+int awl_store_server_port(const store_server *s);
+void awl_store_server_stop(store_server *s);
 
 /* Connects to the store, retrying until `timeout` seconds have passed (rank
  * 0's server may start after the others). */
-awl_store *store_connect(const char *host, int port, const char *token, int rank, int world,
+awl_store *awl_store_connect(const char *host, int port, const char *token, int rank, int world,
                          double timeout, char *err, size_t size);
-void store_close(awl_store *c);
+void awl_store_close(awl_store *c);
 /* The socket (for its local address: where this host is reachable). */
-int store_fd(const awl_store *c);
+int awl_store_fd(const awl_store *c);
 
 #endif

@@ -44,23 +44,25 @@
 
 static tcp_state *state_of(const awl_process_group *pg) { return pg->tx; }
 
-const char *tcp_peer_name(const tcp_peer *p, char *buf, size_t size)
+const char *awl_tcp_peer_name(const tcp_peer *p, char *buf, size_t size)
 {
     snprintf(buf, size, "rank %d (%s)", p->global_rank, p->addr[0] ? p->addr : "address unknown");
     return buf;
 }
 
-const char *tcp_peer_doing(const awl_process_group *pg, const tcp_peer *p, char *buf, size_t size)
+const char *awl_tcp_peer_doing(const awl_process_group *pg, const tcp_peer *p, char *buf,
+                               size_t size)
 {
     (void)pg;
     char what[160];
     if (!p->announced)
         snprintf(buf, size, "it has not reported a collective yet");
     else if (p->in_collective)
-        snprintf(buf, size, "it last reported being in %s", dist_describe(&p->fp, what, sizeof what));
+        snprintf(buf, size, "it last reported being in %s",
+                 awl_dist_describe(&p->fp, what, sizeof what));
     else if (p->fp.seq)
         snprintf(buf, size, "it last reported having finished %s",
-                 dist_describe(&p->fp, what, sizeof what));
+                 awl_dist_describe(&p->fp, what, sizeof what));
     else
         snprintf(buf, size, "it has not started a collective");
     return buf;
@@ -84,7 +86,7 @@ static void ctrl_encode(uint8_t *out, int kind, bool in_collective, const dist_f
     net_put32(out + 24, (uint32_t)fp->root);
     out[28] = fp->reduce;
     net_put32(out + 32, text_len);
-    net_put32(out + 60, net_crc32(out, 60));
+    net_put32(out + 60, awl_net_crc32(out, 60));
 }
 
 /* Sends what is queued for p without blocking. */
@@ -107,7 +109,7 @@ static void queue_ctrl(tcp_peer *p, const uint8_t *frame, const char *text, uint
     flush(p);
 }
 
-void tcp_broadcast_ctrl(awl_process_group *pg, int kind, const char *text)
+void awl_tcp_broadcast_ctrl(awl_process_group *pg, int kind, const char *text)
 {
     tcp_state *st = state_of(pg);
     uint32_t len = text ? (uint32_t)strnlen(text, CTRL_MAX_TEXT) : 0;
@@ -125,12 +127,13 @@ static bool disagrees(const awl_process_group *pg, const tcp_peer *p, char *err,
 {
     const tcp_state *st = state_of(pg);
     if (!st->in_collective || !p->announced || p->fp.seq != st->fp.seq ||
-        dist_fingerprint_equal(&p->fp, &st->fp))
+        awl_dist_fingerprint_equal(&p->fp, &st->fp))
         return false;
     char who[96], mine[160], theirs[160];
     snprintf(err, size, "ranks disagree: rank %d is in %s, but %s %s %s", dist_me(pg),
-             dist_describe(&st->fp, mine, sizeof mine), tcp_peer_name(p, who, sizeof who),
-             p->in_collective ? "is in" : "has done", dist_describe(&p->fp, theirs, sizeof theirs));
+             awl_dist_describe(&st->fp, mine, sizeof mine), awl_tcp_peer_name(p, who, sizeof who),
+             p->in_collective ? "is in" : "has done",
+             awl_dist_describe(&p->fp, theirs, sizeof theirs));
     return true;
 }
 
@@ -156,12 +159,12 @@ static int handle_ctrl(awl_process_group *pg, tcp_peer *p, char *err, size_t siz
         pg->blamed = p->global_rank;
         uint32_t len = net_get32(f + 32);
         snprintf(err, size, "%.*s (reported by %s)", (int)len, (const char *)f + CTRL_BYTES,
-                 tcp_peer_name(p, who, sizeof who));
+                 awl_tcp_peer_name(p, who, sizeof who));
         return TCP_FAULT_RELAYED;
     }
     default:
         snprintf(err, size, "%s sent a control frame of unknown kind %d",
-                 tcp_peer_name(p, who, sizeof who), f[4]);
+                 awl_tcp_peer_name(p, who, sizeof who), f[4]);
         return TCP_FAULT_HERE;
     }
 }
@@ -182,18 +185,19 @@ static int read_ctrl(awl_process_group *pg, tcp_peer *p, double now, char *err, 
             if (p->bye) return 0;
             pg->blamed = p->global_rank;
             snprintf(err, size, "%s closed its connection (%s): the process exited or was killed",
-                     tcp_peer_name(p, who, sizeof who), k == 0 ? "end of stream" : strerror(errno));
+                     awl_tcp_peer_name(p, who, sizeof who),
+                     k == 0 ? "end of stream" : strerror(errno));
             return TCP_FAULT_HERE;
         }
         p->last_heard = now;
         p->in_have += (size_t)k;
         if (p->in_have == CTRL_BYTES) {
             if (memcmp(p->in, ctrl_magic, 4) != 0 ||
-                net_get32(p->in + 60) != net_crc32(p->in, 60) ||
+                net_get32(p->in + 60) != awl_net_crc32(p->in, 60) ||
                 net_get32(p->in + 32) > CTRL_MAX_TEXT) {
                 pg->blamed = p->global_rank;
                 snprintf(err, size, "%s sent a damaged control frame",
-                         tcp_peer_name(p, who, sizeof who));
+                         awl_tcp_peer_name(p, who, sizeof who));
                 return TCP_FAULT_HERE;
             }
             want = CTRL_BYTES + net_get32(p->in + 32);
@@ -206,25 +210,25 @@ static int read_ctrl(awl_process_group *pg, tcp_peer *p, double now, char *err, 
     }
 }
 
-int tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err, size_t size)
+int awl_tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err, size_t size)
 {
     char who[96], ctrl_err[1024], cause[96];
     snprintf(cause, sizeof cause, "%s", how); /* strerror's text: reading may replace it */
-    double deadline = net_now() + (pg->peer_timeout < 1.0 ? pg->peer_timeout : 1.0);
-    while (!p->gone && net_now() < deadline) {
+    double deadline = awl_net_now() + (pg->peer_timeout < 1.0 ? pg->peer_timeout : 1.0);
+    while (!p->gone && awl_net_now() < deadline) {
         struct pollfd fd = {p->ctrl, POLLIN, 0};
-        poll(&fd, 1, (int)((deadline - net_now()) * 1e3) + 1);
-        int rc = read_ctrl(pg, p, net_now(), ctrl_err, sizeof ctrl_err);
+        poll(&fd, 1, (int)((deadline - awl_net_now()) * 1e3) + 1);
+        int rc = read_ctrl(pg, p, awl_net_now(), ctrl_err, sizeof ctrl_err);
         if (rc == TCP_FAULT_RELAYED) {
             snprintf(err, size, "%s", ctrl_err);
             return TCP_FAULT_RELAYED;
         }
         if (rc < 0) break;
     }
-    if (tcp_check_peers(pg, err, size) < 0) return TCP_FAULT_HERE; /* it left the group */
+    if (awl_tcp_check_peers(pg, err, size) < 0) return TCP_FAULT_HERE; /* it left the group */
     pg->blamed = p->global_rank;
     snprintf(err, size, "%s closed its data connection (%s): the process exited or was killed",
-             tcp_peer_name(p, who, sizeof who), cause);
+             awl_tcp_peer_name(p, who, sizeof who), cause);
     return TCP_FAULT_HERE;
 }
 
@@ -237,12 +241,12 @@ static void turn_away(awl_process_group *pg)
         if (fd < 0) return;
         char from[64];
         fprintf(stderr, "awl_dist: rank %d turned away a connection from %s: the group is complete\n",
-                dist_me(pg), net_peer_name(fd, from, sizeof from));
+                dist_me(pg), awl_net_peer_name(fd, from, sizeof from));
         close(fd);
     }
 }
 
-int tcp_poll_fds(awl_process_group *pg, struct pollfd *fds)
+int awl_tcp_poll_fds(awl_process_group *pg, struct pollfd *fds)
 {
     tcp_state *st = state_of(pg);
     int n = 0;
@@ -256,20 +260,20 @@ int tcp_poll_fds(awl_process_group *pg, struct pollfd *fds)
     return n;
 }
 
-double tcp_next_service(const awl_process_group *pg)
+double awl_tcp_next_service(const awl_process_group *pg)
 {
-    double wait = state_of(pg)->next_heartbeat - net_now();
+    double wait = state_of(pg)->next_heartbeat - awl_net_now();
     return wait > 0 ? wait : 0;
 }
 
-int tcp_service(awl_process_group *pg, char *err, size_t size)
+int awl_tcp_service(awl_process_group *pg, char *err, size_t size)
 {
     tcp_state *st = state_of(pg);
-    dist_service_wake(pg);
+    awl_dist_service_wake(pg);
     turn_away(pg);
-    double now = net_now();
+    double now = awl_net_now();
     if (now >= st->next_heartbeat) {
-        tcp_broadcast_ctrl(pg, CTRL_STATE, NULL);
+        awl_tcp_broadcast_ctrl(pg, CTRL_STATE, NULL);
         st->next_heartbeat = now + st->heartbeat_interval;
     }
     for (int r = 0; r < pg->world; r++) {
@@ -282,10 +286,10 @@ int tcp_service(awl_process_group *pg, char *err, size_t size)
     return 0;
 }
 
-int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
+int awl_tcp_check_peers(awl_process_group *pg, char *err, size_t size)
 {
     tcp_state *st = state_of(pg);
-    double now = net_now();
+    double now = awl_net_now();
     char who[96], mine[160], theirs[200];
     for (int r = 0; r < pg->world; r++) {
         tcp_peer *p = &st->peers[r];
@@ -295,8 +299,8 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
             snprintf(err, size,
                      "%s left the group (awl_dist_destroy) after its collective #%llu, but rank %d "
                      "is in %s",
-                     tcp_peer_name(p, who, sizeof who), (unsigned long long)p->bye_seq, dist_me(pg),
-                     dist_describe(&st->fp, mine, sizeof mine));
+                     awl_tcp_peer_name(p, who, sizeof who), (unsigned long long)p->bye_seq,
+                     dist_me(pg), awl_dist_describe(&st->fp, mine, sizeof mine));
             return TCP_FAULT_HERE;
         }
         if (p->gone) continue; /* a death without goodbye was reported when it closed */
@@ -306,8 +310,8 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
                      "%s has not been heard from for %.1f s (the peer timeout, "
                      "AWL_DIST_PEER_TIMEOUT, is %g s): it hangs, or the network between the two "
                      "ranks is down; %s",
-                     tcp_peer_name(p, who, sizeof who), now - p->last_heard, pg->peer_timeout,
-                     tcp_peer_doing(pg, p, theirs, sizeof theirs));
+                     awl_tcp_peer_name(p, who, sizeof who), now - p->last_heard, pg->peer_timeout,
+                     awl_tcp_peer_doing(pg, p, theirs, sizeof theirs));
             return TCP_FAULT_HERE;
         }
         if (disagrees(pg, p, err, size)) return TCP_FAULT_HERE;
@@ -320,24 +324,24 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size)
 static void tcp_idle(awl_process_group *pg, double seconds)
 {
     struct pollfd fds[pg->world + 1];
-    int n = tcp_poll_fds(pg, fds);
-    bool failed = dist_failed(pg, NULL, 0);
-    double wait = failed ? seconds : tcp_next_service(pg);
+    int n = awl_tcp_poll_fds(pg, fds);
+    bool failed = awl_dist_failed(pg, NULL, 0);
+    double wait = failed ? seconds : awl_tcp_next_service(pg);
     if (wait > seconds) wait = seconds;
     poll(fds, (nfds_t)(failed ? 1 : n), (int)(wait * 1e3) + 1);
     if (failed) {
-        dist_service_wake(pg);
+        awl_dist_service_wake(pg);
         return;
     }
     char err[1024], msg[1200];
-    int rc = tcp_service(pg, err, sizeof err);
-    if (rc == 0) rc = tcp_check_peers(pg, err, sizeof err);
+    int rc = awl_tcp_service(pg, err, sizeof err);
+    if (rc == 0) rc = awl_tcp_check_peers(pg, err, sizeof err);
     if (rc == 0) return;
     tcp_state *st = state_of(pg);
     snprintf(msg, sizeof msg, "%s (noticed by rank %d between collectives, after its #%llu)", err,
              dist_me(pg), (unsigned long long)st->last_seq);
-    if (rc == TCP_FAULT_HERE) tcp_broadcast_ctrl(pg, CTRL_ABORT, msg);
-    dist_fail(pg, rc == TCP_FAULT_HERE ? msg : err);
+    if (rc == TCP_FAULT_HERE) awl_tcp_broadcast_ctrl(pg, CTRL_ABORT, msg);
+    awl_dist_fail(pg, rc == TCP_FAULT_HERE ? msg : err);
 }
 
 /* ---- setting up -------------------------------------------------------------------------------- */
@@ -345,7 +349,7 @@ static void tcp_idle(awl_process_group *pg, double seconds)
 static bool same_token(const awl_process_group *pg, const net_hello *h)
 {
     uint8_t mine[NET_TOKEN_BYTES];
-    net_token_bytes(pg->token, mine);
+    awl_net_token_bytes(pg->token, mine);
     return memcmp(mine, h->token, NET_TOKEN_BYTES) == 0;
 }
 
@@ -353,8 +357,8 @@ static void say_hello(const awl_process_group *pg, int kind, uint8_t out[NET_HEL
 {
     net_hello h = {NET_VERSION, (uint16_t)kind, {0}, (uint32_t)pg->rank, (uint32_t)pg->world,
                    pg->group_id};
-    net_token_bytes(pg->token, h.token);
-    net_hello_encode(&h, out);
+    awl_net_token_bytes(pg->token, h.token);
+    awl_net_hello_encode(&h, out);
 }
 
 /* Opens this rank's control and data connections to lower rank j. */
@@ -366,7 +370,7 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
     snprintf(key, sizeof key, "%s/rank/%d/addr", pg->key_prefix, j);
     void *value;
     size_t len;
-    double left = deadline - net_now();
+    double left = deadline - awl_net_now();
     if (awl_store_get(pg->store, key, &value, &len, left > 0 ? left : 0) < 0)
         return awl_error(AWL_ERR_DIST,
                          "awl_dist_init: rank %d waited %.0f s for rank %d to publish its address "
@@ -376,20 +380,20 @@ static int connect_down(awl_process_group *pg, int j, double deadline)
     snprintf(p->addr, sizeof p->addr, "%s", (char *)value);
     free(value);
     int port;
-    if (net_split_address(p->addr, host, sizeof host, &port, 0) < 0)
+    if (awl_net_split_address(p->addr, host, sizeof host, &port, 0) < 0)
         return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d published a malformed address '%s'",
                          j, p->addr);
     for (int kind = NET_KIND_CTRL; kind <= NET_KIND_DATA; kind++) {
-        int fd = net_connect(host, port, deadline, err, sizeof err);
+        int fd = awl_net_connect(host, port, deadline, err, sizeof err);
         if (fd < 0)
             return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d cannot reach rank %d: %s",
                              dist_me(pg), pg->global_rank[j], err);
         uint8_t hello[NET_HELLO_BYTES];
         say_hello(pg, kind, hello);
         net_hello h;
-        int rc = net_send_all(fd, hello, sizeof hello, deadline, err, sizeof err);
-        if (rc == 0) rc = net_recv_all(fd, hello, sizeof hello, deadline, err, sizeof err);
-        if (rc == 0) rc = net_hello_decode(hello, &h, err, sizeof err);
+        int rc = awl_net_send_all(fd, hello, sizeof hello, deadline, err, sizeof err);
+        if (rc == 0) rc = awl_net_recv_all(fd, hello, sizeof hello, deadline, err, sizeof err);
+        if (rc == 0) rc = awl_net_hello_decode(hello, &h, err, sizeof err);
         if (rc == 0 && (h.rank != (uint32_t)j || h.kind != kind || !same_token(pg, &h) ||
                         h.world != (uint32_t)pg->world || h.group != pg->group_id)) {
             snprintf(err, sizeof err, "its handshake says rank %u of %u in group %08x", h.rank,
@@ -425,7 +429,7 @@ static int admit(awl_process_group *pg, pending *c, char *why, size_t size)
 {
     tcp_state *st = state_of(pg);
     net_hello h;
-    if (net_hello_decode(c->hello, &h, why, size) < 0) return -1;
+    if (awl_net_hello_decode(c->hello, &h, why, size) < 0) return -1;
     if (!same_token(pg, &h)) {
         snprintf(why, size, "wrong job token (another job's rank?)");
         return -1;
@@ -446,7 +450,8 @@ static int admit(awl_process_group *pg, pending *c, char *why, size_t size)
     uint8_t back[NET_HELLO_BYTES];
     say_hello(pg, h.kind, back);
     char err[128];
-    if (net_send_all(c->fd, back, sizeof back, net_now() + HELLO_TIMEOUT, err, sizeof err) < 0) {
+    if (awl_net_send_all(c->fd, back, sizeof back, awl_net_now() + HELLO_TIMEOUT, err, sizeof err) <
+        0) {
         snprintf(why, size, "%s", err);
         return -1;
     }
@@ -463,7 +468,7 @@ static int accept_up(awl_process_group *pg, double deadline)
     struct pollfd fds[65];
     int status = AWL_OK;
     while (got < expected) {
-        double now = net_now();
+        double now = awl_net_now();
         if (now > deadline) {
             char missing[256] = "";
             size_t at = 0;
@@ -479,7 +484,7 @@ static int accept_up(awl_process_group *pg, double deadline)
         fds[0] = (struct pollfd){st->listen_fd, POLLIN, 0};
         for (int i = 0; i < n; i++) fds[i + 1] = (struct pollfd){list[i].fd, POLLIN, 0};
         poll(fds, (nfds_t)(n + 1), 100);
-        now = net_now();
+        now = awl_net_now();
         for (int i = n - 1; i >= 0; i--) {
             pending *c = &list[i];
             char why[256] = "";
@@ -508,12 +513,12 @@ static int accept_up(awl_process_group *pg, double deadline)
         if (fds[0].revents && n < 64) {
             int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
             if (fd >= 0) {
-                net_set_nodelay(fd);
+                awl_net_set_nodelay(fd);
                 pending *c = &list[n++];
                 memset(c, 0, sizeof *c);
                 c->fd = fd;
                 c->deadline = now + HELLO_TIMEOUT;
-                net_peer_name(fd, c->from, sizeof c->from);
+                awl_net_peer_name(fd, c->from, sizeof c->from);
             }
         }
     }
@@ -549,15 +554,16 @@ static int tcp_connect(awl_process_group *pg)
         st->peers[r].global_rank = pg->global_rank[r];
         st->peers[r].ctrl = st->peers[r].data = -1;
     }
-    double deadline = net_now() + pg->init_timeout;
+    double deadline = awl_net_now() + pg->init_timeout;
     char ip[64], err[256], addr[96], key[96];
-    if (net_local_ip(store_fd(pg->store), ip, sizeof ip) < 0) snprintf(ip, sizeof ip, "127.0.0.1");
-    st->listen_fd = net_listen(ip, 0, err, sizeof err);
+    if (awl_net_local_ip(awl_store_fd(pg->store), ip, sizeof ip) < 0)
+        snprintf(ip, sizeof ip, "127.0.0.1");
+    st->listen_fd = awl_net_listen(ip, 0, err, sizeof err);
     if (st->listen_fd < 0) {
         free_state(pg);
         return awl_error(AWL_ERR_DIST, "awl_dist_init: rank %d: %s", dist_me(pg), err);
     }
-    snprintf(addr, sizeof addr, "%s:%d", ip, net_local_port(st->listen_fd));
+    snprintf(addr, sizeof addr, "%s:%d", ip, awl_net_local_port(st->listen_fd));
     snprintf(st->peers[pg->rank].addr, sizeof st->peers[pg->rank].addr, "%s", addr);
     snprintf(key, sizeof key, "%s/rank/%d/addr", pg->key_prefix, pg->rank);
     int status = awl_store_set(pg->store, key, addr, strlen(addr) + 1);
@@ -576,15 +582,15 @@ static int tcp_connect(awl_process_group *pg)
         free_state(pg);
         return status;
     }
-    double now = net_now();
+    double now = awl_net_now();
     st->heartbeat_interval = pg->peer_timeout / 4 < 1.0 ? pg->peer_timeout / 4 : 1.0;
     st->next_heartbeat = now;
-    net_set_nonblocking(st->listen_fd, true);
+    awl_net_set_nonblocking(st->listen_fd, true);
     for (int r = 0; r < pg->world; r++) {
         if (r == pg->rank) continue;
         st->peers[r].last_heard = now;
-        net_set_nonblocking(st->peers[r].ctrl, true);
-        net_set_nonblocking(st->peers[r].data, true);
+        awl_net_set_nonblocking(st->peers[r].ctrl, true);
+        awl_net_set_nonblocking(st->peers[r].data, true);
     }
     return AWL_OK;
 }
@@ -596,13 +602,13 @@ static void tcp_shutdown(awl_process_group *pg, bool clean)
     tcp_state *st = state_of(pg);
     if (clean) {
         st->in_collective = false;
-        tcp_broadcast_ctrl(pg, CTRL_BYE, NULL);
+        awl_tcp_broadcast_ctrl(pg, CTRL_BYE, NULL);
         /* rank 0 serves the store: it stays until every peer has said
          * goodbye or gone (a few seconds at most); the others only make
          * sure their goodbye has left */
-        double deadline = net_now() + (pg->rank == 0 ? 5.0 : 1.0);
+        double deadline = awl_net_now() + (pg->rank == 0 ? 5.0 : 1.0);
         char err[512];
-        while (net_now() < deadline) {
+        while (awl_net_now() < deadline) {
             bool pending = false;
             for (int r = 0; r < pg->world; r++) {
                 tcp_peer *p = &st->peers[r];
@@ -611,21 +617,21 @@ static void tcp_shutdown(awl_process_group *pg, bool clean)
             }
             if (!pending) break;
             struct pollfd fds[pg->world + 1];
-            int n = tcp_poll_fds(pg, fds);
+            int n = awl_tcp_poll_fds(pg, fds);
             poll(fds, (nfds_t)n, 50);
-            st->next_heartbeat = net_now() + 3600; /* goodbyes only */
-            if (tcp_service(pg, err, sizeof err) < 0) break;
+            st->next_heartbeat = awl_net_now() + 3600; /* goodbyes only */
+            if (awl_tcp_service(pg, err, sizeof err) < 0) break;
         }
     }
     free_state(pg);
 }
 
-const dist_transport dist_tcp_transport = {
+const dist_transport awl_dist_tcp_transport = {
     .name = "tcp",
     .store = true,
     .dtypes = DIST_DTYPE(AWL_F32) | DIST_DTYPE(AWL_F64) | DIST_DTYPE(AWL_I32),
     .connect = tcp_connect,
-    .run = tcp_run,
+    .run = awl_tcp_run,
     .idle = tcp_idle,
     .shutdown = tcp_shutdown,
 };

@@ -87,27 +87,27 @@ typedef struct tcp_state {
     size_t work_size;
 } tcp_state;
 
-/* Failures of tcp_service and tcp_check_peers: found here (tell the
+/* Failures of awl_tcp_service and awl_tcp_check_peers: found here (tell the
  * others), or reported by a peer's ABORT (they know). */
 enum { TCP_FAULT_HERE = -1, TCP_FAULT_RELAYED = -2 };
 
 /* Queues a control frame for every live peer and sends what it can. */
-void tcp_broadcast_ctrl(awl_process_group *pg, int kind, const char *text);
+void awl_tcp_broadcast_ctrl(awl_process_group *pg, int kind, const char *text);
 /* Services every control connection, the listener and pg->wake without
  * blocking: reads control frames, sends heartbeats when due, turns
  * strangers away. Returns 0, or a TCP_FAULT_* code with the reason in err
  * (a peer died or aborted: the group is broken). */
-int tcp_service(awl_process_group *pg, char *err, size_t size);
+int awl_tcp_service(awl_process_group *pg, char *err, size_t size);
 /* Fills fds with pg->wake, the listener and the control sockets (the
  * fixed part of every poll) and returns how many; fds has room for
  * world + 1. */
-int tcp_poll_fds(awl_process_group *pg, struct pollfd *fds);
-/* Seconds until tcp_service has something to do by the clock (a heartbeat). */
-double tcp_next_service(const awl_process_group *pg);
+int awl_tcp_poll_fds(awl_process_group *pg, struct pollfd *fds);
+/* Seconds until awl_tcp_service has something to do by the clock (a heartbeat). */
+double awl_tcp_next_service(const awl_process_group *pg);
 /* Checks each peer's silence and, inside a collective, its STATE against
  * this rank's (same seq, another collective; or it left before this
  * collective). Returns 0 or TCP_FAULT_HERE with err. */
-int tcp_check_peers(awl_process_group *pg, char *err, size_t size);
+int awl_tcp_check_peers(awl_process_group *pg, char *err, size_t size);
 /* p's data connection closed or broke (`how`: "end of stream" or the
  * error). A peer that failed by itself sent ABORT on its control
  * connection before it closed the data one, and the kernel delivers the
@@ -115,30 +115,31 @@ int tcp_check_peers(awl_process_group *pg, char *err, size_t size);
  * to its end first (a second at most). Returns TCP_FAULT_RELAYED with p's
  * words in err, or TCP_FAULT_HERE with err naming p (closed, or left the
  * group). */
-int tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err, size_t size);
+int awl_tcp_data_failed(awl_process_group *pg, tcp_peer *p, const char *how, char *err,
+                        size_t size);
 /* "rank 2 (10.0.0.3:41234)" */
-const char *tcp_peer_name(const tcp_peer *p, char *buf, size_t size);
+const char *awl_tcp_peer_name(const tcp_peer *p, char *buf, size_t size);
 /* What a peer last said it was doing, for timeout messages. */
-const char *tcp_peer_doing(const awl_process_group *pg, const tcp_peer *p, char *buf,
+const char *awl_tcp_peer_doing(const awl_process_group *pg, const tcp_peer *p, char *buf,
                            size_t size);
 
 /* ring.c: runs a work's schedule on the data connections. */
-int tcp_run(awl_process_group *pg, awl_work *w);
+int awl_tcp_run(awl_process_group *pg, awl_work *w);
 
 /* For a transport that moves the data some other way but keeps this mesh
  * for awl's guarantees (nccl.c), around each operation:
- *   tcp_exchange_fingerprints announces w (a collective's STATE) and
+ *   awl_tcp_exchange_fingerprints announces w (a collective's STATE) and
  *     exchanges header-only data frames carrying its fingerprint with the
  *     ranks it involves (every peer for a collective, the one peer of a
- *     send or recv), each checked as tcp_run checks data frames, watching
- *     the control connections and the deadline as tcp_run does: 0, or -1
+ *     send or recv), each checked as awl_tcp_run checks data frames, watching
+ *     the control connections and the deadline as awl_tcp_run does: 0, or -1
  *     with w->message written and the peers told;
- *   tcp_fail_operation writes w->message for a fault found later ("<op>
+ *   awl_tcp_fail_operation writes w->message for a fault found later ("<op>
  *     failed on rank r: <err>") and, unless `fault` is TCP_FAULT_RELAYED,
  *     sends it to the peers as ABORT; returns -1;
- *   tcp_end_operation, always last: the rank is between collectives again. */
-int tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w);
-int tcp_fail_operation(awl_process_group *pg, awl_work *w, int fault, const char *err);
-void tcp_end_operation(awl_process_group *pg, const awl_work *w);
+ *   awl_tcp_end_operation, always last: the rank is between collectives again. */
+int awl_tcp_exchange_fingerprints(awl_process_group *pg, awl_work *w);
+int awl_tcp_fail_operation(awl_process_group *pg, awl_work *w, int fault, const char *err);
+void awl_tcp_end_operation(awl_process_group *pg, const awl_work *w);
 
 #endif

@@ -178,7 +178,7 @@ awl_zero *awl_zero_adamw_new(awl_process_group *pg, const awl_param_list *params
     z->weight_decay = weight_decay;
     dist_buckets_options bo = {o.first_bucket_bytes, o.bucket_cap_bytes, !o.no_overlap, false,
                                o.stage == 2};
-    int status = dist_buckets_init(&z->buckets, pg, params, &bo, launch, z, op);
+    int status = awl_dist_buckets_init(&z->buckets, pg, params, &bo, launch, z, op);
     dist_buckets *b = &z->buckets;
     int n = pg->world;
     if (status == AWL_OK) {
@@ -214,7 +214,7 @@ void awl_zero_free(awl_zero *z)
     awl_optimizer_free(z->opt);
     awl_param_list_clear(&z->segments);
     for (int k = 0; z->shares && k < z->buckets.n_buckets; k++) free(z->shares[k]);
-    dist_buckets_clear(&z->buckets);
+    awl_dist_buckets_clear(&z->buckets);
     free(z->shares);
     free(z->shard);
     awl_release(z->shard_grad);
@@ -228,11 +228,11 @@ int awl_zero_wait(awl_zero *z)
     if (!z) return AWL_ERR_INVALID;
     dist_buckets *b = &z->buckets;
     if (b->no_sync || z->reduced) return AWL_OK;
-    double t0 = net_now(), comm;
+    double t0 = awl_net_now(), comm;
     /* stage 2: once reduced, the shard has what it needs of a bucket */
-    int status = dist_buckets_finish_and_wait(b, "awl_zero_wait", z->stage == 2, &comm);
+    int status = awl_dist_buckets_finish_and_wait(b, "awl_zero_wait", z->stage == 2, &comm);
     z->stats.comm_s = comm;
-    z->stats.wait_s = net_now() - t0;
+    z->stats.wait_s = awl_net_now() - t0;
     z->reduced = status == AWL_OK;
     return status;
 }
@@ -292,12 +292,15 @@ int awl_zero_step(awl_zero *z)
     int status = awl_zero_wait(z);
     if (status == AWL_OK && z->opt) status = awl_optimizer_step(z->opt);
     if (status == AWL_OK) status = gather_parameters(z);
-    dist_buckets_reset(&z->buckets);
+    awl_dist_buckets_reset(&z->buckets);
     z->reduced = false;
     return status;
 }
 
-int awl_zero_zero_grad(awl_zero *z) { return z ? dist_buckets_zero(&z->buckets) : AWL_ERR_INVALID; }
+int awl_zero_zero_grad(awl_zero *z)
+{
+    return z ? awl_dist_buckets_zero(&z->buckets) : AWL_ERR_INVALID;
+}
 
 void awl_zero_no_sync_begin(awl_zero *z)
 {
@@ -327,7 +330,7 @@ void awl_zero_get_stats(const awl_zero *z, awl_zero_stats *out)
     out->shard_first = z->shard[me];
     out->shard_count = z->shard[me + 1] - z->shard[me];
     int64_t es = (int64_t)awl_dtype_size(z->dtype);
-    out->gradient_bytes = dist_buckets_bytes(&z->buckets) +
+    out->gradient_bytes = awl_dist_buckets_bytes(&z->buckets) +
                           (z->shard_grad ? awl_numel(z->shard_grad) * es : 0);
     for (int i = 0; z->opt && i < awl_optimizer_num_states(z->opt); i++) {
         const awl_tensor *state = awl_optimizer_state(z->opt, i, NULL);

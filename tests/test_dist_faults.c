@@ -297,9 +297,9 @@ END_TEST
 static void stranger(int port, const void *bytes, size_t n)
 {
     char err[128];
-    int fd = net_connect("127.0.0.1", port, net_now() + 2, err, sizeof err);
+    int fd = awl_net_connect("127.0.0.1", port, awl_net_now() + 2, err, sizeof err);
     if (fd < 0) return;
-    net_send_all(fd, bytes, n, net_now() + 1, err, sizeof err);
+    awl_net_send_all(fd, bytes, n, awl_net_now() + 1, err, sizeof err);
     usleep(100000);
     close(fd);
 }
@@ -309,9 +309,9 @@ static void strangers_at_the_door(dist_run *run, void *arg)
     (void)arg;
     const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\x01\x02\x03 and a lot more nonsense";
     net_hello h = {NET_VERSION, NET_KIND_STORE, {0}, 1, 2, 0};
-    net_token_bytes("another job's token", h.token);
+    awl_net_token_bytes("another job's token", h.token);
     uint8_t foreign[NET_HELLO_BYTES];
-    net_hello_encode(&h, foreign);
+    awl_net_hello_encode(&h, foreign);
     /* at the store while the ranks rendezvous */
     stranger(run->rank[0].port, garbage, sizeof garbage);
     stranger(run->rank[0].port, foreign, sizeof foreign);
@@ -320,10 +320,10 @@ static void strangers_at_the_door(dist_run *run, void *arg)
     while (!run->rank[1].text[0] && dist_now() < end) usleep(1000);
     char host[64];
     int port = 0;
-    if (net_split_address(run->rank[1].text, host, sizeof host, &port, 0) == 0 && port) {
+    if (awl_net_split_address(run->rank[1].text, host, sizeof host, &port, 0) == 0 && port) {
         stranger(port, garbage, sizeof garbage);
         h.kind = NET_KIND_DATA;
-        net_hello_encode(&h, foreign);
+        awl_net_hello_encode(&h, foreign);
         stranger(port, foreign, sizeof foreign);
     }
     stranger(run->rank[0].port, garbage, 5); /* and the store again, mid-job */

@@ -178,8 +178,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "free-port") == 0) {
         char err[128];
-        int fd = net_listen("127.0.0.1", 0, err, sizeof err);
-        printf("%d\n", fd >= 0 ? net_local_port(fd) : 29611);
+        int fd = awl_net_listen("127.0.0.1", 0, err, sizeof err);
+        printf("%d\n", fd >= 0 ? awl_net_local_port(fd) : 29611);
         return 0;
     }
     awl_process_group *pg = join();
