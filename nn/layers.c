@@ -257,7 +257,11 @@ awl_module *awl_sequential_new(int n, awl_module *const *modules)
 
 static awl_tensor *residual_forward(awl_module *self, awl_tensor *x)
 {
-    return awl_dropout_add(x, awl_module_forward(self->children[0].module, x), 0.0, false);
+    awl_tensor *branch = awl_module_forward(self->children[0].module, x);
+    /* under autocast a bfloat16 branch joins a float32 x (type promotion);
+     * awl_add broadcasts, so inner may return any shape that fits x */
+    if (x && branch && branch->dtype != x->dtype) branch = awl_cast(branch, x->dtype);
+    return awl_add(x, branch);
 }
 
 awl_module *awl_residual_new(awl_module *inner)

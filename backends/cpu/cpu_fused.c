@@ -264,9 +264,8 @@ int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, con
     float *l = (float *)pl, *z = (float *)pz;
     int64_t bad = -1;
     int nt = awl_cpu_threads_for(N * V, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(N, nt))      \
-    reduction(max                                                                                  \
-              : bad)
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) \
+    schedule(static, awl_cpu_chunk(N, nt)) reduction(max : bad)
     for (int64_t i = 0; i < N; i++) {
         const float *x = x0 + i * V;
         const float m = row_max(x, V);
