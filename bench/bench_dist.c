@@ -254,6 +254,59 @@ static void latency(const bench_groups *g)
     }
 }
 
+/* How far apart the ranks' backward passes end, the time DDP's wait spends
+ * on the slowest rank before any byte can move: backward_ms, this rank's
+ * median time from the step's barrier to the end of its backward;
+ * slowest_backward_ms, the median over steps of the slowest rank's;
+ * slowest_rank, the rank slowest in most steps; skew_ms, the median over
+ * steps of slowest minus fastest. */
+typedef struct rank_skew {
+    double own_ms, slowest_ms, skew_ms;
+    int slowest_rank;
+} rank_skew;
+
+static int gather_skew(awl_process_group *pg, double *bwd, int steps, rank_skew *out)
+{
+    int n = awl_dist_world_size(pg), rank = awl_dist_rank(pg);
+    awl_scope_begin();
+    awl_tensor *mine = awl_from_data(bwd, AWL_SHAPE(steps), AWL_F64, "cpu");
+    awl_tensor *all = awl_zeros(AWL_SHAPE((int64_t)n * steps), AWL_F64, "cpu");
+    int status = mine && all ? awl_dist_allgather(pg, all, mine) : -1;
+    double *t = calloc((size_t)n * (size_t)steps, sizeof *t); /* [rank][step] */
+    if (status == 0) status = awl_to_host(all, t, (size_t)n * (size_t)steps * sizeof *t);
+    if (status == 0) {
+        double *slowest = calloc((size_t)steps, sizeof *slowest),
+               *spread = calloc((size_t)steps, sizeof *spread);
+        int *times_slowest = calloc((size_t)n, sizeof *times_slowest);
+        for (int s = 0; s < steps; s++) {
+            int arg = 0;
+            double lo = t[s], hi = t[s];
+            for (int r = 1; r < n; r++) {
+                double v = t[(int64_t)r * steps + s];
+                if (v > hi) hi = v, arg = r;
+                if (v < lo) lo = v;
+            }
+            slowest[s] = hi * 1e3;
+            spread[s] = (hi - lo) * 1e3;
+            times_slowest[arg]++;
+        }
+        double *own = calloc((size_t)steps, sizeof *own);
+        for (int s = 0; s < steps; s++) own[s] = t[(int64_t)rank * steps + s] * 1e3;
+        out->own_ms = bench_median(own, steps);
+        out->slowest_ms = bench_median(slowest, steps);
+        out->skew_ms = bench_median(spread, steps);
+        for (int r = 0; r < n; r++)
+            if (times_slowest[r] > times_slowest[out->slowest_rank]) out->slowest_rank = r;
+        free(own);
+        free(slowest);
+        free(spread);
+        free(times_slowest);
+    }
+    free(t);
+    awl_scope_end();
+    return status;
+}
+
 /* Median step of a GPT under DDP in the given mode. */
 static void ddp_steps(awl_process_group *pg, const char *transport, const bench_options *o,
                       ddp_mode mode)
@@ -273,8 +326,9 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
     if (o->bucket_mb > 0) dopt.bucket_cap_bytes = dopt.first_bucket_bytes = (int64_t)(o->bucket_mb * 1048576);
     awl_ddp *ddp = mode == DDP_NONE ? NULL : awl_ddp_new(pg, awl_gpt_parameters(model), &dopt);
     int steps = o->ddp_steps, warm = 3;
-    double *step_t = calloc((size_t)steps, sizeof *step_t), *comm = calloc((size_t)steps, sizeof *comm),
-           *wait = calloc((size_t)steps, sizeof *wait);
+    double *step_t = calloc((size_t)steps, sizeof *step_t),
+           *comm = calloc((size_t)steps, sizeof *comm), *wait = calloc((size_t)steps, sizeof *wait),
+           *bwd = calloc((size_t)steps, sizeof *bwd);
     int status = ddp || mode == DDP_NONE ? 0 : -1;
     for (int s = 0; s < steps + warm && status == 0; s++) {
         awl_scope_begin();
@@ -290,6 +344,7 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
         awl_tensor *loss = awl_keep(awl_gpt_loss(model, x, y));
         awl_scope_end();
         status = loss ? awl_backward(loss) : -1;
+        double t_bwd = bench_now() - t0;
         if (status == 0 && ddp) status = awl_ddp_wait(ddp);
         if (status == 0) status = awl_optimizer_step(opt);
         if (status == 0) status = ddp ? awl_ddp_zero_grad(ddp) : awl_optimizer_zero_grad(opt);
@@ -301,23 +356,28 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
             step_t[s - warm] = bench_now() - t0;
             comm[s - warm] = st.comm_s;
             wait[s - warm] = st.wait_s;
+            bwd[s - warm] = t_bwd;
         }
     }
+    int n = awl_dist_world_size(pg);
+    rank_skew skew = {0};
+    if (status == 0) status = gather_skew(pg, bwd, steps, &skew);
     if (status) fprintf(stderr, "bench_dist: ddp: %s\n", awl_last_error());
     if (status == 0 && awl_dist_rank(pg) == 0) {
         static const char *const mode_names[] = {"overlap", "at_end", "none"};
         awl_ddp_stats st = {0};
         awl_ddp_get_stats(ddp, &st);
         double ms = bench_median(step_t, steps), c = bench_median(comm, steps), w = bench_median(wait, steps);
-        int n = awl_dist_world_size(pg);
         bench_json_begin("ddp_step");
-        printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
+        printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"transport\":\"%s\","
+               "\"ranks\":%d,\"communication\":\"%s\",\"buckets\":%d,\"bucket_mb\":%.2f,"
                "\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,\"comm_ms\":%.2f,\"wait_ms\":%.2f,"
-               "\"hidden\":%.3f}\n",
+               "\"hidden\":%.3f,\"backward_ms\":%.2f,\"slowest_backward_ms\":%.2f,"
+               "\"slowest_rank\":%d,\"skew_ms\":%.2f}\n",
                o->ddp, o->device, o->precision, transport, n, mode_names[mode], st.n_buckets,
-               st.bucket_bytes / 1048576.0,
-               ms * 1e3, (double)cfg.batch * cfg.block * n / ms, c * 1e3, w * 1e3,
-               c > 0 && w < c ? 1.0 - w / c : 0.0);
+               st.bucket_bytes / 1048576.0, ms * 1e3, (double)cfg.batch * cfg.block * n / ms,
+               c * 1e3, w * 1e3, c > 0 && w < c ? 1.0 - w / c : 0.0, skew.own_ms, skew.slowest_ms,
+               skew.slowest_rank, skew.skew_ms);
         fflush(stdout);
         if (ddp_results)
             ddp_results[ddp_round][ddp_count_index][mode] = (double)cfg.batch * cfg.block * n / ms;
@@ -325,6 +385,7 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
     free(step_t);
     free(comm);
     free(wait);
+    free(bwd);
     awl_ddp_free(ddp);
     awl_optimizer_free(opt);
     awl_gpt_free(model);

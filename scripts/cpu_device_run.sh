@@ -24,6 +24,8 @@
 #         awl, then PyTorch, CPU_ROUNDS times per count;
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
 #         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS);
+#   cores  bench_cores: each core's clock proxy, memory bandwidth and matmul
+#         rate with 1, 2, 4, 8 and 16 cores busy (the ceiling of DDP scaling);
 #   kernels  bench_kernels (the CPU backend's kernels against BLAS sgemm and
 #         memcpy in the same process) on the benches whose name contains
 #         KERNELS (default matmul) at each of KERNEL_THREADS (4 16);
@@ -56,13 +58,13 @@ export CFLAGS B
 t0=$(date +%s)
 : > "$B/build.log"
 printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c \
-    bench/bench_generate.c bench/bench_kernels.c tests/dist/dist_worker.c |
+    bench/bench_generate.c bench/bench_kernels.c bench/bench_cores.c tests/dist/dist_worker.c |
     xargs -P "$(nproc)" -I{} bash -c 'compile {}'
 LIB_OBJ=()
 for src in "${LIB_SRC[@]}"; do LIB_OBJ+=("$B/obj/${src//\//_}.o"); done
 LIBS="-L$D/lib -l:libz.a -lgomp -lm -ldl -lpthread"
 for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c bench/bench_generate.c \
-            bench/bench_kernels.c tests/dist/dist_worker.c; do
+            bench/bench_kernels.c bench/bench_cores.c tests/dist/dist_worker.c; do
     name=$(basename "$prog" .c)
     gcc -fopenmp -o "$B/bin/$name" "$B/obj/${prog//\//_}.o" "${LIB_OBJ[@]}" $LIBS >> "$B/build.log" 2>&1 ||
         echo "link failed: $name"
@@ -73,6 +75,11 @@ grep -E "error|warning" "$B/build.log" | head
 
 has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 
+if has_stage cores; then
+    echo "== cores"
+    "$B/bin/bench_cores" | tee "$OUT/cores.jsonl"
+fi
+
 if has_stage dist; then
     echo "== dist"
     "$B/bin/bench_dist" --ranks 2,4 | tee "$OUT/dist.jsonl"
@@ -82,11 +89,12 @@ if has_stage dist; then
 fi
 if has_stage dist || has_stage ddp; then
     # DDP steps, for each setting in DDP_SETTINGS ("default", "bucket=MB", "passive":
-    # OMP_WAIT_POLICY=PASSIVE; joined with +)
+    # OMP_WAIT_POLICY=PASSIVE, "spin=N": GOMP_SPINCOUNT=N; joined with +)
     for setting in ${DDP_SETTINGS:-default}; do
         extra=() envs=()
         [[ $setting == *bucket=* ]] && extra=(--bucket-mb "$(sed 's/.*bucket=\([0-9.]*\).*/\1/' <<< "$setting")")
-        [[ $setting == *passive* ]] && envs=(OMP_WAIT_POLICY=PASSIVE)
+        [[ $setting == *passive* ]] && envs+=(OMP_WAIT_POLICY=PASSIVE)
+        [[ $setting == *spin=* ]] && envs+=(GOMP_SPINCOUNT="$(sed 's/.*spin=\([0-9]*\).*/\1/' <<< "$setting")")
         echo "-- ddp: $setting"
         env "${envs[@]}" "$B/bin/bench_dist" --no-allreduce --no-latency --ddp "${DDP_CONFIG:-cpu-medium}" \
             --ddp-ranks "${DDP_RANKS:-1,2,4}" --threads "${DDP_THREADS:-4}" \
