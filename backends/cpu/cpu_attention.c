@@ -120,16 +120,28 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
 
 static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+/* The row stride of every T-long scratch row (k and v transposed, the
+ * score tiles, P and dS): Tp, or Tp + BLOCK where Tp / BLOCK is even. The
+ * loops walk these arrays down a column, one row per step, and a stride
+ * of a power of two cache lines (T = 128: 8 lines; T = 256: 16) maps every
+ * row to the same few sets of the L1 cache, which then holds 8 or 4 of the
+ * rows per column block and misses on the rest. An odd number of lines
+ * spreads the rows over all sets. (`OMP_NUM_THREADS=1 perf stat -e
+ * task-clock ./build-cpu/bench_kernels full attention`, Zen 3, alternated
+ * three times: 8.53, 8.08, 8.79 s with a stride of Tp; 8.44, 7.74, 8.33 s
+ * with this one.) */
+static int64_t row_stride(int64_t Tp) { return (Tp / BLOCK) % 2 ? Tp : Tp + BLOCK; }
+
 static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, int64_t D,
                            float scale, float *dst)
 {
-    const int64_t Tp = round_up(T, BLOCK);
+    const int64_t Tp = round_up(T, BLOCK), ld = row_stride(Tp);
     const float *r = row_of(src, b, i, 0);
     /* d outermost: the first pass reads one float of every row, so the
      * cache misses on all T rows are in flight together */
     for (int64_t d = 0; d < D; d++) {
-        for (int64_t t = 0; t < T; t++) dst[d * Tp + t] = r[t * src->st + d] * scale;
-        for (int64_t t = T; t < Tp; t++) dst[d * Tp + t] = 0.0f;
+        for (int64_t t = 0; t < T; t++) dst[d * ld + t] = r[t * src->st + d] * scale;
+        for (int64_t t = T; t < Tp; t++) dst[d * ld + t] = 0.0f;
     }
 }
 
@@ -141,31 +153,43 @@ static void tile_rows(const heads *h, int64_t b, int64_t i, int64_t r0, int64_t 
     for (int k = 0; k < ROWS; k++) rows[k] = r0 + k < T ? row_of(h, b, i, r0 + k) : spare;
 }
 
-/* s[k * Tp + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
- * up to BLOCK, yt (D x Tp). A ROWS x BLOCK tile of sums stays in registers
+/* Asks for rows r0 .. r0+ROWS-1 of head (b, i) ahead of their use: the
+ * next tile's queries (and output gradients) are loaded while this tile's
+ * products run, instead of each tile_dots starting on cache misses. */
+static void prefetch_rows(const heads *h, int64_t b, int64_t i, int64_t r0, int64_t T, int64_t D)
+{
+    for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
+        const char *row = (const char *)row_of(h, b, i, r);
+        for (int64_t byte = 0; byte < D * (int64_t)sizeof(float); byte += 64)
+            __builtin_prefetch(row + byte);
+    }
+}
+
+/* s[k * ld + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
+ * up to BLOCK, yt (D x ld). A ROWS x BLOCK tile of sums stays in registers
  * while the loop walks the D dimensions, each step a fused multiply-add
  * (fmaf: one instruction under -march with FMA, and one rounding). */
-static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t Tp, int64_t D,
+static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t ld, int64_t D,
                       float *s)
 {
     for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {
         float acc[ROWS][BLOCK] = {{0}};
         for (int64_t d = 0; d < D; d++) {
-            const float *y = yt + d * Tp + j0;
+            const float *y = yt + d * ld + j0;
             for (int k = 0; k < ROWS; k++) {
                 const float xd = x[k][d];
 #pragma omp simd
                 for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] = fmaf(xd, y[jj], acc[k][jj]);
             }
         }
-        for (int k = 0; k < ROWS; k++) memcpy(s + k * Tp + j0, acc[k], sizeof acc[k]);
+        for (int k = 0; k < ROWS; k++) memcpy(s + k * ld + j0, acc[k], sizeof acc[k]);
     }
 }
 
 /* out[k] = sum_{j<n} w[k * wk + j * wj] rows[j] for k < ROWS, rows[j] = base
  * + j * stride (D floats each): ROWS weighted sums of the same rows, BLOCK
  * dimensions at a time. The weights are a ROWS-row tile of P or dS
- * (wk = Tp, wj = 1) or a ROWS-column one (wk = 1, wj = Tp). */
+ * (wk = ld, wj = 1) or a ROWS-column one (wk = 1, wj = ld). */
 static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n, const float *base,
                                int64_t stride, int64_t D, float *const out[ROWS])
 {
@@ -229,12 +253,13 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     if (!heads_of(q, shape, &hq) || !heads_of(k, shape, &hk) || !heads_of(v, shape, &hv) ||
         !heads_of(out, shape, &ho) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
-    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK);
+    const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK),
+                  ld = row_stride(Tp);
     if (B * H * T == 0) return AWL_OK;
     int nt;
     /* k transposed, a tile of scores, a zero row, a sink row and a row of
      * dropout multipliers */
-    const int64_t per_head = D * Tp + ROWS * Tp + 2 * D + Tp;
+    const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp;
     const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_dropout_scale(drop->p) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
@@ -244,8 +269,8 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(B * H, nt))
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
-        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *S = kt + D * Tp;
-        float *zeros = S + ROWS * Tp, *sink = zeros + D, *mrow = sink + D;
+        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *S = kt + D * ld;
+        float *zeros = S + ROWS * ld, *sink = zeros + D, *mrow = sink + D;
         transpose_head(&hk, b, i, T, D, (float)scale, kt);
         for (int64_t r0 = 0; r0 < T; r0 += ROWS) {
             /* the keys the tile's last row sees; rows past T score 0 */
@@ -253,9 +278,10 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
             float *qs[ROWS], *os[ROWS];
             tile_rows(&hq, b, i, r0, T, zeros, qs);
             tile_rows(&ho, b, i, r0, T, sink, os);
-            tile_dots(qs, kt, n, Tp, D, S);
+            prefetch_rows(&hq, b, i, r0 + ROWS, T, D);
+            tile_dots(qs, kt, n, ld, D, S);
             for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
-                float *p = S + (r - r0) * Tp;
+                float *p = S + (r - r0) * ld;
                 const int64_t nr = causal ? r + 1 : T;
                 float m = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : m)
@@ -278,7 +304,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                 }
                 for (int64_t j = nr; j < n; j++) p[j] = 0.0f; /* masked */
             }
-            tile_weighted_rows(S, Tp, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
+            tile_weighted_rows(S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
         }
     }
     free(scratch);
@@ -299,14 +325,14 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         !heads_of(dv, shape, &hdv) || !heads_of(dout, shape, &hdo) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
     const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK),
-                  Tr = round_up(T, ROWS);
+                  ld = row_stride(Tp), Tr = round_up(T, ROWS);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    /* k and v transposed; P and dS (Tr x Tp each, row r filled up to the
+    /* k and v transposed; P and dS (Tr x ld each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
      * by column after all rows are done; a zero row, a sink row and a row
-     * of dropout multipliers */
-    const int64_t per_head = 2 * D * Tp + 2 * Tr * Tp + 2 * D + Tp;
+     * of dropout multipliers, and each row's dO_r . out_r */
+    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T;
     const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_dropout_scale(drop->p) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
@@ -318,26 +344,37 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(B * H, nt))
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, i = bh % H;
-        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * Tp;
-        float *P = vt + D * Tp, *dS = P + Tr * Tp, *zeros = dS + Tr * Tp, *sink = zeros + D;
-        float *mrow = sink + D;
+        float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * ld;
+        float *P = vt + D * ld, *dS = P + Tr * ld, *zeros = dS + Tr * ld, *sink = zeros + D;
+        float *mrow = sink + D, *deltas = mrow + Tp;
         float *in[ROWS], *grads[ROWS], *outs[ROWS];
         transpose_head(&hk, b, i, T, D, sc, kt);
         transpose_head(&hv, b, i, T, D, 1.0f, vt);
+        /* dO_r . out_r for every row first, in a loop of its own: out's
+         * rows are read nowhere else here and are rarely still in cache,
+         * and only a loop whose rows do not wait on each other keeps many
+         * of their misses in flight at once (inside the row loop below,
+         * one miss at a time stalled it: 44% of its samples) */
+        for (int64_t r = 0; r < T; r++) {
+            const float *gr = row_of(&hdo, b, i, r), *orow = row_of(&ho, b, i, r);
+            float delta = 0.0f;
+#pragma omp simd reduction(+ : delta)
+            for (int64_t d = 0; d < D; d++) delta += gr[d] * orow[d];
+            deltas[r] = delta;
+        }
         /* rows: P, dS and dq */
         for (int64_t r0 = 0; r0 < T; r0 += ROWS) {
             const int64_t n = causal ? (r0 + ROWS < T ? r0 + ROWS : T) : T;
             tile_rows(&hq, b, i, r0, T, zeros, in);
             tile_rows(&hdo, b, i, r0, T, zeros, grads);
-            tile_dots(in, kt, n, Tp, D, P + r0 * Tp);
-            tile_dots(grads, vt, n, Tp, D, dS + r0 * Tp); /* dp, overwritten by ds below */
+            prefetch_rows(&hq, b, i, r0 + ROWS, T, D);
+            prefetch_rows(&hdo, b, i, r0 + ROWS, T, D);
+            tile_dots(in, kt, n, ld, D, P + r0 * ld);
+            tile_dots(grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
             for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
                 const int64_t nr = causal ? r + 1 : T;
-                const float *gr = row_of(&hdo, b, i, r), *orow = row_of(&ho, b, i, r);
-                const float l = *lse_at(&hl, b, i, r);
-                float *p = P + r * Tp, *ds = dS + r * Tp, delta = 0.0f;
-#pragma omp simd reduction(+ : delta)
-                for (int64_t d = 0; d < D; d++) delta += gr[d] * orow[d];
+                const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
+                float *p = P + r * ld, *ds = dS + r * ld;
                 if (drop) {
                     dropout_row(mrow, nr, drop, threshold, keep_scale,
                                 awl_attention_dropout_index(b, i, r, 0, H, T, T));
@@ -359,7 +396,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 for (int64_t j = nr; j < Tp; j++) p[j] = ds[j] = 0.0f;
             }
             tile_rows(&hdq, b, i, r0, T, sink, outs);
-            tile_weighted_rows(dS + r0 * Tp, Tp, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
+            tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
         }
         /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r (P
          * dropped) over
@@ -367,10 +404,10 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         for (int64_t j0 = 0; j0 < T; j0 += ROWS) {
             const int64_t r0 = causal ? j0 : 0;
             tile_rows(&hdk, b, i, j0, T, sink, outs);
-            tile_weighted_rows(dS + r0 * Tp + j0, 1, Tp, T - r0, row_of(&hq, b, i, r0), hq.st, D,
+            tile_weighted_rows(dS + r0 * ld + j0, 1, ld, T - r0, row_of(&hq, b, i, r0), hq.st, D,
                                outs);
             tile_rows(&hdv, b, i, j0, T, sink, outs);
-            tile_weighted_rows(P + r0 * Tp + j0, 1, Tp, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
+            tile_weighted_rows(P + r0 * ld + j0, 1, ld, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
                                outs);
         }
     }
