@@ -360,16 +360,25 @@ int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *
     const float *a = (const float *)cpu_view_ptr(x), *bf = (const float *)cpu_view_ptr(h);
     const awl_bf16 *bh = (const awl_bf16 *)cpu_view_ptr(h);
     const bool wide = h->dtype == AWL_F32;
-    const uint32_t threshold = args ? awl_dropout_threshold(args->p) : 0;
-    const float scale = args ? (float)awl_dropout_scale(args->p) : 1.0f;
+    if (!args) { /* no dropout: a plain add, in loops the compiler vectorises */
+        int nt = awl_cpu_threads_for(n, CPU_GRAIN_CHEAP);
+        if (wide) {
+#pragma omp parallel for simd num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(n, nt))
+            for (int64_t i = 0; i < n; i++) o[i] = a[i] + bf[i];
+        } else {
+#pragma omp parallel for simd num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(n, nt))
+            for (int64_t i = 0; i < n; i++) o[i] = a[i] + awl_bf16_to_float(bh[i]);
+        }
+        return AWL_OK;
+    }
+    const uint32_t threshold = awl_dropout_threshold(args->p);
+    const float scale = (float)awl_dropout_scale(args->p);
     const int64_t blocks = (n + 3) / 4;
     int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(blocks, nt))
     for (int64_t j = 0; j < blocks; j++) {
-        unsigned keep =
-            args ? awl_dropout_block_bits(awl_philox4x32(args->seed, args->offset + (uint64_t)j),
-                                          threshold)
-                 : 15u;
+        unsigned keep = awl_dropout_block_bits(
+            awl_philox4x32(args->seed, args->offset + (uint64_t)j), threshold);
         for (int64_t i = 4 * j; i < 4 * j + 4 && i < n; i++) {
             float b = wide ? bf[i] : awl_bf16_to_float(bh[i]);
             o[i] = keep >> (i - 4 * j) & 1u ? a[i] + b * scale : a[i];
