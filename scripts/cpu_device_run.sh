@@ -28,7 +28,12 @@
 #         rate with 1, 2, 4, 8 and 16 cores busy (the ceiling of DDP scaling);
 #   kernels  bench_kernels (the CPU backend's kernels against BLAS sgemm and
 #         memcpy in the same process) on the benches whose name contains
-#         KERNELS (default matmul) at each of KERNEL_THREADS (4 16);
+#         KERNELS (default matmul) at each of KERNEL_THREADS (4 16); with
+#         KERNELS=attention also a bench_kernels built with the AVX2 tiles
+#         (-DAWL_CPU_ATTENTION_AVX2_TILES), alternated with the default one
+#         KERNEL_ROUNDS times (default 2);
+#   check  awl-check on the CPU backend, --strict and --grad (the conformance
+#         suite under this machine's -march=native code);
 #   generate  bench_generate against bench/torch_generate.py (PyTorch's own
 #         key/value cache): decode tokens/s with and without the cache
 #         (GEN_MODES, default cache,recompute) for GEN_CONFIGS (default cpu-small
@@ -70,6 +75,17 @@ for prog in bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c bench/be
         echo "link failed: $name"
 done
 gcc $CFLAGS -o "$B/bin/awlrun" dist/launcher/awlrun.c >> "$B/build.log" 2>&1 || echo "link failed: awlrun"
+if [[ ",$STAGES," == *",check,"* ]]; then
+    gcc $CFLAGS -o "$B/bin/awl-check" tools/awl-check/*.c tests/helpers/gradcheck.c "${LIB_OBJ[@]}" \
+        $LIBS -l:libcheck.a -l:libsubunit.a -lrt >> "$B/build.log" 2>&1 || echo "link failed: awl-check"
+fi
+if [[ ",$STAGES," == *",kernels,"* && ${KERNELS:-matmul} == attention ]]; then
+    gcc $CFLAGS -fno-trapping-math -fno-math-errno -DAWL_CPU_ATTENTION_AVX2_TILES -c \
+        backends/cpu/cpu_attention.c -o "$B/obj/attention_avx2.o" >> "$B/build.log" 2>&1
+    gcc -fopenmp -o "$B/bin/bench_kernels_avx2_tiles" "$B/obj/bench_bench_kernels.c.o" "$B/obj/attention_avx2.o" \
+        $(printf '%s\n' "${LIB_OBJ[@]}" | grep -v cpu_attention) $LIBS >> "$B/build.log" 2>&1 ||
+        echo "link failed: bench_kernels_avx2_tiles"
+fi
 echo "build: $(( $(date +%s) - t0 )) s"
 grep -E "error|warning" "$B/build.log" | head
 
@@ -141,9 +157,22 @@ fi
 
 if has_stage kernels; then
     echo "== kernels"
-    for t in ${KERNEL_THREADS:-4 16}; do
-        OMP_NUM_THREADS=$t "$B/bin/bench_kernels" full "${KERNELS:-matmul}" | tee -a "$OUT/kernels.jsonl"
+    variants=(bench_kernels)
+    [ -x "$B/bin/bench_kernels_avx2_tiles" ] && variants+=(bench_kernels_avx2_tiles)
+    for round in $(seq "${KERNEL_ROUNDS:-$(( ${#variants[@]} > 1 ? 2 : 1 ))}"); do
+        for t in ${KERNEL_THREADS:-4 16}; do
+            for v in "${variants[@]}"; do
+                OMP_NUM_THREADS=$t "$B/bin/$v" full "${KERNELS:-matmul}" |
+                    sed "s/^{/{\"round\":$round,\"program\":\"$v\",/" | tee -a "$OUT/kernels.jsonl"
+            done
+        done
     done
+fi
+
+if has_stage check; then
+    echo "== check"
+    OMP_NUM_THREADS=4 "$B/bin/awl-check" --device cpu --strict --quiet 2>&1 | tail -3 | tee "$OUT/check.txt"
+    OMP_NUM_THREADS=4 "$B/bin/awl-check" --device cpu --grad --quiet 2>&1 | tail -3 | tee -a "$OUT/check.txt"
 fi
 
 if has_stage generate; then

@@ -116,7 +116,26 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
  * (`OMP_NUM_THREADS=1 perf stat -e task-clock ./build-cpu/bench_kernels
  * full attention` on Zen 3: 7.3-7.6 s with 8 rows and separate multiplies
  * and adds, 6.1-6.4 s with 6 rows and fused multiply-adds). */
+/*
+ * With AVX-512 there are 32 vector registers, and the tiles change:
+ *   - the loops use 16-float (zmm) vectors: GCC's tuning for these CPUs
+ *     prefers 8-float ones even where 16 are there, which halves the work
+ *     of each multiply-add;
+ *   - eight rows: a 16-float block of a row's sums is then one register,
+ *     and a multiply-add has 4 cycles of latency on two ports, so eight
+ *     independent chains are what keeps both busy (six would leave a
+ *     quarter of the cycles idle).
+ * AWL_CPU_ATTENTION_AVX2_TILES keeps the AVX2 tiles on such a CPU (the
+ * benchmark that compares the two).
+ */
+#if defined(__AVX512F__) && !defined(AWL_CPU_ATTENTION_AVX2_TILES)
+#if defined(__GNUC__) && !defined(__clang__) /* clang takes the width from -march */
+#pragma GCC target("prefer-vector-width=512")
+#endif
+#define ROWS 8
+#else
 #define ROWS 6
+#endif
 
 static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
