@@ -40,7 +40,12 @@
  *            ms per step, global tokens/s, the communication thread's time
  *            for the buckets (comm_ms), the time awl_ddp_wait blocked
  *            (wait_ms), and hidden = 1 - wait/comm (at least 0), the share
- *            of communication that backward hid. --bucket-mb sets both DDP
+ *            of communication that backward hid; and how far apart the
+ *            ranks are before any byte moves: backward_ms (rank 0, from the
+ *            step's barrier to the end of its backward), slowest_backward_ms
+ *            (the slowest rank's, median over steps), slowest_rank (the
+ *            rank slowest in most steps) and skew_ms (slowest minus
+ *            fastest, median over steps). --bucket-mb sets both DDP
  *            bucket caps.
  * ddp_scaling  with --ddp-rounds R, the rank counts run alternated R times
  *            (1, 4, 1, 4, ...) and each count's median tokens/s, with the
