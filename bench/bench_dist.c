@@ -272,7 +272,7 @@ typedef struct rank_skew {
 
 static int gather_skew(awl_process_group *pg, double *bwd, int steps, rank_skew *out)
 {
-    int n = awl_dist_world_size(pg), rank = awl_dist_rank(pg);
+    int n = awl_dist_world_size(pg);
     awl_scope_begin();
     awl_tensor *mine = awl_from_data(bwd, AWL_SHAPE(steps), AWL_F64, "cpu");
     awl_tensor *all = awl_zeros(AWL_SHAPE((int64_t)n * steps), AWL_F64, "cpu");
@@ -295,14 +295,11 @@ static int gather_skew(awl_process_group *pg, double *bwd, int steps, rank_skew 
             spread[s] = (hi - lo) * 1e3;
             times_slowest[arg]++;
         }
-        double *own = calloc((size_t)steps, sizeof *own);
-        for (int s = 0; s < steps; s++) own[s] = t[(int64_t)rank * steps + s] * 1e3;
-        out->own_ms = bench_median(own, steps);
+        out->own_ms = bench_median(bwd, steps) * 1e3;
         out->slowest_ms = bench_median(slowest, steps);
         out->skew_ms = bench_median(spread, steps);
         for (int r = 0; r < n; r++)
             if (times_slowest[r] > times_slowest[out->slowest_rank]) out->slowest_rank = r;
-        free(own);
         free(slowest);
         free(spread);
         free(times_slowest);

@@ -119,14 +119,15 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
 /*
  * With AVX-512 there are 32 vector registers, and the tiles change:
  *   - the loops use 16-float (zmm) vectors: GCC's tuning for these CPUs
- *     prefers 8-float ones even where 16 are there, which halves the work
- *     of each multiply-add;
+ *     prefers 8-float ones, and so would give each multiply-add half the
+ *     lanes the CPU has;
  *   - eight rows: a 16-float block of a row's sums is then one register,
  *     and a multiply-add has 4 cycles of latency on two ports, so eight
  *     independent chains are what keeps both busy (six would leave a
  *     quarter of the cycles idle).
- * AWL_CPU_ATTENTION_AVX2_TILES keeps the AVX2 tiles on such a CPU (the
- * benchmark that compares the two).
+ * AWL_CPU_ATTENTION_AVX2_TILES keeps the AVX2 tiles on such a CPU, for
+ * the comparison (scripts/cpu_device_run.sh, the kernels stage;
+ * docs/performance.md gives the figures).
  */
 #if defined(__AVX512F__) && !defined(AWL_CPU_ATTENTION_AVX2_TILES)
 #if defined(__GNUC__) && !defined(__clang__) /* clang takes the width from -march */
