@@ -49,7 +49,10 @@
  *            bucket caps.
  * ddp_scaling  with --ddp-rounds R, the rank counts run alternated R times
  *            (1, 4, 1, 4, ...) and each count's median tokens/s, with the
- *            speedup over the first count.
+ *            speedup over the first count. "none_slowest_rank" is the
+ *            "none" run with each step timed to the end of the slowest
+ *            rank's backward (and this rank's optimizer step): what a
+ *            synchronous step could reach with communication free.
  */
 #include <errno.h>
 #include <poll.h>
@@ -89,15 +92,17 @@ typedef struct bench_options {
 } bench_options;
 
 /* Tokens/s of each DDP run, [round][rank count][mode], shared with the
- * forked ranks (rank 0 writes), for the scaling summary. */
+ * forked ranks (rank 0 writes), for the scaling summary; mode 3 is the
+ * no-communication run timed as a synchronous step would be (NONE_SLOWEST). */
 #define MAX_ROUNDS 8
 #define MAX_COUNTS 8
-static double (*ddp_results)[MAX_COUNTS][3];
+static double (*ddp_results)[MAX_COUNTS][4];
 static int ddp_round, ddp_count_index;
 
 /* How a DDP step communicates: buckets during backward, all at the end,
  * or not at all (each rank trains alone: the compute-only ceiling). */
 typedef enum ddp_mode { DDP_OVERLAP, DDP_AT_END, DDP_NONE } ddp_mode;
+#define NONE_SLOWEST 3
 
 /* ---- the raw ring ---------------------------------------------------------------------------- */
 
@@ -270,9 +275,9 @@ typedef struct rank_skew {
     int slowest_rank;
 } rank_skew;
 
-static int gather_skew(awl_process_group *pg, double *bwd, int steps, rank_skew *out)
+static int gather_skew(awl_process_group *pg, double *bwd, int steps, rank_skew *out, double *late)
 {
-    int n = awl_dist_world_size(pg);
+    int n = awl_dist_world_size(pg), rank = awl_dist_rank(pg);
     awl_scope_begin();
     awl_tensor *mine = awl_from_data(bwd, AWL_SHAPE(steps), AWL_F64, "cpu");
     awl_tensor *all = awl_zeros(AWL_SHAPE((int64_t)n * steps), AWL_F64, "cpu");
@@ -293,6 +298,7 @@ static int gather_skew(awl_process_group *pg, double *bwd, int steps, rank_skew 
             }
             slowest[s] = hi * 1e3;
             spread[s] = (hi - lo) * 1e3;
+            late[s] = hi - t[(int64_t)rank * steps + s];
             times_slowest[arg]++;
         }
         out->own_ms = bench_median(bwd, steps) * 1e3;
@@ -330,7 +336,7 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
     int steps = o->ddp_steps, warm = 3;
     double *step_t = calloc((size_t)steps, sizeof *step_t),
            *comm = calloc((size_t)steps, sizeof *comm), *wait = calloc((size_t)steps, sizeof *wait),
-           *bwd = calloc((size_t)steps, sizeof *bwd);
+           *bwd = calloc((size_t)steps, sizeof *bwd), *late = calloc((size_t)steps, sizeof *late);
     int status = ddp || mode == DDP_NONE ? 0 : -1;
     for (int s = 0; s < steps + warm && status == 0; s++) {
         awl_scope_begin();
@@ -363,7 +369,12 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
     }
     int n = awl_dist_world_size(pg);
     rank_skew skew = {0};
-    if (status == 0) status = gather_skew(pg, bwd, steps, &skew);
+    if (status == 0) status = gather_skew(pg, bwd, steps, &skew, late);
+    /* no communication, but every step as long as the slowest rank's: the
+     * ceiling of a synchronous step (late: how long after this rank the
+     * slowest ended its backward) */
+    for (int s = 0; s < steps; s++) late[s] += step_t[s];
+    const double synchronous = bench_median(late, steps);
     if (status) fprintf(stderr, "bench_dist: ddp: %s\n", awl_last_error());
     if (status == 0 && awl_dist_rank(pg) == 0) {
         static const char *const mode_names[] = {"overlap", "at_end", "none"};
@@ -381,13 +392,18 @@ static void ddp_steps(awl_process_group *pg, const char *transport, const bench_
                c * 1e3, w * 1e3, c > 0 && w < c ? 1.0 - w / c : 0.0, skew.own_ms, skew.slowest_ms,
                skew.slowest_rank, skew.skew_ms);
         fflush(stdout);
-        if (ddp_results)
+        if (ddp_results) {
             ddp_results[ddp_round][ddp_count_index][mode] = (double)cfg.batch * cfg.block * n / ms;
+            if (mode == DDP_NONE)
+                ddp_results[ddp_round][ddp_count_index][NONE_SLOWEST] =
+                    (double)cfg.batch * cfg.block * n / synchronous;
+        }
     }
     free(step_t);
     free(comm);
     free(wait);
     free(bwd);
+    free(late);
     awl_ddp_free(ddp);
     awl_optimizer_free(opt);
     awl_gpt_free(model);
@@ -627,15 +643,15 @@ int main(int argc, char **argv)
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
     }
     if (!n_counts) return 0;
-    ddp_results = mmap(NULL, sizeof(double[MAX_ROUNDS][MAX_COUNTS][3]), PROT_READ | PROT_WRITE,
+    ddp_results = mmap(NULL, sizeof(double[MAX_ROUNDS][MAX_COUNTS][4]), PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     for (ddp_round = 0; ddp_round < o.ddp_rounds; ddp_round++)
         for (ddp_count_index = 0; ddp_count_index < n_counts; ddp_count_index++)
             run_world(&o, counts[ddp_count_index], false, true);
-    static const char *const mode_names[] = {"overlap", "at_end", "none"};
+    static const char *const mode_names[] = {"overlap", "at_end", "none", "none_slowest_rank"};
     double base = 0;
     for (int k = 0; k < n_counts; k++)
-        for (int m = 0; m < 3; m++) {
+        for (int m = 0; m < 4; m++) {
             if (counts[k] == 1 && m > 0) continue;
             double v[MAX_ROUNDS];
             for (int r = 0; r < o.ddp_rounds; r++) v[r] = ddp_results[r][k][m];
