@@ -215,11 +215,16 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                 float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
                 sg += gj;
                 sgx += (double)gj * xhat;
-                if (pw_sum) {
+            }
+            /* the chunk's dweight and dbias partials: a loop of their own,
+             * which vectorises (inside the reduction above it did not) */
+            if (pw_sum)
+#pragma omp simd
+                for (int64_t j = 0; j < C; j++) {
+                    const float xhat = (xr[j] - m) * rs;
                     pw_sum[j] += (double)g[j] * xhat;
                     pb_sum[j] += g[j];
                 }
-            }
             const float a = (float)(sg / (double)C), bb = (float)(sgx / (double)C);
             for (int64_t j = 0; j < C; j++) {
                 float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
