@@ -269,7 +269,8 @@ static void latency(const bench_groups *g)
  * median time from the step's barrier to the end of its backward;
  * slowest_backward_ms, the median over steps of the slowest rank's;
  * slowest_rank, the rank slowest in most steps; skew_ms, the median over
- * steps of slowest minus fastest. */
+ * steps of slowest minus fastest. late[s] gets how many seconds after this
+ * rank the slowest one ended step s's backward. Sorts bwd in place. */
 typedef struct rank_skew {
     double own_ms, slowest_ms, skew_ms;
     int slowest_rank;

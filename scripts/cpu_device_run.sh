@@ -53,13 +53,14 @@ CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -fopenmp -Wall -
         -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include"
 shopt -s nullglob
 LIB_SRC=(common/*.c backends/*.c backends/cpu/*.c tensor/*.c autograd/*.c nn/*.c data/*.c dist/*.c)
+CPU_KERNEL_FLAGS="-fno-trapping-math -fno-math-errno" # backends/cpu/*, as CMakeLists.txt
 compile() {
     local src=$1 obj=$B/obj/${1//\//_}.o extra=""
-    case $src in backends/cpu/*) extra="-fno-trapping-math -fno-math-errno" ;; esac
+    case $src in backends/cpu/*) extra=$CPU_KERNEL_FLAGS ;; esac
     gcc $CFLAGS $extra -c "$src" -o "$obj" 2>> "$B/build.log" || echo "compile failed: $src"
 }
 export -f compile
-export CFLAGS B
+export CFLAGS B CPU_KERNEL_FLAGS
 t0=$(date +%s)
 : > "$B/build.log"
 printf '%s\n' "${LIB_SRC[@]}" bench/bench_dist.c bench/bench_gpt.c bench/bench_parallel.c \
@@ -80,7 +81,7 @@ if [[ ",$STAGES," == *",check,"* ]]; then
         $LIBS -l:libcheck.a -l:libsubunit.a -lrt >> "$B/build.log" 2>&1 || echo "link failed: awl-check"
 fi
 if [[ ",$STAGES," == *",kernels,"* && ${KERNELS:-matmul} == attention ]]; then
-    gcc $CFLAGS -fno-trapping-math -fno-math-errno -DAWL_CPU_ATTENTION_AVX2_TILES -c \
+    gcc $CFLAGS $CPU_KERNEL_FLAGS -DAWL_CPU_ATTENTION_AVX2_TILES -c \
         backends/cpu/cpu_attention.c -o "$B/obj/attention_avx2.o" >> "$B/build.log" 2>&1
     gcc -fopenmp -o "$B/bin/bench_kernels_avx2_tiles" "$B/obj/bench_bench_kernels.c.o" "$B/obj/attention_avx2.o" \
         $(printf '%s\n' "${LIB_OBJ[@]}" | grep -v cpu_attention) $LIBS >> "$B/build.log" 2>&1 ||
