@@ -306,14 +306,16 @@ typedef struct awl_backend {
      * the weights before dropout.
      *
      * dropout: NULL or p == 0 for none; otherwise weight (b, h, i, j) is
-     * kept, and multiplied by 1 / (1 - p), where awl_dropout_keep(seed,
-     * offset, awl_attention_dropout_index(b, h, i, j, H, T, T), threshold)
-     * says so (common/dropout.h): a pure function of the position, which
-     * the backward computes again (no mask is stored) and which is the mask
-     * the composed path draws from the same generator state. A backend
-     * without dropout returns AWL_ERR_UNSUPPORTED for p > 0, and the
-     * framework composes (softmax, awl_dropout, matmul). The backward gets
-     * the forward's arguments. */
+     * kept, and multiplied by awl_attention_dropout_scale(threshold), where
+     * awl_attention_dropout_keep(seed, offset, awl_attention_dropout_row(b,
+     * h, i, H, T), j, T, threshold) says so, threshold =
+     * awl_attention_dropout_threshold(p) (common/dropout.h: 8-bit
+     * decisions, sixteen keys a Philox block): a pure function of the
+     * position, which the backward computes again (no mask is stored) and
+     * which is the mask the composed path applies for the same generator
+     * state. A backend without dropout returns AWL_ERR_UNSUPPORTED for p >
+     * 0, and the framework composes (softmax, the same mask, matmul). The
+     * backward gets the forward's arguments. */
     int (*attention_forward)(const awl_view *out, const awl_view *lse, const awl_view *q,
                              const awl_view *k, const awl_view *v, double scale, bool causal,
                              const awl_dropout_args *dropout);

@@ -11,10 +11,10 @@
  * backward (and an activation-checkpointing replay, which puts the
  * generator back where it was) computes the same one again.
  *
- * Attention dropout acts on the (B, H, T, S) attention weights, element
- * ((b H + h) T + i) S + j for batch b, head h, query i and key j: the
- * row-major order of the composed path's weight tensor, so the fused and
- * the composed computations drop the same weights.
+ * Attention dropout has a mask of its own, drawn four times more cheaply:
+ * 8-bit decisions, sixteen to a Philox block (the functions at the end).
+ * The fused kernels and the composed path both draw it, so they drop the
+ * same weights.
  *
  * Shared by the CPU and CUDA backends and the framework (host and device
  * code).
@@ -77,12 +77,70 @@ static inline AWL_HOST_DEVICE unsigned awl_dropout_keep4(uint64_t seed, uint64_t
     return (bits >> w) & 15u;
 }
 
-/* Element index of attention weight (b, h, i, j) in a (B, H, T, S) mask. */
-static inline AWL_HOST_DEVICE uint64_t awl_attention_dropout_index(int64_t b, int64_t h, int64_t i,
-                                                                   int64_t j, int64_t H, int64_t T,
-                                                                   int64_t S)
+/* ---- attention dropout ---------------------------------------------------------
+ *
+ * The (..., T, S) attention weights are a stack of rows, row r being query
+ * i of head h of batch b, r = (b H + h) T + i for (B, H, T, S) weights.
+ * Each row is cut into chunks of 16 keys, and chunk c of row r is Philox
+ * block offset + r ceil(S / 16) + c, so a draw over R rows reserves R
+ * ceil(S / 16) blocks. Key j's decision is byte j % 16 of its chunk's
+ * block (word (j % 16) / 4, bits 8 (j % 4) up): the weight is kept when
+ * the byte is below round((1 - p) 256).
+ *
+ * So attention acts on p rounded to a multiple of 1/256 (0.1 acts as
+ * 0.1016, 0.2 as 0.1992), and a kept weight is multiplied by 256 /
+ * threshold, the inverse of the probability it is kept with, which leaves
+ * the expectation unchanged. In exchange a block gives sixteen decisions
+ * instead of four: in the tensor-core kernels the generator was most of
+ * what dropout cost. */
+
+/* The byte that keeps a weight must be below this: round((1 - p) 256), in
+ * [0, 256]. */
+static inline AWL_HOST_DEVICE uint32_t awl_attention_dropout_threshold(double p)
 {
-    return (uint64_t)(((b * H + h) * T + i) * S + j);
+    double t = floor((1.0 - p) * 256.0 + 0.5);
+    return t <= 0.0 ? 0u : t >= 256.0 ? 256u : (uint32_t)t;
+}
+
+/* What a kept weight is multiplied by: 256 / threshold (0 when nothing is
+ * kept). */
+static inline AWL_HOST_DEVICE double awl_attention_dropout_scale(uint32_t threshold)
+{
+    return threshold ? 256.0 / threshold : 0.0;
+}
+
+/* Chunks of 16 keys in a row of S. */
+static inline AWL_HOST_DEVICE uint64_t awl_attention_dropout_chunks(int64_t S)
+{
+    return (uint64_t)(S + 15) / 16;
+}
+
+/* Row r of (B, H, T, S) weights for batch b, head h, query i. */
+static inline AWL_HOST_DEVICE uint64_t awl_attention_dropout_row(int64_t b, int64_t h, int64_t i,
+                                                                 int64_t H, int64_t T)
+{
+    return (uint64_t)((b * H + h) * T + i);
+}
+
+/* The keep bits of chunk c of row r (bit u: key 16 c + u), rows of S keys. */
+static inline AWL_HOST_DEVICE unsigned awl_attention_dropout_bits(uint64_t seed, uint64_t offset,
+                                                                  uint64_t r, uint64_t c, int64_t S,
+                                                                  uint32_t threshold)
+{
+    awl_philox_block blk = awl_philox4x32(seed, offset + r * awl_attention_dropout_chunks(S) + c);
+    unsigned bits = 0;
+    for (unsigned u = 0; u < 16; u++)
+        bits |= (unsigned)((blk.w[u / 4] >> (8 * (u % 4)) & 255u) < threshold) << u;
+    return bits;
+}
+
+/* Whether weight (r, j) is kept. */
+static inline AWL_HOST_DEVICE bool awl_attention_dropout_keep(uint64_t seed, uint64_t offset,
+                                                              uint64_t r, int64_t j, int64_t S,
+                                                              uint32_t threshold)
+{
+    return awl_attention_dropout_bits(seed, offset, r, (uint64_t)j / 16, S, threshold) >> (j % 16) &
+           1u;
 }
 
 #endif

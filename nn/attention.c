@@ -8,9 +8,10 @@
  * the output and one log-sum-exp per query row, and its backward recomputes
  * the scores from q, k and the log-sum-exp; no (T, T) matrix is stored.
  * With dropout, the fused kernel takes the generator's state (seed, offset)
- * and draws the mask of the composed path's (B, H, T, T) weights from it
- * (common/dropout.h); the node keeps the state, and the backward (and a
- * checkpointed block's replay, which resets the generator) draws it again.
+ * and draws the attention mask of common/dropout.h from it; the composed
+ * path multiplies its (B, H, T, T) weights by the same mask. The node keeps
+ * the state, and the backward (and a checkpointed block's replay, which
+ * resets the generator) draws it again.
  *
  * Layout is where the copies hide. c_attn produces q, k and v side by side,
  * (B, T, 3C); a head is every D-th slice of a third of that. All of these
@@ -62,23 +63,18 @@ static const awl_dropout_args *ctx_dropout(const attn_ctx *c)
     return c->dropout.p > 0.0 ? &c->dropout : NULL;
 }
 
-/* Draws attention dropout over n weights from the global generator into d;
- * *before is the offset to give the draw back (give_back_dropout) when the
- * fused kernel declines and the composed path draws it instead. NULL for
- * p = 0. */
-static const awl_dropout_args *take_dropout(double p, int64_t n, awl_dropout_args *d,
-                                            uint64_t *before)
+/* Draws attention dropout over `rows` rows of S weights from the global
+ * generator into d: the blocks of common/dropout.h's attention mask. NULL
+ * for p = 0. The fused kernel and, where it declines, the composed path get
+ * the same draw. */
+static const awl_dropout_args *take_dropout(double p, int64_t rows, int64_t S, awl_dropout_args *d)
 {
     if (p == 0.0) return NULL;
     d->p = p;
-    awl_rng_get_state(&d->seed, before);
-    d->offset = awl_rng_reserve((uint64_t)n);
+    awl_rng_get_state(&d->seed, NULL);
+    /* awl_rng_reserve counts elements, four to a block */
+    d->offset = awl_rng_reserve(4 * (uint64_t)rows * awl_attention_dropout_chunks(S));
     return d;
-}
-
-static void give_back_dropout(const awl_dropout_args *d, uint64_t before)
-{
-    if (d) awl_rng_set_state(d->seed, before);
 }
 
 /* ---- the composed computation ------------------------------------------------------ */
@@ -117,11 +113,35 @@ static awl_tensor *attention_weights(awl_tensor *q, awl_tensor *k, double scale,
     return awl_softmax(attention_scores(q, k, scale, causal, 0), -1);
 }
 
+/* p (..., T, S) times the multipliers of attention dropout draw d
+ * (common/dropout.h), built on the host: the composed path's dropout, taken
+ * only where no fused kernel runs. */
+static awl_tensor *attention_dropout(awl_tensor *p, const awl_dropout_args *d)
+{
+    if (!p) return NULL;
+    const int64_t S = p->shape[p->ndim - 1], rows = S ? awl_numel(p) / S : 0;
+    const uint32_t threshold = awl_attention_dropout_threshold(d->p);
+    const float scale = (float)awl_attention_dropout_scale(threshold);
+    float *m = awl_xmalloc((size_t)(rows * S > 0 ? rows * S : 1) * sizeof *m);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < S; j++)
+            m[r * S + j] =
+                awl_attention_dropout_keep(d->seed, d->offset, (uint64_t)r, j, S, threshold) ? scale
+                                                                                             : 0.0f;
+    char device[32];
+    awl_tensor *mask =
+        awl_tensor_cast(awl_from_data(m, p->ndim, p->shape, AWL_F32,
+                                      awl_tensor_device_name(p, device, sizeof device)),
+                        p->dtype);
+    free(m);
+    return awl_mul(p, mask);
+}
+
 static awl_tensor *sdpa_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, double scale,
-                                 bool causal, double dropout_p)
+                                 bool causal, const awl_dropout_args *drop)
 {
     awl_tensor *p = attention_weights(q, k, scale, causal);
-    if (dropout_p > 0.0) p = awl_dropout(p, dropout_p, true);
+    if (drop) p = attention_dropout(p, drop);
     return awl_matmul(p, v);
 }
 
@@ -135,9 +155,9 @@ static void sdpa_grad_composed(awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_
                                awl_tensor **dq, awl_tensor **dk, awl_tensor **dv)
 {
     awl_tensor *p = attention_weights(q, k, scale, causal);
-    if (dv) *dv = awl_matmul(awl_transpose(drop ? awl_nn_dropout_at(p, drop) : p, -2, -1), dout);
+    if (dv) *dv = awl_matmul(awl_transpose(drop ? attention_dropout(p, drop) : p, -2, -1), dout);
     awl_tensor *dp = awl_matmul(dout, awl_transpose(v, -2, -1));
-    if (drop) dp = awl_nn_dropout_at(dp, drop);
+    if (drop) dp = attention_dropout(dp, drop);
     awl_tensor *ds = awl_mul(p, awl_sub(dp, awl_sum(awl_mul(dp, p), AWL_DIMS(-1), true)));
     if (dq) *dq = awl_mul_scalar(awl_matmul(ds, k), scale);
     if (dk) *dk = awl_mul_scalar(awl_matmul(awl_transpose(ds, -2, -1), q), scale);
@@ -260,20 +280,18 @@ awl_tensor *awl_scaled_dot_product_attention(awl_tensor *q, awl_tensor *k, awl_t
         return NULL;
     }
     double scale = 1.0 / sqrt((double)q->shape[q->ndim - 1]);
+    int64_t rows = 1; /* of the (..., T, S) weights */
+    for (int i = 0; i < q->ndim - 1; i++) rows *= q->shape[i];
+    awl_dropout_args d;
+    const awl_dropout_args *drop = take_dropout(dropout_p, rows, k->shape[k->ndim - 2], &d);
     bool unsupported = true;
     awl_tensor *out = NULL;
     if (q->ndim == 4 && awl_same_shape(q, k) && awl_same_shape(q, v) &&
         awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, q) &&
         awl_check_same_device(op, q, k) == 0 && awl_check_same_device(op, q, v) == 0 &&
-        q->dtype == k->dtype && q->dtype == v->dtype) {
-        awl_dropout_args d;
-        uint64_t before;
-        const awl_dropout_args *drop = take_dropout(
-            dropout_p, q->shape[0] * q->shape[1] * q->shape[2] * q->shape[2], &d, &before);
+        q->dtype == k->dtype && q->dtype == v->dtype)
         out = sdpa_fused(q, k, v, scale, causal, drop, &unsupported);
-        if (!out && unsupported) give_back_dropout(drop, before);
-    }
-    if (!out && unsupported) out = sdpa_composed(q, k, v, scale, causal, dropout_p);
+    if (!out && unsupported) out = sdpa_composed(q, k, v, scale, causal, drop);
     return out;
 }
 
@@ -385,21 +403,17 @@ awl_tensor *awl_attention_qkv(awl_tensor *qkv, int n_head, bool causal, double d
         return NULL;
     }
     double scale = 1.0 / sqrt((double)(qkv->shape[2] / 3 / n_head));
+    const int64_t T = qkv->shape[1];
+    awl_dropout_args d;
+    const awl_dropout_args *drop = take_dropout(dropout_p, qkv->shape[0] * n_head * T, T, &d);
     bool unsupported = true;
     awl_tensor *out = NULL;
-    if (awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, qkv) && awl_dtype_is_float(qkv->dtype)) {
-        awl_dropout_args d;
-        uint64_t before;
-        int64_t T = qkv->shape[1];
-        const awl_dropout_args *drop =
-            take_dropout(dropout_p, qkv->shape[0] * n_head * T * T, &d, &before);
+    if (awl_fused_available(AWL_KERNEL_ATTENTION_FORWARD, qkv) && awl_dtype_is_float(qkv->dtype))
         out = attention_qkv_fused(qkv, n_head, causal, scale, drop, &unsupported);
-        if (!out && unsupported) give_back_dropout(drop, before);
-    }
     if (out || !unsupported) return out;
     awl_tensor *heads[3];
     if (split_heads(qkv, n_head, heads) < 0) return NULL;
-    return merge_heads(sdpa_composed(heads[0], heads[1], heads[2], scale, causal, dropout_p));
+    return merge_heads(sdpa_composed(heads[0], heads[1], heads[2], scale, causal, drop));
 }
 
 /* ---- attention over a key/value cache (generation) ------------------------------------- */

@@ -554,6 +554,40 @@ START_TEST(test_dropout)
     ck_assert_ptr_null(awl_dropout(x, -0.1, true));
     ck_assert(strstr(awl_last_error(), "awl_dropout: probability -0.1 is outside [0, 1]") != NULL);
 
+    /* attention's mask: 8-bit decisions, so p acts rounded to a multiple
+     * of 1/256, and kept weights are scaled by the inverse of the rate
+     * actually kept; a row of 20 keys takes two blocks, its own */
+    ck_assert_uint_eq(awl_attention_dropout_threshold(0.1), 230);
+    ck_assert_uint_eq(awl_attention_dropout_threshold(0.2), 205);
+    ck_assert_uint_eq(awl_attention_dropout_threshold(0.0), 256);
+    ck_assert_uint_eq(awl_attention_dropout_threshold(1.0), 0);
+    ck_assert_double_eq(awl_attention_dropout_scale(0), 0.0);
+    ck_assert_double_eq(awl_attention_dropout_scale(205), 256.0 / 205.0);
+    int64_t att_kept = 0;
+    for (uint64_t r = 0; r < 4096; r++)
+        for (int64_t j = 0; j < 20; j++) {
+            bool k = awl_attention_dropout_keep(7, 3, r, j, 20, 230);
+            ck_assert(
+                k ==
+                (awl_attention_dropout_bits(7, 3, r, (uint64_t)j / 16, 20, 230) >> (j % 16) & 1u));
+            att_kept += k;
+        }
+    ck_assert_double_eq_tol((double)att_kept / (4096.0 * 20.0), 230.0 / 256.0, 0.005);
+    ck_assert_uint_eq(awl_attention_dropout_bits(7, 3, 0, 1, 20, 230) & 15u,
+                      awl_attention_dropout_bits(7, 3 + 1, 0, 0, 20, 230) & 15u);
+    {
+        /* through the attention itself: with equal scores every weight is
+         * 1/T, so with v = 1 each output is (kept weights) * scale / T,
+         * whose mean is 1: the dropout leaves the expectation alone */
+        awl_scope_begin();
+        int64_t B = 8, H = 4, T = 64, D = 8;
+        awl_tensor *q = awl_zeros(AWL_SHAPE(B, H, T, D), AWL_F32, dev);
+        awl_tensor *v = awl_ones(AWL_SHAPE(B, H, T, D), AWL_F32, dev);
+        double mean = awl_item(awl_mean_all(awl_scaled_dot_product_attention(q, q, v, false, 0.1)));
+        ck_assert_double_eq_tol(mean, 1.0, 0.01);
+        awl_scope_end();
+    }
+
     /* dropout_add: x + dropout(h); h a permuted view, then both contiguous
      * (the fused kernel where the backend has it for float64) */
     awl_tensor *xh[2] = {awl_gc_randn(AWL_SHAPE(2, 4, 6)), awl_gc_permuted(AWL_SHAPE(2, 4, 6))};

@@ -26,8 +26,9 @@
  * are summed column by column once all rows are done. The loops run over
  * ROWS query rows at a time (see ROWS below).
  *
- * Dropout (p > 0) multiplies weight j of row r by m_j, 1 / (1 - p) where
- * common/dropout.h keeps it and 0 where it drops it, recomputed in the
+ * Dropout (p > 0) multiplies weight j of row r by m_j, 256 / threshold
+ * where common/dropout.h's attention mask keeps it (1 / (1 - p) with p
+ * rounded to a multiple of 1/256) and 0 where it drops it, recomputed in the
  * backward from the generator state the forward got (one row of m sits in
  * the scratch):
  *
@@ -234,16 +235,17 @@ static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n
         }
 }
 
-/* A row's dropout multipliers: m[j] = scale where element first + j of the
- * mask keeps, 0 where it drops, for j < n; each Philox block computed once. */
+/* A row's dropout multipliers: m[j] = scale where key j of row r (of
+ * rows of S keys) keeps in common/dropout.h's attention mask, 0 where it
+ * drops, for j < n; one Philox block per 16 keys. */
 static void dropout_row(float *m, int64_t n, const awl_dropout_args *d, uint32_t threshold,
-                        float scale, uint64_t first)
+                        float scale, uint64_t r, int64_t S)
 {
-    for (int64_t j = 0; j < n;) {
-        uint64_t e = first + (uint64_t)j;
-        awl_philox_block blk = awl_philox4x32(d->seed, d->offset + e / 4);
-        for (unsigned w = (unsigned)(e % 4); w < 4 && j < n; w++, j++)
-            m[j] = (blk.w[w] >> 8) < threshold ? scale : 0.0f;
+    for (int64_t c = 0; c * 16 < n; c++) {
+        unsigned bits =
+            awl_attention_dropout_bits(d->seed, d->offset, r, (uint64_t)c, S, threshold);
+        for (int64_t j = c * 16; j < n && j < c * 16 + 16; j++)
+            m[j] = bits >> (j - c * 16) & 1u ? scale : 0.0f;
     }
 }
 
@@ -280,8 +282,8 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     /* k transposed, a tile of scores, a zero row, a sink row and a row of
      * dropout multipliers */
     const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp;
-    const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
-    const float keep_scale = drop ? (float)awl_dropout_scale(drop->p) : 1.0f;
+    const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
+    const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory (%d x %lld floats)",
@@ -315,7 +317,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                 const float inv = 1.0f / sum;
                 if (drop) {
                     dropout_row(mrow, nr, drop, threshold, keep_scale,
-                                awl_attention_dropout_index(b, i, r, 0, H, T, T));
+                                awl_attention_dropout_row(b, i, r, H, T), T);
 #pragma omp simd
                     for (int64_t j = 0; j < nr; j++) p[j] *= inv * mrow[j];
                 } else {
@@ -353,8 +355,8 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
      * by column after all rows are done; a zero row, a sink row and a row
      * of dropout multipliers, and each row's dO_r . out_r */
     const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T;
-    const uint32_t threshold = drop ? awl_dropout_threshold(drop->p) : 0;
-    const float keep_scale = drop ? (float)awl_dropout_scale(drop->p) : 1.0f;
+    const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
+    const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM,
@@ -397,7 +399,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 float *p = P + r * ld, *ds = dS + r * ld;
                 if (drop) {
                     dropout_row(mrow, nr, drop, threshold, keep_scale,
-                                awl_attention_dropout_index(b, i, r, 0, H, T, T));
+                                awl_attention_dropout_row(b, i, r, H, T), T);
 #pragma omp simd
                     for (int64_t j = 0; j < nr; j++) {
                         const float e = cpu_expf(p[j] - l);

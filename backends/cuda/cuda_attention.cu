@@ -414,8 +414,8 @@ bool dims_ok(const int64_t *shape, att_dims *a, double scale, bool causal,
     a->causal = causal;
     if (drop && drop->p > 0.0) {
         a->dropout = true;
-        a->keep_threshold = awl_dropout_threshold(drop->p);
-        a->drop_scale = (float)awl_dropout_scale(drop->p);
+        a->keep_threshold = awl_attention_dropout_threshold(drop->p);
+        a->drop_scale = (float)awl_attention_dropout_scale(a->keep_threshold);
         a->seed = drop->seed;
         a->offset = drop->offset;
     }

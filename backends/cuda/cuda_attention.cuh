@@ -25,7 +25,8 @@ struct lse_ref {
 };
 
 /* Dropout (when `dropout`): weight (b, h, i, j) is multiplied by
- * drop_scale = 1 / (1 - p) where common/dropout.h keeps it, else by 0. */
+ * drop_scale = 256 / keep_threshold where common/dropout.h's attention mask
+ * keeps it, else by 0. */
 struct att_dims {
     int B, H, T, D;
     float scale;
@@ -47,21 +48,32 @@ static __device__ __forceinline__ bool att_visible(int q, int k, const att_dims 
     return k < a.T && q < a.T && (!a.causal || k <= q);
 }
 
+/* Keep bits of weights (b, h, query, 16 chunk + u), u < 16 (bit u): one
+ * Philox block, the bits of awl_attention_dropout_bits. Its sixteen byte
+ * comparisons are four SIMD ones here (__vcmpltu4: 0xff in each byte below
+ * the threshold's), each word's four results gathered into four bits by
+ * one multiplication (byte k's low bit lands on bit 24 + k). */
+static __device__ __forceinline__ unsigned att_keep16(const att_dims &a, int b, int h, int query,
+                                                      int chunk)
+{
+    if (a.keep_threshold > 255) return 0xffffu; /* p rounds to 0: all kept */
+    uint64_t r = awl_attention_dropout_row(b, h, query, a.H, a.T);
+    awl_philox_block blk =
+        awl_philox4x32(a.seed, a.offset + r * awl_attention_dropout_chunks(a.T) + chunk);
+    unsigned bits = 0, thr = a.keep_threshold * 0x01010101u;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        unsigned lt = __vcmpltu4(blk.w[w], thr) & 0x01010101u;
+        bits |= (lt * 0x01020408u) >> 24 << (4 * w);
+    }
+    return bits;
+}
+
 /* The dropout multiplier of weight (b, h, query, key): drop_scale or 0. */
 static __device__ __forceinline__ float att_dropout(const att_dims &a, int b, int h, int query,
                                                     int key)
 {
-    uint64_t e = awl_attention_dropout_index(b, h, query, key, a.H, a.T, a.T);
-    return awl_dropout_keep(a.seed, a.offset, e, a.keep_threshold) ? a.drop_scale : 0.0f;
-}
-
-/* Keep bits of weights (b, h, query, key + u), u < 4 (bit u): one Philox
- * block when T and key are multiples of 4. */
-static __device__ __forceinline__ unsigned att_keep4(const att_dims &a, int b, int h, int query,
-                                                     int key)
-{
-    uint64_t e = awl_attention_dropout_index(b, h, query, key, a.H, a.T, a.T);
-    return awl_dropout_keep4(a.seed, a.offset, e, a.keep_threshold);
+    return att_keep16(a, b, h, query, key / 16) >> (key % 16) & 1u ? a.drop_scale : 0.0f;
 }
 
 /* Forward on tensor cores (cuda_attention_mma.cu): bfloat16 on bf16 mma,

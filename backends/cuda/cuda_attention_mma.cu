@@ -64,11 +64,12 @@
  * softmax) and before they meet V; the backward recomputes the same
  * multipliers M for dV += (M P)^T dO and dP = M (dO V^T), and dS = P (dP -
  * D) keeps its form (D = rowsum(dO O) is still rowsum(P dP)). A Philox
- * block is four neighbouring keys of one query; the lanes of a warp draw
- * each block of their tile once, one a lane, and hand each other the keep
- * bits by shuffles (drop_rows; drop_bits_t where the dK/dV walk holds
- * queries along the fragment's columns), so a weight costs a quarter of a
- * Philox block in each kernel that needs it.
+ * block is sixteen neighbouring keys of one query (8-bit decisions); the
+ * lanes of a warp draw each block of their tile once, two a lane, and hand
+ * each other the keep bits by shuffles (drop_rows; drop_words_t and
+ * drop_bits_t where the dK/dV walk holds queries along the fragment's
+ * columns), so a weight costs a sixteenth of a Philox block in each kernel
+ * that needs it.
  */
 #include <cuda_bf16.h>
 
@@ -432,45 +433,54 @@ __device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
 
 /* Multiplies a warp's 16 x 64 tile w of weights (C fragments: lane (g, t)
  * holds query rows row and row + 8, keys key0 + nb * 8 + 2 t and + 1, row
- * = the warp's first row + g) by their dropout multipliers. A column
- * block's four Philox blocks per quad (rows row, row + 8 by keys nb * 8 +
- * 0..3, 4..7) are one per lane: lane t draws row + 8 (t & 1), keys
- * 4 (t >> 1) on, and two shuffles bring each lane its bits. */
+ * = the warp's first row + g; key0 a multiple of 64) by their dropout
+ * multipliers. The quad's two rows are eight Philox blocks of 16 keys
+ * (chunks m = 0..3 of each row), two a lane: lane t draws row + 8 (t & 1),
+ * chunks 2 (t >> 1) and 2 (t >> 1) + 1, as one word of 32 keep bits, and
+ * four shuffles bring each lane the words of the quad. */
 __device__ __forceinline__ void drop_rows(float w[8][4], const att_dims &a, int b, int h, int row,
                                           int key0, int lane)
 {
     int t = lane % 4, quad = lane - t;
+    int r = row + 8 * (t & 1), c = key0 / 16 + 2 * (t >> 1);
+    unsigned mine = att_keep16(a, b, h, r, c) | att_keep16(a, b, h, r, c + 1) << 16;
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-        unsigned mine = att_keep4(a, b, h, row + 8 * (t & 1), key0 + nb * 8 + 4 * (t >> 1));
+    for (int s = 0; s < 4; s++) { /* lane s of the quad: row + 8 (s & 1), chunks 2 (s >> 1) on */
+        unsigned word = __shfl_sync(0xffffffffu, mine, quad + s);
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            unsigned bits =
-                __shfl_sync(0xffffffffu, mine, quad + 2 * (t >> 1) + i) >> (2 * (t & 1));
-            w[nb][2 * i] *= bits & 1u ? a.drop_scale : 0.0f;
-            w[nb][2 * i + 1] *= bits & 2u ? a.drop_scale : 0.0f;
+        for (int half = 0; half < 4; half++) { /* 8 keys: nb 4 (s >> 1) + half */
+            unsigned pair = word >> (8 * half + 2 * t);
+            float *x = &w[4 * (s >> 1) + half][2 * (s & 1)];
+            x[0] *= pair & 1u ? a.drop_scale : 0.0f;
+            x[1] *= pair & 2u ? a.drop_scale : 0.0f;
         }
     }
 }
 
+/* The keep words of a dK/dV pair (query tile q0, the warp's 16 keys
+ * key0..key0 + 15, key0 a multiple of 16): lane l draws query q0 + l (low
+ * 16 bits) and q0 + 32 + l (high), one Philox block each. */
+__device__ __forceinline__ unsigned drop_words_t(const att_dims &a, int b, int h, int q0, int key0,
+                                                 int lane)
+{
+    return att_keep16(a, b, h, q0 + lane, key0 / 16) |
+           att_keep16(a, b, h, q0 + 32 + lane, key0 / 16) << 16;
+}
+
 /* The keep bits of a lane's four weights in column block nb of a dK/dV
- * tile (lane (g, t): keys key0 + g + 8 i, queries qb + 2 t + j, as bit
- * 2 i + j of the C fragment). The block's 8 queries x 16 keys are 32
- * Philox blocks of four keys: lane (g, t) draws query qb + 2 t + (g & 1),
- * keys key0 + 4 (g >> 1) on, and four shuffles bring each lane its bits. */
-__device__ __forceinline__ unsigned drop_bits_t(const att_dims &a, int b, int h, int qb, int key0,
-                                                int lane)
+ * tile (lane (g, t): keys key0 + g + 8 i, queries q0 + nb * 8 + 2 t + j, as
+ * bit 2 i + j of the C fragment), from the warp's words (drop_words_t):
+ * two shuffles. */
+__device__ __forceinline__ unsigned drop_bits_t(unsigned words, int nb, int lane)
 {
     int g = lane / 4, t = lane % 4;
-    unsigned mine = att_keep4(a, b, h, qb + 2 * t + (g & 1), key0 + 4 * (g >> 1));
     unsigned bits = 0;
 #pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            unsigned src = __shfl_sync(0xffffffffu, mine, (2 * (g / 4 + 2 * i) + j) * 4 + t);
-            bits |= (src >> (g % 4) & 1u) << (2 * i + j);
-        }
+    for (int j = 0; j < 2; j++) {
+        int qc = nb * 8 + 2 * t + j; /* the query within the tile */
+        unsigned src = __shfl_sync(0xffffffffu, words, qc % 32) >> (16 * (qc / 32) + g);
+        bits |= (src & 1u) << j | (src >> 8 & 1u) << (2 + j);
+    }
     return bits;
 }
 
@@ -635,9 +645,10 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
     M::template scores<DP>(p, kf, Qs, lane);    /* S^T: keys x queries */
     M::template scores<DP>(dst, vf, dOs, lane); /* dP^T */
     bool mask = needs_mask(q0, k0, a);
+    unsigned words = DROP ? drop_words_t(a, b, h, q0, k0 + r0, lane) : 0u;
 #pragma unroll
     for (int nb = 0; nb < 8; nb++) {
-        unsigned keep = DROP ? drop_bits_t(a, b, h, q0 + nb * 8, k0 + r0, lane) : 15u;
+        unsigned keep = DROP ? drop_bits_t(words, nb, lane) : 15u;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);

@@ -377,21 +377,23 @@ static awl_tensor *attention_lse(awl_tensor *q, awl_tensor *k, double scale, boo
 }
 
 /* The dropout mask of the (B, H, T, T) weights as a float64 CPU tensor:
- * 1 / (1 - p) where common/dropout.h keeps weight (b, h, i, j), else 0. */
+ * 256 / threshold where common/dropout.h's attention mask keeps weight
+ * (b, h, i, j), else 0. */
 static awl_tensor *attention_dropout_mask(const awl_dropout_args *d, const int64_t *s)
 {
     const int64_t B = s[0], H = s[1], T = s[2], n = B * H * T * T;
-    const uint32_t threshold = awl_dropout_threshold(d->p);
+    const uint32_t threshold = awl_attention_dropout_threshold(d->p);
     double *m = awl_xmalloc((size_t)n * sizeof *m);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < T; i++)
-                for (int64_t j = 0; j < T; j++) {
-                    uint64_t e = awl_attention_dropout_index(b, h, i, j, H, T, T);
-                    m[e] = awl_dropout_keep(d->seed, d->offset, e, threshold)
-                               ? awl_dropout_scale(d->p)
-                               : 0.0;
-                }
+            for (int64_t i = 0; i < T; i++) {
+                uint64_t r = awl_attention_dropout_row(b, h, i, H, T);
+                for (int64_t j = 0; j < T; j++)
+                    m[(int64_t)r * T + j] =
+                        awl_attention_dropout_keep(d->seed, d->offset, r, j, T, threshold)
+                            ? awl_attention_dropout_scale(threshold)
+                            : 0.0;
+            }
     awl_tensor *t = awl_from_data(m, AWL_SHAPE(B, H, T, T), AWL_F64, "cpu");
     free(m);
     return t;
