@@ -24,7 +24,8 @@
  * against a float64 reference.
  *
  * Optional fused kernels: softmax, layernorm, cross-entropy, attention (with
- * or without dropout), dropout, GELU backward, matmul with a bias, AdamW.
+ * or without dropout), dropout, dropout_add, add_dropout, GELU backward,
+ * matmul with a bias, AdamW.
  * A NULL pointer, a dtype the backend's `supports` declines, or a return of
  * AWL_ERR_UNSUPPORTED (for a shape or layout the kernel does not handle; no
  * error message is recorded) makes the framework compose the same
@@ -344,6 +345,15 @@ typedef struct awl_backend {
      * (bfloat16 under autocast); all three one shape, contiguous. Its
      * backward needs no kernel of its own: dx = dout, dh = dropout(dout). */
     int (*dropout_add)(const awl_view *out, const awl_view *x, const awl_view *h,
+                       const awl_dropout_args *args);
+
+    /* A sum that is dropped as a whole (a GPT's token plus position
+     * embeddings): out = keep_i (x_i + h_(i mod n)) / (1 - p), keep_i as in
+     * dropout for element i of out, n = h's element count, which divides
+     * x's (h repeats over x's leading axes). out, x, h one dtype,
+     * contiguous; 0 < p < 1. Its backward needs no kernel of its own: dx =
+     * dropout(dout), dh = dx summed over the repeats. */
+    int (*add_dropout)(const awl_view *out, const awl_view *x, const awl_view *h,
                        const awl_dropout_args *args);
 
     /* dx = dy * gelu'(x) (tanh form), all three the same shape: GELU's

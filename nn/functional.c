@@ -268,6 +268,70 @@ awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool trainin
     return out;
 }
 
+/* ---- add_dropout: x (..., S), h (S) -> out (..., S) ------------------------------ */
+
+/* dx = dropout(grad) (the mask again, from the draw); dh = dx summed over
+ * the axes h repeats along. */
+static int add_dropout_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const awl_dropout_args *d = awl_node_ctx(node);
+    awl_tensor *g = awl_nn_dropout_at(grad, d);
+    if (awl_node_needs_grad(node, 0)) grads[0] = g;
+    if (awl_node_needs_grad(node, 1)) {
+        const awl_node_input *h = &node->inputs[1];
+        int64_t nh = 1;
+        for (int i = 0; i < h->ndim; i++) nh *= h->shape[i];
+        grads[1] = awl_reshape(
+            awl_sum(awl_reshape(g, AWL_SHAPE(awl_numel(g) / nh, nh)), AWL_DIMS(0), false), h->ndim,
+            h->shape);
+    }
+    return AWL_OK;
+}
+
+awl_tensor *awl_add_dropout(awl_tensor *x, awl_tensor *h, double p, bool training)
+{
+    if (!x || !h) return NULL;
+    const char *op = "awl_add_dropout";
+    if (!(p >= 0.0 && p <= 1.0)) {
+        awl_error(AWL_ERR_INVALID, "%s: probability %g is outside [0, 1]", op, p);
+        return NULL;
+    }
+    bool trailing = h->ndim <= x->ndim;
+    for (int d = 0; trailing && d < h->ndim; d++)
+        trailing = h->shape[d] == x->shape[x->ndim - h->ndim + d];
+    if (!awl_dtype_is_float(x->dtype) || h->dtype != x->dtype || !trailing) {
+        char s1[160], s2[160];
+        awl_error(AWL_ERR_INVALID,
+                  "%s: x %s %s and h %s %s must be float tensors of one dtype, h's shape x's "
+                  "last axes",
+                  op, awl_dtype_name(x->dtype), awl_shape_str(x, s1, sizeof s1),
+                  awl_dtype_name(h->dtype), awl_shape_str(h, s2, sizeof s2));
+        return NULL;
+    }
+    if (!training || p == 0.0) return awl_add(x, h);
+    awl_dropout_args d = {p, 0, 0};
+    awl_rng_get_state(&d.seed, NULL);
+    d.offset = awl_rng_reserve((uint64_t)awl_numel(x));
+    awl_scope_begin();
+    awl_tensor *out = NULL;
+    int status = AWL_ERR_UNSUPPORTED;
+    if (p < 1.0 && awl_numel(h) > 0 && awl_fused_available(AWL_KERNEL_ADD_DROPOUT, x)) {
+        out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+        status = out ? awl_tensor_add_dropout(out, x, h, &d) : AWL_ERR_OOM;
+        if (status != AWL_OK) out = NULL;
+    }
+    if (status == AWL_ERR_UNSUPPORTED) {
+        out = awl_nn_dropout_at(awl_add(x, h), &d);
+    } else if (out) {
+        awl_node *node = awl_node_record(out, "add_dropout", add_dropout_backward, 2,
+                                         (awl_tensor *[]){x, h}, sizeof d);
+        if (node) *(awl_dropout_args *)awl_node_ctx(node) = d;
+    }
+    out = awl_keep(out);
+    awl_scope_end();
+    return out;
+}
+
 /* ---- cross-entropy: logits (N, V) or (B, T, V), targets int32 -> scalar ----------- */
 
 typedef struct ce_ctx {

@@ -300,9 +300,9 @@ awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
     int64_t T = idx->shape[1];
     awl_tensor *wte = awl_module_get_param(g->wte, "weight");
     awl_tensor *wpe = awl_module_get_param(g->wpe, "weight");
-    awl_tensor *x = awl_add(awl_embedding(wte, idx),
-                            pos ? awl_embedding(wpe, pos) : awl_slice(wpe, 0, 0, T, 1));
-    x = awl_dropout(x, g->cfg.dropout, g->base.training);
+    awl_tensor *x = awl_add_dropout(awl_embedding(wte, idx),
+                                    pos ? awl_embedding(wpe, pos) : awl_slice(wpe, 0, 0, T, 1),
+                                    g->cfg.dropout, g->base.training);
     bool checkpoint = g->checkpointing && awl_is_grad_enabled();
     for (int i = 0; i < g->cfg.n_layer; i++) {
         g->segments[i] = (block_segment_ctx){g->blocks[i], awl_autocast_get()};

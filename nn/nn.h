@@ -320,6 +320,13 @@ awl_tensor *awl_dropout(awl_tensor *x, double p, bool training);
  * dropout, the cast and the addition, composed, draw the same mask. */
 awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool training);
 
+/* awl_dropout(x + h, p, training), h broadcast over x's leading axes (h's
+ * shape is x's last axes): a GPT's token and position embeddings, dropped
+ * together. With the backend's add_dropout kernel it is one pass (reading
+ * x and h, writing the result; no mask stored); otherwise the addition and
+ * the dropout, composed, draw the same mask. */
+awl_tensor *awl_add_dropout(awl_tensor *x, awl_tensor *h, double p, bool training);
+
 #ifdef __cplusplus
 }
 #endif

@@ -425,6 +425,40 @@ int awl_tensor_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
                          awl_trace_end(&k, awl_tensor_backend(x)->dropout_add(&vo, &vx, &vh, d)));
 }
 
+/* Whether h's shape is x's last h->ndim axes. */
+static bool trailing_shape(const awl_tensor *h, const awl_tensor *x)
+{
+    if (h->ndim > x->ndim) return false;
+    for (int d = 0; d < h->ndim; d++)
+        if (h->shape[d] != x->shape[x->ndim - h->ndim + d]) return false;
+    return true;
+}
+
+int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const awl_dropout_args *d)
+{
+    const char *op = "awl_tensor_add_dropout";
+    if (!out || !x || !h || !d) return AWL_ERR_INVALID;
+    if (check_devices(op, 3, (awl_tensor *[]){x, h, out}) < 0 ||
+        check_shape(op, "out", out, x) < 0 || check_dtype(op, "out", out, x->dtype) < 0 ||
+        check_dtype(op, "h", h, x->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!trailing_shape(h, x)) {
+        char s1[160], s2[160];
+        return awl_error(AWL_ERR_INVALID, "%s: h %s is not the last axes of x %s", op,
+                         awl_shape_str(h, s1, sizeof s1), awl_shape_str(x, s2, sizeof s2));
+    }
+    if (!awl_fused_available(AWL_KERNEL_ADD_DROPOUT, x) || !awl_is_contiguous(out) ||
+        !awl_is_contiguous(x) || !awl_is_contiguous(h) || !(d->p > 0.0 && d->p < 1.0) ||
+        awl_numel(out) == 0)
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), vx = awl_tensor_view(x), vh = awl_tensor_view(h);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "add_dropout", x, AWL_WORK(OUTPUT, 1), 1, 3,
+                    (const awl_view *[]){&vo, &vx, &vh});
+    return kernel_status(op,
+                         awl_trace_end(&k, awl_tensor_backend(x)->add_dropout(&vo, &vx, &vh, d)));
+}
+
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */
 
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)

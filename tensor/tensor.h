@@ -430,6 +430,11 @@ int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *
  * contiguous; 0 < d->p < 1 where d is given. */
 int awl_tensor_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h,
                            const awl_dropout_args *d);
+/* out = x + h with draw d's dropout mask applied to the sum; h's shape is
+ * x's last axes (h repeats over the others); out, x, h of one dtype and
+ * contiguous; 0 < d->p < 1. */
+int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h,
+                           const awl_dropout_args *d);
 /* One AdamW step over params[0..n) with their grads and moments, all of
  * params[0]'s device and dtype. */
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,

@@ -341,6 +341,12 @@ static awl_tensor *call_dropout_add(awl_tensor *const *in, void *user)
     return awl_dropout_add(in[0], in[1], user ? *(double *)user : 0.3, true);
 }
 
+static awl_tensor *call_add_dropout(awl_tensor *const *in, void *user)
+{
+    awl_rng_set_state(46, 9);
+    return awl_add_dropout(in[0], in[1], user ? *(double *)user : 0.3, true);
+}
+
 START_TEST(test_attention)
 {
     awl_gc_begin(5);
@@ -449,6 +455,10 @@ START_TEST(test_fused_vs_composed)
     compare_fused(call_dropout_add, NULL, 2, res, false, "dropout_add");
     double p0 = 0.0;
     compare_fused(call_dropout_add, &p0, 2, res, false, "dropout_add, p = 0");
+    /* add_dropout: h one row of x's, repeated (a GPT's position embeddings) */
+    awl_tensor *emb[2] = {awl_randn(AWL_SHAPE(2, 3, 40), AWL_F32, awl_gc_device()),
+                          awl_randn(AWL_SHAPE(3, 40), AWL_F32, awl_gc_device())};
+    compare_fused(call_add_dropout, NULL, 2, emb, false, "add_dropout");
     {
         awl_scope_begin();
         int64_t n = awl_numel(qkv);
@@ -468,6 +478,7 @@ START_TEST(test_fused_vs_composed)
     ck_assert_str_eq(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
     ck_assert_str_eq(call_sdpa(heads, &causal)->grad_fn->name, "scaled_dot_product_attention");
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "dropout_add");
+    ck_assert_str_eq(call_add_dropout(emb, NULL)->grad_fn->name, "add_dropout");
     awl_set_fused_kernels(false);
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "add");
     ck_assert_str_ne(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
@@ -605,6 +616,28 @@ START_TEST(test_dropout)
     ck_assert_ptr_null(awl_dropout_add(ones, awl_ones(AWL_SHAPE(n + 1), AWL_F32, dev), 0.1, true));
     ck_assert(strstr(awl_last_error(),
                      "awl_dropout_add: x float32 (20000) and h float32 (20001)") != NULL);
+
+    /* add_dropout: dropout(x + h), h over x's last axes; float64 composes */
+    awl_tensor *xe[2] = {awl_gc_randn(AWL_SHAPE(2, 4, 6)), awl_gc_randn(AWL_SHAPE(4, 6))};
+    ck_assert(awl_gradcheck(call_add_dropout, NULL, 2, xe, "add_dropout, h repeated"));
+    xe[1] = awl_gc_permuted(AWL_SHAPE(2, 4, 6));
+    ck_assert(awl_gradcheck(call_add_dropout, NULL, 2, xe, "add_dropout, permuted h"));
+    ck_assert(awl_gradcheck(call_add_dropout, &p0, 2, xe, "add_dropout, p = 0"));
+    /* a kept element is (x + h) / (1 - p), a dropped one 0 */
+    awl_tensor *row = awl_ones(AWL_SHAPE(n / 4), AWL_F32, dev);
+    double *both = awl_gc_values(
+        awl_add_dropout(awl_ones(AWL_SHAPE(4, n / 4), AWL_F32, dev), row, 0.25, true));
+    int64_t both_kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert(both[i] == 0.0 || fabs(both[i] - 2.0 / 0.75) < 1e-6);
+        both_kept += both[i] != 0.0;
+    }
+    ck_assert_double_eq_tol((double)both_kept / (double)n, 0.75, 0.015);
+    free(both);
+    ck_assert_ptr_null(
+        awl_add_dropout(row, awl_ones(AWL_SHAPE(4, n / 4), AWL_F32, dev), 0.1, true));
+    ck_assert(strstr(awl_last_error(),
+                     "awl_add_dropout: x float32 (5000) and h float32 (4,5000)") != NULL);
     ck_assert(awl_gc_end());
 }
 END_TEST

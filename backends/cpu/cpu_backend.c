@@ -105,6 +105,7 @@ static const awl_backend cpu_backend = {
     .dropout = awl_cpu_dropout,
     .gelu_backward = awl_cpu_gelu_backward,
     .dropout_add = awl_cpu_dropout_add,
+    .add_dropout = awl_cpu_add_dropout,
     .adamw_step = awl_cpu_adamw_step,
 };
 

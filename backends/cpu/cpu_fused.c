@@ -347,11 +347,35 @@ int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view
     return AWL_OK;
 }
 
-/* ---- dropout + residual add: out, x float32, h float32 or bfloat16 ---------------- */
+/* ---- dropout with an addition: dropout_add and add_dropout ---------------------- */
 
-/* out = x + keep_i h_i / (1 - p): one Philox block per four elements, as
- * the dropout kernel draws them; args NULL: out = x + h. A bfloat16 h (an
- * autocast branch) is widened as it is read. */
+/* The loop of both kernels, one Philox block per four elements as the
+ * dropout kernel draws them. sum (add_dropout): o = keep_i (a_i + h_(i mod
+ * nh)) scale; else (dropout_add, nh = n): o = a_i + keep_i h_i scale, a
+ * bfloat16 h (an autocast branch) widened as it is read. */
+static void dropout_with_add(float *o, const float *a, const void *h, bool h_bf16, int64_t n,
+                             int64_t nh, const awl_dropout_args *args, bool sum)
+{
+    const float *hf = h;
+    const awl_bf16 *hb = h;
+    const uint32_t threshold = awl_dropout_threshold(args->p);
+    const float scale = (float)awl_dropout_scale(args->p);
+    const int64_t blocks = (n + 3) / 4;
+    int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(blocks, nt))
+    for (int64_t j = 0; j < blocks; j++) {
+        unsigned keep = awl_dropout_block_bits(
+            awl_philox4x32(args->seed, args->offset + (uint64_t)j), threshold);
+        for (int64_t i = 4 * j; i < 4 * j + 4 && i < n; i++) {
+            float b = h_bf16 ? awl_bf16_to_float(hb[i % nh]) : hf[i % nh];
+            bool k = keep >> (i - 4 * j) & 1u;
+            o[i] = sum ? (k ? (a[i] + b) * scale : 0.0f) : (k ? a[i] + b * scale : a[i]);
+        }
+    }
+}
+
+/* out = x + keep_i h_i / (1 - p); args NULL: out = x + h. out and x
+ * float32, h float32 or bfloat16. */
 int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
                         const awl_dropout_args *args)
 {
@@ -376,19 +400,22 @@ int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *
         }
         return AWL_OK;
     }
-    const uint32_t threshold = awl_dropout_threshold(args->p);
-    const float scale = (float)awl_dropout_scale(args->p);
-    const int64_t blocks = (n + 3) / 4;
-    int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(blocks, nt))
-    for (int64_t j = 0; j < blocks; j++) {
-        unsigned keep = awl_dropout_block_bits(
-            awl_philox4x32(args->seed, args->offset + (uint64_t)j), threshold);
-        for (int64_t i = 4 * j; i < 4 * j + 4 && i < n; i++) {
-            float b = wide ? bf[i] : awl_bf16_to_float(bh[i]);
-            o[i] = keep >> (i - 4 * j) & 1u ? a[i] + b * scale : a[i];
-        }
-    }
+    dropout_with_add(o, a, cpu_view_ptr(h), !wide, n, n, args, false);
+    return AWL_OK;
+}
+
+/* out = keep_i (x_i + h_(i mod nh)) / (1 - p), all float32, h repeating
+ * over x's leading axes. */
+int awl_cpu_add_dropout(const awl_view *out, const awl_view *x, const awl_view *h,
+                        const awl_dropout_args *args)
+{
+    const int64_t n = awl_view_numel(out), nh = awl_view_numel(h);
+    if (out->dtype != AWL_F32 || x->dtype != AWL_F32 || h->dtype != AWL_F32 ||
+        awl_view_numel(x) != n || nh == 0 || n % nh != 0 || !awl_view_is_contiguous(out) ||
+        !awl_view_is_contiguous(x) || !awl_view_is_contiguous(h))
+        return AWL_ERR_UNSUPPORTED;
+    dropout_with_add((float *)cpu_view_ptr(out), (const float *)cpu_view_ptr(x), cpu_view_ptr(h),
+                     false, n, nh, args, true);
     return AWL_OK;
 }
 

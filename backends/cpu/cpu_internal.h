@@ -194,6 +194,8 @@ int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dlos
                                    const awl_view *logits, const awl_view *lse,
                                    const awl_view *targets, int ignore_index);
 int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x);
+int awl_cpu_add_dropout(const awl_view *out, const awl_view *x, const awl_view *h,
+                        const awl_dropout_args *args);
 int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
                         const awl_dropout_args *args);
 int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,

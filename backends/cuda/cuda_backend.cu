@@ -214,6 +214,7 @@ static awl_backend make_table(void)
     t.dropout = awlc_dropout;
     t.gelu_backward = awlc_gelu_backward;
     t.dropout_add = awlc_dropout_add;
+    t.add_dropout = awlc_add_dropout;
     t.check_indices = awlc_check_indices;
     t.adamw_step = awlc_adamw_step;
     return t;

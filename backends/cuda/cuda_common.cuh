@@ -473,6 +473,8 @@ int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args
 int awlc_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x);
 int awlc_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
                      const awl_dropout_args *args);
+int awlc_add_dropout(const awl_view *out, const awl_view *x, const awl_view *h,
+                     const awl_dropout_args *args);
 
 /* cuda_reduce.cu */
 int awlc_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);

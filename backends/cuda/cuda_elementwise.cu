@@ -279,11 +279,14 @@ template <typename T> struct dropout_fn {
 };
 
 /* Contiguous dropout: thread j takes elements 4 j .. 4 j + 3, one Philox
- * block (element i uses block offset + i / 4, word i % 4). */
-template <typename T>
-__global__ void dropout4_kernel(T *out, const T *in, int64_t n, uint64_t seed, uint64_t offset,
-                                uint32_t threshold, double scale)
+ * block (element i uses block offset + i / 4, word i % 4). ADD
+ * (add_dropout): the element dropped is in_i + h_(i mod nh), rounded to T
+ * as the add kernel rounds it, so the bits are the composed path's. */
+template <typename T, bool ADD>
+__global__ void dropout4_kernel(T *out, const T *in, const T *h, int64_t n, int64_t nh,
+                                uint64_t seed, uint64_t offset, uint32_t threshold, double scale)
 {
+    typedef typename Compute<T>::type C;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j * 4 < n;
          j += (int64_t)gridDim.x * blockDim.x) {
         unsigned keep =
@@ -291,8 +294,9 @@ __global__ void dropout4_kernel(T *out, const T *in, int64_t n, uint64_t seed, u
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             int64_t i = 4 * j + u;
-            if (i < n)
-                out[i] = awlc_cast<T>(keep >> u & 1u ? awlc_cast<double>(in[i]) * scale : 0.0);
+            if (i >= n) break;
+            T v = ADD ? awlc_cast<T>(awlc_cast<C>(in[i]) + awlc_cast<C>(h[i % nh])) : in[i];
+            out[i] = awlc_cast<T>(keep >> u & 1u ? awlc_cast<double>(v) * scale : 0.0);
         }
     }
 }
@@ -547,6 +551,27 @@ int awlc_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
 }
 
+int awlc_add_dropout(const awl_view *out, const awl_view *x, const awl_view *h,
+                     const awl_dropout_args *args)
+{
+    int64_t n = awl_view_numel(out), nh = awl_view_numel(h);
+    if (x->dtype != out->dtype || h->dtype != out->dtype || !awl_dtype_is_float(out->dtype) ||
+        awl_view_numel(x) != n || nh == 0 || n % nh != 0 || !awl_view_is_contiguous(out) ||
+        !awl_view_is_contiguous(x) || !awl_view_is_contiguous(h))
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    if (n == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        dropout4_kernel<T, true><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
+            awlc_ptr<T>(out), awlc_ptr<T>(x), awlc_ptr<T>(h), n, nh, args->seed, args->offset,
+            awl_dropout_threshold(args->p),
+            awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p))));
+        return awlc_check_launch("add_dropout");
+    };
+    return AWLC_DISPATCH_FLOAT(out->dtype, run);
+}
+
 int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
 {
     if (in->dtype != out->dtype) return AWL_ERR_UNSUPPORTED;
@@ -565,8 +590,8 @@ int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args
                            awl_dropout_threshold(args->p),
                            awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p)))};
         if (!contiguous) return awlc_launch_strided<2>(L, n, f, "dropout");
-        dropout4_kernel<T><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
-            f.out, f.in, n, f.seed, f.offset, f.threshold, f.scale);
+        dropout4_kernel<T, false><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
+            f.out, f.in, nullptr, n, 1, f.seed, f.offset, f.threshold, f.scale);
         return awlc_check_launch("dropout");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);

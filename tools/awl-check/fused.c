@@ -611,6 +611,55 @@ static void dropout_add_cases(ac_list *l)
             }
 }
 
+/* out, x, h */
+static int call_add_dropout(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->add_dropout(v[0], v[1], v[2], &a->dropout);
+}
+
+/* out = (x + h, h repeating over x's rows) M, M as in ref_dropout; the sum
+ * rounded to the dtype first, as the composed addition rounds it. */
+static int ref_add_dropout(const ac_case *c, double *const *in, double **ref)
+{
+    const awl_dropout_args *d = &c->args.dropout;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    double scale = awl_dropout_scale(d->p);
+    int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape),
+            nh = ac_numel(c->op[2].ndim, c->op[2].shape);
+    for (int64_t e = 0; e < n; e++) {
+        double sum = in[1][e] + in[2][e % nh];
+        if (c->dtype == AWL_F32) sum = (float)sum;
+        if (c->dtype == AWL_BF16) sum = awl_bf16_to_float(awl_float_to_bf16((float)sum));
+        ref[0][e] =
+            awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold) ? sum * scale : 0.0;
+    }
+    return 0;
+}
+
+/* Each float dtype: h one row repeated over x's rows, and h of x's shape. */
+static void add_dropout_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{3, 37}, {64, 384}};
+    const awl_dropout_args d = {0.2, 0x9e3779b97f4a7c15ull, 11};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < COUNT(shapes); s++)
+            for (int whole = 0; whole < 2; whole++) {
+                awl_dtype dt = FLOATS[t];
+                const int64_t row[1] = {shapes[s][1]};
+                ac_case c = ac_case_new(AWL_KERNEL_ADD_DROPOUT, "", dt,
+                                        whole ? "dropout 0.2, h of x's shape"
+                                              : "dropout 0.2, h a repeated row",
+                                        call_add_dropout, ref_add_dropout);
+                c.args.dropout = d;
+                c.tol = tol_of(dt, 1e-6, 1e-2);
+                ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&c, ac_operand_new("x", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&c, whole ? ac_operand_new("h", AC_IN, dt, 2, shapes[s], AC_CONTIG)
+                                 : ac_operand_new("h", AC_IN, dt, 1, row, AC_CONTIG));
+                ac_push(l, &c);
+            }
+}
+
 /* ---- matmul with a bias, GELU backward, AdamW --------------------------------------------------
  */
 
@@ -730,5 +779,6 @@ void ac_fused_cases(ac_list *l)
     attention_cases(l);
     dropout_cases(l);
     dropout_add_cases(l);
+    add_dropout_cases(l);
     other_cases(l);
 }
