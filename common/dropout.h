@@ -134,6 +134,20 @@ static inline AWL_HOST_DEVICE unsigned awl_attention_dropout_bits(uint64_t seed,
     return bits;
 }
 
+/* The multipliers of keys 0 .. n - 1 of row r (n <= S): m[j] = scale where
+ * the weight is kept, 0 where it is dropped; one Philox block per 16 keys.
+ * (Host code: the CPU kernel's rows and the composed path's mask.) */
+static inline void awl_attention_dropout_multipliers(float *m, int64_t n, uint64_t seed,
+                                                     uint64_t offset, uint64_t r, int64_t S,
+                                                     uint32_t threshold, float scale)
+{
+    for (int64_t c = 0; c * 16 < n; c++) {
+        unsigned bits = awl_attention_dropout_bits(seed, offset, r, (uint64_t)c, S, threshold);
+        for (int64_t j = c * 16; j < n && j < c * 16 + 16; j++)
+            m[j] = bits >> (j - c * 16) & 1u ? scale : 0.0f;
+    }
+}
+
 /* Whether weight (r, j) is kept. */
 static inline AWL_HOST_DEVICE bool awl_attention_dropout_keep(uint64_t seed, uint64_t offset,
                                                               uint64_t r, int64_t j, int64_t S,

@@ -70,10 +70,8 @@ static const awl_dropout_args *ctx_dropout(const attn_ctx *c)
 static const awl_dropout_args *take_dropout(double p, int64_t rows, int64_t S, awl_dropout_args *d)
 {
     if (p == 0.0) return NULL;
-    d->p = p;
-    awl_rng_get_state(&d->seed, NULL);
-    /* awl_rng_reserve counts elements, four to a block */
-    d->offset = awl_rng_reserve(4 * (uint64_t)rows * awl_attention_dropout_chunks(S));
+    /* a draw counts elements, four to a block */
+    *d = awl_nn_dropout_draw(p, 4 * (uint64_t)rows * awl_attention_dropout_chunks(S));
     return d;
 }
 
@@ -124,10 +122,8 @@ static awl_tensor *attention_dropout(awl_tensor *p, const awl_dropout_args *d)
     const float scale = (float)awl_attention_dropout_scale(threshold);
     float *m = awl_xmalloc((size_t)(rows * S > 0 ? rows * S : 1) * sizeof *m);
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < S; j++)
-            m[r * S + j] =
-                awl_attention_dropout_keep(d->seed, d->offset, (uint64_t)r, j, S, threshold) ? scale
-                                                                                             : 0.0f;
+        awl_attention_dropout_multipliers(m + r * S, S, d->seed, d->offset, (uint64_t)r, S,
+                                          threshold, scale);
     char device[32];
     awl_tensor *mask =
         awl_tensor_cast(awl_from_data(m, p->ndim, p->shape, AWL_F32,

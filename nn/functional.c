@@ -186,6 +186,14 @@ awl_tensor *awl_nn_dropout_at(awl_tensor *x, const awl_dropout_args *d)
     return out;
 }
 
+awl_dropout_args awl_nn_dropout_draw(double p, uint64_t n)
+{
+    awl_dropout_args d = {p, 0, 0};
+    awl_rng_get_state(&d.seed, NULL);
+    d.offset = awl_rng_reserve(n);
+    return d;
+}
+
 awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
 {
     if (!x) return NULL;
@@ -199,9 +207,7 @@ awl_tensor *awl_dropout(awl_tensor *x, double p, bool training)
                   awl_dtype_name(x->dtype));
         return NULL;
     }
-    awl_dropout_args d = {p, 0, 0};
-    awl_rng_get_state(&d.seed, NULL);
-    d.offset = awl_rng_reserve((uint64_t)awl_numel(x));
+    awl_dropout_args d = awl_nn_dropout_draw(p, (uint64_t)awl_numel(x));
     return awl_nn_dropout_at(x, &d);
 }
 
@@ -242,10 +248,7 @@ awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool trainin
     }
     if (!training) p = 0.0;
     dropout_add_ctx c = {{p, 0, 0}, h->dtype};
-    if (p > 0.0) {
-        awl_rng_get_state(&c.d.seed, NULL);
-        c.d.offset = awl_rng_reserve((uint64_t)awl_numel(h));
-    }
+    if (p > 0.0) c.d = awl_nn_dropout_draw(p, (uint64_t)awl_numel(h));
     awl_scope_begin();
     awl_tensor *out = NULL;
     int status = AWL_ERR_UNSUPPORTED;
@@ -296,10 +299,7 @@ awl_tensor *awl_add_dropout(awl_tensor *x, awl_tensor *h, double p, bool trainin
         awl_error(AWL_ERR_INVALID, "%s: probability %g is outside [0, 1]", op, p);
         return NULL;
     }
-    bool trailing = h->ndim <= x->ndim;
-    for (int d = 0; trailing && d < h->ndim; d++)
-        trailing = h->shape[d] == x->shape[x->ndim - h->ndim + d];
-    if (!awl_dtype_is_float(x->dtype) || h->dtype != x->dtype || !trailing) {
+    if (!awl_dtype_is_float(x->dtype) || h->dtype != x->dtype || !awl_trailing_shape(h, x)) {
         char s1[160], s2[160];
         awl_error(AWL_ERR_INVALID,
                   "%s: x %s %s and h %s %s must be float tensors of one dtype, h's shape x's "
@@ -309,9 +309,7 @@ awl_tensor *awl_add_dropout(awl_tensor *x, awl_tensor *h, double p, bool trainin
         return NULL;
     }
     if (!training || p == 0.0) return awl_add(x, h);
-    awl_dropout_args d = {p, 0, 0};
-    awl_rng_get_state(&d.seed, NULL);
-    d.offset = awl_rng_reserve((uint64_t)awl_numel(x));
+    awl_dropout_args d = awl_nn_dropout_draw(p, (uint64_t)awl_numel(x));
     awl_scope_begin();
     awl_tensor *out = NULL;
     int status = AWL_ERR_UNSUPPORTED;

@@ -17,6 +17,10 @@
  * Leaves the global generator where it was. */
 awl_tensor *awl_nn_dropout_at(awl_tensor *x, const awl_dropout_args *d);
 
+/* A dropout draw of probability p over n elements of the global generator
+ * (n / 4 Philox blocks, rounded up): the generator moves past them. */
+awl_dropout_args awl_nn_dropout_draw(double p, uint64_t n);
+
 /* CausalSelfAttention's and MLP's forward before their output dropout (the
  * module's forward is that dropout of this); *p: the dropout's probability,
  * 0 outside training. */

@@ -425,15 +425,6 @@ int awl_tensor_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
                          awl_trace_end(&k, awl_tensor_backend(x)->dropout_add(&vo, &vx, &vh, d)));
 }
 
-/* Whether h's shape is x's last h->ndim axes. */
-static bool trailing_shape(const awl_tensor *h, const awl_tensor *x)
-{
-    if (h->ndim > x->ndim) return false;
-    for (int d = 0; d < h->ndim; d++)
-        if (h->shape[d] != x->shape[x->ndim - h->ndim + d]) return false;
-    return true;
-}
-
 int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const awl_dropout_args *d)
 {
     const char *op = "awl_tensor_add_dropout";
@@ -442,7 +433,7 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
         check_shape(op, "out", out, x) < 0 || check_dtype(op, "out", out, x->dtype) < 0 ||
         check_dtype(op, "h", h, x->dtype) < 0)
         return AWL_ERR_INVALID;
-    if (!trailing_shape(h, x)) {
+    if (!awl_trailing_shape(h, x)) {
         char s1[160], s2[160];
         return awl_error(AWL_ERR_INVALID, "%s: h %s is not the last axes of x %s", op,
                          awl_shape_str(h, s1, sizeof s1), awl_shape_str(x, s2, sizeof s2));

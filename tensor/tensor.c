@@ -175,6 +175,14 @@ bool awl_same_shape(const awl_tensor *a, const awl_tensor *b)
     return true;
 }
 
+bool awl_trailing_shape(const awl_tensor *t, const awl_tensor *of)
+{
+    if (t->ndim > of->ndim) return false;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != of->shape[of->ndim - t->ndim + d]) return false;
+    return true;
+}
+
 /* ---- creation --------------------------------------------------------------------- */
 
 awl_tensor *awl_tensor_create(const char *op, int ndim, const int64_t *shape, awl_dtype dtype,

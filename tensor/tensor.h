@@ -224,6 +224,9 @@ double awl_item(const awl_tensor *t);
 bool awl_is_contiguous(const awl_tensor *t);
 /* Whether two tensors have equal shapes. */
 bool awl_same_shape(const awl_tensor *a, const awl_tensor *b);
+/* Whether t's shape is the last t->ndim axes of of's (t repeats over the
+ * others). */
+bool awl_trailing_shape(const awl_tensor *t, const awl_tensor *of);
 /* "(2,3,4)" into buf; returns buf. */
 const char *awl_shape_str(const awl_tensor *t, char *buf, size_t size);
 const char *awl_format_shape(int ndim, const int64_t *shape, char *buf, size_t size);

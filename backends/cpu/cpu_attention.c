@@ -235,20 +235,6 @@ static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n
         }
 }
 
-/* A row's dropout multipliers: m[j] = scale where key j of row r (of
- * rows of S keys) keeps in common/dropout.h's attention mask, 0 where it
- * drops, for j < n; one Philox block per 16 keys. */
-static void dropout_row(float *m, int64_t n, const awl_dropout_args *d, uint32_t threshold,
-                        float scale, uint64_t r, int64_t S)
-{
-    for (int64_t c = 0; c * 16 < n; c++) {
-        unsigned bits =
-            awl_attention_dropout_bits(d->seed, d->offset, r, (uint64_t)c, S, threshold);
-        for (int64_t j = c * 16; j < n && j < c * 16 + 16; j++)
-            m[j] = bits >> (j - c * 16) & 1u ? scale : 0.0f;
-    }
-}
-
 /* The attention's dropout, or NULL when there is none. */
 static const awl_dropout_args *active(const awl_dropout_args *d)
 {
@@ -316,8 +302,9 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                 *lse_at(&hl, b, i, r) = m + logf(sum);
                 const float inv = 1.0f / sum;
                 if (drop) {
-                    dropout_row(mrow, nr, drop, threshold, keep_scale,
-                                awl_attention_dropout_row(b, i, r, H, T), T);
+                    awl_attention_dropout_multipliers(mrow, nr, drop->seed, drop->offset,
+                                                      awl_attention_dropout_row(b, i, r, H, T), T,
+                                                      threshold, keep_scale);
 #pragma omp simd
                     for (int64_t j = 0; j < nr; j++) p[j] *= inv * mrow[j];
                 } else {
@@ -398,8 +385,9 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
                 float *p = P + r * ld, *ds = dS + r * ld;
                 if (drop) {
-                    dropout_row(mrow, nr, drop, threshold, keep_scale,
-                                awl_attention_dropout_row(b, i, r, H, T), T);
+                    awl_attention_dropout_multipliers(mrow, nr, drop->seed, drop->offset,
+                                                      awl_attention_dropout_row(b, i, r, H, T), T,
+                                                      threshold, keep_scale);
 #pragma omp simd
                     for (int64_t j = 0; j < nr; j++) {
                         const float e = cpu_expf(p[j] - l);
