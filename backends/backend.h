@@ -364,6 +364,19 @@ typedef struct awl_backend {
      * (contiguous, float32). weight_decay[i] applies to params[i]. */
     int (*adamw_step)(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                       const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
+
+    /* The sum of the squares of every element of n tensors (contiguous,
+     * float32), each square and the sum in float64, written to out (a
+     * float64 scalar). Gradient clipping's norm in one pass over all the
+     * gradients, instead of a cast, a square, a sum and an addition per
+     * tensor. The order of the additions depends on the tensors' sizes
+     * only, not on threads or launch shapes, so a sum repeats bit for bit. */
+    int (*sum_squares)(int n, const awl_view *xs, const awl_view *out);
+
+    /* xs[i] *= factor, in place, for n tensors (contiguous, float32); the
+     * factor is rounded to float32 first, as the MUL_SCALAR unary op does,
+     * so the products are that op's bits. Gradient clipping's scaling. */
+    int (*scale)(int n, const awl_view *xs, double factor);
 } awl_backend;
 
 /* ---- registry --------------------------------------------------------------- */

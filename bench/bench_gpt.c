@@ -7,7 +7,9 @@
  * fp32,tf32,bf16
  *
  * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
- * backward, AdamW step (no clipping, constant LR; dropout 0 unless
+ * backward, gradient clipping when --grad-clip X > 0 (off by default: the
+ * CPU peer does not clip, the GPU peer clips to 1.0, and scripts/gpu_run.sh
+ * passes --grad-clip 1), AdamW step (constant LR; dropout 0 unless
  * --dropout P, which applies nanoGPT's dropout to the embeddings, the
  * attention weights and the residual branches, as the PyTorch peer's
  * --dropout does), as the PyTorch peer script
@@ -37,6 +39,11 @@
  *                 activations and temporaries take, which checkpointing cuts
  *   rss_mb        the process's peak resident set (CPU runs: compare with
  *                 PyTorch's figure, which is its peak RSS)
+ *   clip_ms, clip_composed_ms  with --grad-clip: one awl_clip_grad_norm over
+ *                 the model's gradients after the timed steps, with the
+ *                 backend's sum_squares and scale kernels and with the
+ *                 composed ops (a cast, a square, a sum, an add and a scaling
+ *                 per gradient), median of 7
  *
  * Data: tokens of ../shared/data/tinyshakespeare.txt when it is there (char
  * vocabulary, 65), otherwise uniformly random tokens: speed does not depend
@@ -88,7 +95,7 @@ static int part_of(const awl_profile_op *op)
 typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
     int steps, warmup, threads, n_layer, batch;
-    double dropout;
+    double dropout, grad_clip;
 } bench_options;
 
 /* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
@@ -112,19 +119,40 @@ static int make_batch(const int32_t *tokens, size_t n_tokens, int vocab, int B, 
     return *x && *y ? 0 : -1;
 }
 
-/* One step as the benchmark times it (the caller waits for the device). */
-static int train_one(awl_gpt *model, awl_optimizer *opt, awl_tensor *x, awl_tensor *y,
-                     awl_tensor **loss)
+/* One step as the benchmark times it (the caller waits for the device);
+ * grad_clip > 0 clips the gradients' norm first, as the GPU peer does. */
+static int train_one(awl_gpt *model, awl_optimizer *opt, double grad_clip, awl_tensor *x,
+                     awl_tensor *y, awl_tensor **loss)
 {
     awl_optimizer_zero_grad_ex(opt, true); /* set_to_none, as the PyTorch peer */
     *loss = awl_gpt_loss(model, x, y);
-    if (!*loss || awl_backward(*loss) < 0 || awl_optimizer_step(opt) < 0) return -1;
-    return 0;
+    if (!*loss || awl_backward(*loss) < 0) return -1;
+    if (grad_clip > 0 && awl_clip_grad_norm(awl_gpt_parameters(model), grad_clip) < 0) return -1;
+    return awl_optimizer_step(opt) < 0 ? -1 : 0;
+}
+
+/* Seconds of one awl_clip_grad_norm over the model's gradients (median of
+ * CLIP_REPEATS), with the backend's clipping kernels (fused) or the
+ * composed ops; each call scales the gradients (max_norm 1e-3). */
+#define CLIP_REPEATS 7
+static double clip_seconds(const char *device, awl_gpt *model, bool fused)
+{
+    double t[CLIP_REPEATS];
+    bool was = awl_set_fused_kernels(fused);
+    for (int r = 0; r < CLIP_REPEATS; r++) {
+        awl_synchronize(device);
+        double t0 = bench_now();
+        double norm = awl_clip_grad_norm(awl_gpt_parameters(model), 1e-3);
+        awl_synchronize(device);
+        t[r] = norm < 0 ? NAN : bench_now() - t0;
+    }
+    awl_set_fused_kernels(was);
+    return bench_median(t, CLIP_REPEATS);
 }
 
 /* PROFILED_STEPS steps under the profiler: the seconds of each part of a
  * step, on average, in split[]. */
-static int profiled_split(const char *device, awl_gpt *model, awl_optimizer *opt,
+static int profiled_split(const char *device, awl_gpt *model, awl_optimizer *opt, double grad_clip,
                           const awl_gpt_config *cfg, const int32_t *tokens, size_t n_tokens,
                           uint64_t draw, double *split)
 {
@@ -136,7 +164,7 @@ static int profiled_split(const char *device, awl_gpt *model, awl_optimizer *opt
                             draw + 2 * (uint64_t)step, device, &x, &y);
         awl_synchronize(device);
         awl_profiler_begin(AWL_PROFILE_STEP, "step");
-        if (status == 0) status = train_one(model, opt, x, y, &loss);
+        if (status == 0) status = train_one(model, opt, grad_clip, x, y, &loss);
         awl_synchronize(device);
         awl_profiler_end();
         awl_scope_end();
@@ -207,7 +235,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         awl_synchronize(o->device);
         double t0 = bench_now();
         awl_tensor *loss = NULL;
-        if (status == 0) status = train_one(model, opt, x, y, &loss);
+        if (status == 0) status = train_one(model, opt, o->grad_clip, x, y, &loss);
         awl_synchronize(o->device);
         times[step] = bench_now() - t0;
         double l = status == 0 ? awl_item(loss) : NAN;
@@ -219,8 +247,14 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     awl_memory_get_stats(o->device, &mem); /* before the profiled steps */
     double split[N_PARTS];
     if (status == 0)
-        status = profiled_split(o->device, model, opt, &cfg, tokens, n_tokens, 2 * (uint64_t)total,
-                                split);
+        status = profiled_split(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
+                                2 * (uint64_t)total, split);
+    /* what clipping costs, with the clipping kernels and composed */
+    double clip_fused = NAN, clip_composed = NAN;
+    if (status == 0 && o->grad_clip > 0) {
+        clip_fused = clip_seconds(o->device, model, true);
+        clip_composed = clip_seconds(o->device, model, false);
+    }
     char source[160];
     double peak =
         awl_device_peak_flops(o->device, bf16 ? AWL_BF16 : AWL_F32, source, sizeof source);
@@ -234,7 +268,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         getrusage(RUSAGE_SELF, &ru);
         bench_json_begin("gpt_train");
         printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
-               "\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"dropout\":%g,"
+               "\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"dropout\":%g,\"grad_clip\":%g,"
                "\"params\":%lld,"
                "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"of_ceiling\":%.4f,"
@@ -242,8 +276,8 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                "\"peak_mb\":%.1f,\"activation_peak_mb\":%.1f,\"rss_mb\":%.1f,"
                "\"loss_first\":%.4f,\"loss_last\":%.4f,",
                config, o->device, precision, cfg.n_layer, cfg.batch, cfg.block, cfg.dropout,
-               (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false", o->steps,
-               median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
+               o->grad_clip, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
+               o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, peak * 1e-12, peak > 0 ? flops / peak : 0,
                (double)mem.peak / 1048576.0, (double)(mem.peak - resident) / 1048576.0,
                (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
@@ -256,6 +290,9 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                        pass ? (step > 0 ? split[k] / step : 0) : 1e3 * split[k]);
             printf("}");
         }
+        if (o->grad_clip > 0)
+            printf(",\"clip_ms\":%.4f,\"clip_composed_ms\":%.4f", 1e3 * clip_fused,
+                   1e3 * clip_composed);
         printf(",\"peak_source\":\"%s\"}\n", source);
         fflush(stdout);
     }
@@ -334,18 +371,23 @@ static int parse_args(int argc, char **argv, bench_options *o)
             o->batch = atoi(v);
         else if (strcmp(a, "--dropout") == 0)
             o->dropout = atof(v);
+        else if (strcmp(a, "--grad-clip") == 0)
+            o->grad_clip = atof(v);
         else
             goto usage;
         i++;
     }
-    if (o->steps < 1 || o->warmup < 0 || !(o->dropout >= 0 && o->dropout < 1)) goto usage;
+    if (o->steps < 1 || o->warmup < 0 || !(o->dropout >= 0 && o->dropout < 1) ||
+        !(o->grad_clip >= 0))
+        goto usage;
     return 0;
 usage:
     fprintf(
         stderr,
         "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32,bf16]\n"
         "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
-        "                 [--threads N] [--n-layer N] [--batch N] [--dropout P] [--data PATH]\n");
+        "                 [--threads N] [--n-layer N] [--batch N] [--dropout P] [--grad-clip X]\n"
+        "                 [--data PATH]\n");
     return -1;
 }
 
@@ -361,6 +403,7 @@ int main(int argc, char **argv)
                        2,
                        0,
                        0,
+                       0.0,
                        0.0};
     if (parse_args(argc, argv, &o) < 0) return 2;
     awl_set_num_threads(o.threads);

@@ -512,6 +512,44 @@ awl_tensor *awl_optimizer_state(const awl_optimizer *o, int i, const char **name
     return o->states[i];
 }
 
+/* The grads of params, each once (a tied weight listed under two names has
+ * one grad); returns their count. */
+static int distinct_grads(const awl_param_list *params, awl_tensor **grads)
+{
+    int n = 0;
+    for (int i = 0; i < params->count; i++) {
+        awl_tensor *g = params->items[i].tensor->grad;
+        if (g && !listed_before(params, i)) grads[n++] = g;
+    }
+    return n;
+}
+
+/* The grads not yet taken that a fused kernel can take together with
+ * grads[lead] (one device, one dtype, contiguous), marked taken and listed
+ * in group; returns their count (0 when the kernel cannot take grads[lead]). */
+static int fused_group(awl_kernel kernel, awl_tensor **grads, int n, bool *taken, int lead,
+                       awl_tensor **group)
+{
+    awl_tensor *g0 = grads[lead];
+    if (taken[lead] || !awl_fused_available(kernel, g0) || !awl_is_contiguous(g0)) return 0;
+    int count = 0;
+    for (int i = lead; i < n; i++)
+        if (!taken[i] && awl_is_contiguous(grads[i]) && grads[i]->dtype == g0->dtype &&
+            awl_same_device(grads[i], g0)) {
+            taken[i] = true;
+            group[count++] = grads[i];
+        }
+    return count;
+}
+
+/* Gives the grads of a group the kernel declined back to the composed form. */
+static void untake(awl_tensor **grads, int n, bool *taken, awl_tensor **group, int count)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < count; k++)
+            if (grads[i] == group[k]) taken[i] = false;
+}
+
 /* Running float64 sums of squares, one per device, so a step synchronises
  * with each device once rather than once per parameter. */
 typedef struct device_sum {
@@ -519,17 +557,50 @@ typedef struct device_sum {
     awl_tensor *sum;  /* float64 scalar there */
 } device_sum;
 
-static int add_square_sum(device_sum *sums, int *n_sums, awl_tensor *g)
+/* Adds the float64 scalar s, on like's device, to that device's sum. */
+static int add_to_sums(device_sum *sums, int *n_sums, awl_tensor *like, awl_tensor *s)
+{
+    if (!s) return AWL_ERR_INVALID;
+    for (int k = 0; k < *n_sums; k++)
+        if (awl_same_device(sums[k].like, like))
+            return awl_tensor_binary_out(AWL_BINARY_ADD, sums[k].sum, sums[k].sum, s);
+    sums[(*n_sums)++] = (device_sum){like, s};
+    return AWL_OK;
+}
+
+/* The composed form for one grad: cast to float64, square, sum. */
+static awl_tensor *square_sum(awl_tensor *g)
 {
     awl_tensor *g64 = awl_tensor_cast(g, AWL_F64);
     awl_tensor *sq = awl_tensor_binary(AWL_BINARY_MUL, g64, g64);
-    awl_tensor *s = awl_tensor_reduce(AWL_REDUCE_SUM, sq, 0, NULL, false);
-    if (!s) return AWL_ERR_INVALID;
-    for (int k = 0; k < *n_sums; k++)
-        if (awl_same_device(sums[k].like, g))
-            return awl_tensor_binary_out(AWL_BINARY_ADD, sums[k].sum, sums[k].sum, s);
-    sums[(*n_sums)++] = (device_sum){g, s};
-    return AWL_OK;
+    return awl_tensor_reduce(AWL_REDUCE_SUM, sq, 0, NULL, false);
+}
+
+/* Every grad's sum of squares into the per-device sums: the backend's
+ * sum_squares kernel over as many grads at once as it takes (one launch for
+ * a whole model on CUDA), the composed form for the rest. */
+static int sum_squares(awl_tensor **grads, int n, device_sum *sums, int *n_sums)
+{
+    bool *taken = awl_xcalloc((size_t)n + 1, sizeof *taken);
+    awl_tensor **group = awl_xmalloc(((size_t)n + 1) * sizeof *group);
+    int status = AWL_OK;
+    for (int lead = 0; lead < n && status >= 0; lead++) {
+        int count = fused_group(AWL_KERNEL_SUM_SQUARES, grads, n, taken, lead, group);
+        if (count == 0) continue;
+        awl_tensor *s = awl_tensor_new_on(group[0], 0, NULL, AWL_F64);
+        if (!s) status = AWL_ERR_OOM;
+        int fused = s ? awl_tensor_sum_squares(count, group, s) : status;
+        if (fused == AWL_ERR_UNSUPPORTED) {
+            untake(grads, n, taken, group, count);
+            break;
+        }
+        status = fused < 0 ? fused : add_to_sums(sums, n_sums, group[0], s);
+    }
+    for (int i = 0; i < n && status >= 0; i++)
+        if (!taken[i]) status = add_to_sums(sums, n_sums, grads[i], square_sum(grads[i]));
+    free(taken);
+    free(group);
+    return status;
 }
 
 double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
@@ -537,20 +608,19 @@ double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
     if (!params) return AWL_ERR_INVALID;
     if (!(max_norm >= 0))
         return awl_error(AWL_ERR_INVALID, "awl_clip_grad_norm: max_norm %g must be >= 0", max_norm);
+    awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
     device_sum *sums = awl_xcalloc((size_t)params->count + 1, sizeof *sums);
-    int n_sums = 0, status = AWL_OK;
+    int n = distinct_grads(params, grads), n_sums = 0;
     double total = 0;
     awl_scope_begin();
-    for (int i = 0; i < params->count && status >= 0; i++) {
-        awl_tensor *g = params->items[i].tensor->grad;
-        if (g && !listed_before(params, i)) status = add_square_sum(sums, &n_sums, g);
-    }
+    int status = sum_squares(grads, n, sums, &n_sums);
     for (int k = 0; k < n_sums && status >= 0; k++) {
         unsigned long errors = awl_error_count();
         total += awl_item(sums[k].sum);
         if (awl_error_count() != errors) status = AWL_ERR_DEVICE;
     }
     awl_scope_end();
+    free(grads);
     free(sums);
     if (status < 0) return status;
     double norm = sqrt(total);
@@ -563,10 +633,25 @@ double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
 int awl_scale_grads(const awl_param_list *params, double factor)
 {
     if (!params) return AWL_ERR_INVALID;
-    for (int i = 0; i < params->count; i++) {
-        awl_tensor *g = params->items[i].tensor->grad;
-        if (g && !listed_before(params, i))
-            TRY(awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, g, g, factor));
+    awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
+    awl_tensor **group = awl_xmalloc(((size_t)params->count + 1) * sizeof *group);
+    int n = distinct_grads(params, grads), status = AWL_OK;
+    bool *taken = awl_xcalloc((size_t)n + 1, sizeof *taken);
+    /* the backend's scale kernel over as many grads at once as it takes */
+    for (int lead = 0; lead < n && status >= 0; lead++) {
+        int count = fused_group(AWL_KERNEL_SCALE, grads, n, taken, lead, group);
+        int fused = count ? awl_tensor_scale(count, group, factor) : AWL_OK;
+        if (fused == AWL_ERR_UNSUPPORTED) {
+            untake(grads, n, taken, group, count);
+            break;
+        }
+        if (fused < 0) status = fused;
     }
-    return AWL_OK;
+    for (int i = 0; i < n && status >= 0; i++)
+        if (!taken[i])
+            status = awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, grads[i], grads[i], factor);
+    free(grads);
+    free(group);
+    free(taken);
+    return status < 0 ? status : AWL_OK;
 }

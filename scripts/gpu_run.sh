@@ -41,7 +41,9 @@
 #   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
 #          for the triples in TORCH_COMPILE) on shakespeare-char and gpt2-124m
 #          in fp32, tf32 and bf16, at each dropout of BENCH_DROPOUT (both
-#          sides get the same --dropout); JSON lines in $OUT/bench.jsonl;
+#          sides get the same --dropout, and both clip the gradients' norm to
+#          1.0 every step, the peer's clip_grad_norm_ and bench_gpt's
+#          --grad-clip 1); JSON lines in $OUT/bench.jsonl;
 #   generate  test_generate on cuda:0 (cached attention against uncached,
 #          cached generation against the full recompute), then bench_generate
 #          and its PyTorch peer (bench/torch_generate.py, eager with its own
@@ -282,7 +284,7 @@ stage_bench() {
         for drop in $(dropouts_of "$cfg"); do
             for p in $BENCH_PRECISIONS; do
                 timeout 120 "$BIN/bench_gpt" --device cuda --configs "$cfg" --precisions "$p" \
-                    --dropout "$drop" --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
+                    --dropout "$drop" --grad-clip 1 --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
                     --data "$DATA" 2>> "$OUT/bench.log" | tee -a "$OUT/bench.jsonl" ||
                     echo "{\"bench\":\"gpt_train\",\"config\":\"$cfg\",\"precision\":\"$p\",\"dropout\":$drop,\"error\":\"rc $?\"}" >> "$OUT/bench.jsonl"
             done

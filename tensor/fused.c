@@ -535,3 +535,73 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
     free(views);
     return status;
 }
+
+/* ---- gradient clipping: a sum of squares and a scaling over many tensors ----------------- */
+
+/* Views of n tensors of xs[0]'s device and dtype, or NULL with the error
+ * recorded. */
+static awl_view *views_of_many(const char *op, int n, awl_tensor *const *xs)
+{
+    for (int i = 0; i < n; i++)
+        if (!xs[i] || check_dtype(op, "tensor", xs[i], xs[0]->dtype) < 0 ||
+            awl_check_same_device(op, xs[0], xs[i]) < 0) {
+            if (!xs[i]) awl_error(AWL_ERR_INVALID, "%s: tensor %d of %d is NULL", op, i, n);
+            return NULL;
+        }
+    awl_view *views = awl_xmalloc((size_t)n * sizeof *views);
+    for (int i = 0; i < n; i++) views[i] = awl_tensor_view(xs[i]);
+    return views;
+}
+
+static double elements_of_many(int n, awl_tensor *const *xs)
+{
+    double elements = 0;
+    for (int i = 0; i < n; i++) elements += (double)awl_numel(xs[i]);
+    return elements;
+}
+
+int awl_tensor_sum_squares(int n, awl_tensor *const *xs, awl_tensor *out)
+{
+    const char *op = "awl_tensor_sum_squares";
+    if (n <= 0 || !xs || !out) return AWL_ERR_INVALID;
+    awl_view *views = views_of_many(op, n, xs);
+    if (!views) return AWL_ERR_INVALID;
+    if (check_dtype(op, "out", out, AWL_F64) < 0 || check_numel(op, "out", out, 1) < 0 ||
+        awl_check_same_device(op, xs[0], out) < 0) {
+        free(views);
+        return AWL_ERR_INVALID;
+    }
+    if (!awl_fused_available(AWL_KERNEL_SUM_SQUARES, xs[0])) {
+        free(views);
+        return AWL_ERR_UNSUPPORTED;
+    }
+    awl_view vo = awl_tensor_view(out);
+    const double elements = elements_of_many(n, xs);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "sum_squares", xs[0], AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&vo});
+    awl_trace_set_work(&k, (double)awl_dtype_size(xs[0]->dtype) * elements, 2 * elements);
+    int status =
+        kernel_status(op, awl_trace_end(&k, awl_tensor_backend(xs[0])->sum_squares(n, views, &vo)));
+    free(views);
+    return status;
+}
+
+int awl_tensor_scale(int n, awl_tensor *const *xs, double factor)
+{
+    const char *op = "awl_tensor_scale";
+    if (n <= 0 || !xs) return AWL_ERR_INVALID;
+    awl_view *views = views_of_many(op, n, xs);
+    if (!views) return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_SCALE, xs[0])) {
+        free(views);
+        return AWL_ERR_UNSUPPORTED;
+    }
+    const double elements = elements_of_many(n, xs);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "scale", xs[0], AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&views[0]});
+    awl_trace_set_work(&k, 2 * (double)awl_dtype_size(xs[0]->dtype) * elements, elements);
+    int status =
+        kernel_status(op, awl_trace_end(&k, awl_tensor_backend(xs[0])->scale(n, views, factor)));
+    free(views);
+    return status;
+}

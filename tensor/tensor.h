@@ -443,6 +443,11 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h,
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
                           awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
                           const awl_adamw_args *args);
+/* out (a float64 scalar) = the sum of the squares of every element of
+ * xs[0..n), all of xs[0]'s device and dtype. */
+int awl_tensor_sum_squares(int n, awl_tensor *const *xs, awl_tensor *out);
+/* xs[i] *= factor in place for i < n, all of xs[0]'s device and dtype. */
+int awl_tensor_scale(int n, awl_tensor *const *xs, double factor);
 
 /* Whether the device computes kernel (op, dtype): awl_backend_supports for
  * the device's backend; false when device does not parse (no error is

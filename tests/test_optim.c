@@ -477,6 +477,102 @@ START_TEST(test_clip_grad_norm)
 }
 END_TEST
 
+/* The fused clipping kernels (backend sum_squares and scale) against the
+ * composed form: one call each for all the grads, the same norm to
+ * rounding, the same bits when scaling, and the same sum on 1 and 2
+ * threads. Counted through a copy of the CPU table registered as "cpu". */
+static int squares_calls, squares_tensors, scale_calls, scale_tensors;
+
+static int counting_sum_squares(int n, const awl_view *xs, const awl_view *out)
+{
+    squares_calls++;
+    squares_tensors += n;
+    return awl_cpu_backend()->sum_squares(n, xs, out);
+}
+
+static int counting_scale(int n, const awl_view *xs, double factor)
+{
+    scale_calls++;
+    scale_tensors += n;
+    return awl_cpu_backend()->scale(n, xs, factor);
+}
+
+enum { CLIP_TENSORS = 4, CLIP_ELEMENTS = 70001 + 768 + 1 + 2 * 16384 };
+
+/* Four float32 parameters of mixed sizes (one larger than a chunk of the
+ * CPU kernel, one of a single element), one listed twice (a tied weight),
+ * with seeded random grads; clipped to max_norm (or scaled by `factor`
+ * when max_norm < 0). Their grads come back in out, the norm is returned. */
+static double clip_run(bool fused, double max_norm, double factor, float *out)
+{
+    static const int64_t sizes[CLIP_TENSORS] = {70001, 768, 1, 2 * 16384};
+    bool was = awl_set_fused_kernels(fused);
+    awl_manual_seed(7);
+    awl_param_list params = {0};
+    awl_tensor *p[CLIP_TENSORS];
+    for (int i = 0; i < CLIP_TENSORS; i++) {
+        awl_scope_begin();
+        p[i] = awl_requires_grad_(awl_keep(awl_zeros(1, &sizes[i], AWL_F32, "cpu")), true);
+        p[i]->grad = awl_keep(awl_mul_scalar(awl_randn(1, &sizes[i], AWL_F32, "cpu"), 0.01));
+        awl_scope_end();
+        ck_assert_ptr_nonnull(p[i]->grad);
+        char name[8] = {(char)('a' + i), 0};
+        ck_assert_int_eq(awl_param_list_add(&params, name, p[i]), 0);
+    }
+    ck_assert_int_eq(awl_param_list_add(&params, "a_tied", p[0]), 0);
+    double norm = max_norm >= 0 ? awl_clip_grad_norm(&params, max_norm)
+                                : (double)awl_scale_grads(&params, factor);
+    size_t at = 0;
+    for (int i = 0; i < CLIP_TENSORS; i++) {
+        ck_assert_int_eq(awl_to_host(p[i]->grad, out + at, (size_t)sizes[i] * sizeof *out), 0);
+        at += (size_t)sizes[i];
+        awl_release(p[i]);
+    }
+    awl_param_list_clear(&params);
+    awl_set_fused_kernels(was);
+    return norm;
+}
+
+START_TEST(test_clip_fused_kernels)
+{
+    counting_cpu = *awl_cpu_backend();
+    counting_cpu.sum_squares = counting_sum_squares;
+    counting_cpu.scale = counting_scale;
+    ck_assert_int_eq(awl_backend_register(&counting_cpu), 0);
+    float *composed = malloc(CLIP_ELEMENTS * sizeof *composed);
+    float *fused = malloc(CLIP_ELEMENTS * sizeof *fused);
+
+    squares_calls = squares_tensors = scale_calls = scale_tensors = 0;
+    double nc = clip_run(false, 0.5, 0, composed);
+    ck_assert_int_eq(squares_calls + scale_calls, 0);
+    double nf = clip_run(true, 0.5, 0, fused);
+    ck_assert_int_eq(squares_calls, 1); /* every grad in one call, the tied one once */
+    ck_assert_int_eq(squares_tensors, CLIP_TENSORS);
+    ck_assert_int_eq(scale_calls, 1);
+    ck_assert_int_eq(scale_tensors, CLIP_TENSORS);
+    ck_assert(nc > 0.5); /* so the grads were scaled */
+    ck_assert_double_eq_tol(nf, nc, 1e-12 * nc);
+    for (int i = 0; i < CLIP_ELEMENTS; i++)
+        ck_assert_float_eq_tol(fused[i], composed[i], 1e-6f * fabsf(composed[i]) + 1e-30f);
+
+    /* scaling by one factor: the MUL_SCALAR op's bits */
+    ck_assert_int_eq((int)clip_run(false, -1, 0.37, composed), 0);
+    ck_assert_int_eq((int)clip_run(true, -1, 0.37, fused), 0);
+    ck_assert_int_eq(memcmp(fused, composed, CLIP_ELEMENTS * sizeof *fused), 0);
+
+    /* the sum's bits do not depend on the threads */
+    awl_set_num_threads(1);
+    double one = clip_run(true, 1e30, 0, fused);
+    awl_set_num_threads(2);
+    double two = clip_run(true, 1e30, 0, fused);
+    ck_assert_int_eq(memcmp(&one, &two, sizeof one), 0);
+
+    free(composed);
+    free(fused);
+    ck_assert_int_eq(awl_backend_register(awl_cpu_backend()), 0);
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -492,6 +588,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, test_lr_and_errors);
     tcase_add_test(tc, test_lr_schedule);
     tcase_add_test(tc, test_clip_grad_norm);
+    tcase_add_test(tc, test_clip_fused_kernels);
     suite_add_tcase(s, tc);
     return s;
 }

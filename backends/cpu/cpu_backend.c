@@ -107,6 +107,8 @@ static const awl_backend cpu_backend = {
     .dropout_add = awl_cpu_dropout_add,
     .add_dropout = awl_cpu_add_dropout,
     .adamw_step = awl_cpu_adamw_step,
+    .sum_squares = awl_cpu_sum_squares,
+    .scale = awl_cpu_scale,
 };
 
 const awl_backend *awl_cpu_backend(void) { return &cpu_backend; }

@@ -419,6 +419,51 @@ int awl_cpu_add_dropout(const awl_view *out, const awl_view *x, const awl_view *
     return AWL_OK;
 }
 
+/* ---- many tensors as one flat range ---------------------------------------------- */
+
+/* The optimizer's kernels treat n tensors as one range of elements, tensor i
+ * at [start[i], start[i + 1]), split evenly between nt threads: many small
+ * tensors cost one parallel region. */
+
+/* start[0..n] of n contiguous float32 tensors, or NULL (UNSUPPORTED, or OOM
+ * recorded) in *status. */
+static int64_t *flat_starts(int n, const awl_view *xs, const char *kernel, int *status)
+{
+    int64_t *start = malloc((size_t)(n + 1) * sizeof *start);
+    if (!start) {
+        *status = awl_error(AWL_ERR_OOM, "awl_cpu %s: out of memory", kernel);
+        return NULL;
+    }
+    start[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (xs[i].dtype != AWL_F32 || !awl_view_is_contiguous(&xs[i])) {
+            free(start);
+            *status = AWL_ERR_UNSUPPORTED;
+            return NULL;
+        }
+        start[i + 1] = start[i] + awl_view_numel(&xs[i]);
+    }
+    return start;
+}
+
+/* The calling thread's share [lo, hi) of `total` elements split nt ways
+ * (empty for the threads numbered nt and up). */
+static void flat_share(int64_t total, int nt, int64_t *lo, int64_t *hi)
+{
+    const int64_t per = (total + nt - 1) / nt;
+    *lo = (int64_t)omp_get_thread_num() * per;
+    *hi = *lo + per < total ? *lo + per : total;
+}
+
+/* The part of tensor i inside [lo, hi), in the tensor's own indices [a, b);
+ * false when there is none. */
+static bool flat_part(const int64_t *start, int i, int64_t lo, int64_t hi, int64_t *a, int64_t *b)
+{
+    *a = (start[i] > lo ? start[i] : lo) - start[i];
+    *b = (start[i + 1] < hi ? start[i + 1] : hi) - start[i];
+    return *a < *b;
+}
+
 /* ---- AdamW ------------------------------------------------------------------------ */
 
 /* n parameters, each with grads, m, v of its shape, all contiguous float32;
@@ -429,18 +474,13 @@ int awl_cpu_add_dropout(const awl_view *out, const awl_view *x, const awl_view *
 int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                        const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
 {
-    int64_t total = 0;
-    int64_t *start = malloc((size_t)(n + 1) * sizeof *start);
-    if (!start) return awl_error(AWL_ERR_OOM, "awl_cpu adamw_step: out of memory");
-    for (int i = 0; i < n; i++) {
-        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) || !rows_f32(&v[i])) {
-            free(start);
+    for (int i = 0; i < n; i++)
+        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) || !rows_f32(&v[i]))
             return AWL_ERR_UNSUPPORTED;
-        }
-        start[i] = total;
-        total += awl_view_numel(&params[i]);
-    }
-    start[n] = total;
+    int status = AWL_OK;
+    int64_t *start = flat_starts(n, params, "adamw_step", &status);
+    if (!start) return status;
+    const int64_t total = start[n];
     const double t = (double)args->step;
     const float b1 = args->beta1, b2 = args->beta2, eps = args->eps, lr = args->lr;
     const float step_size = (float)(lr / (1.0 - pow(b1, t)));
@@ -448,14 +488,10 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
     int nt = awl_cpu_threads_for(total, CPU_GRAIN_CHEAP);
 #pragma omp parallel num_threads(awl_cpu_team(nt))
     {
-        const int64_t per = (total + nt - 1) / nt;
-        const int64_t lo = (int64_t)omp_get_thread_num() * per;
-        const int64_t hi = lo + per < total ? lo + per : total;
+        int64_t lo, hi, a, b;
+        flat_share(total, nt, &lo, &hi);
         for (int i = 0; i < n && lo < hi; i++) {
-            /* This thread's part of parameter i, in its own element indices. */
-            int64_t a = (start[i] > lo ? start[i] : lo) - start[i];
-            int64_t b = (start[i + 1] < hi ? start[i + 1] : hi) - start[i];
-            if (a >= b) continue;
+            if (!flat_part(start, i, lo, hi, &a, &b)) continue;
             float *p = (float *)cpu_view_ptr(&params[i]), *mm = (float *)cpu_view_ptr(&m[i]);
             float *vv = (float *)cpu_view_ptr(&v[i]);
             const float *g = (const float *)cpu_view_ptr(&grads[i]);
@@ -469,6 +505,90 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
                 vv[e] = ve;
                 p[e] = pe - step_size * me / (sqrtf(ve) * inv_bc2_sqrt + eps);
             }
+        }
+    }
+    free(start);
+    return AWL_OK;
+}
+
+/* ---- gradient clipping: a sum of squares and a scaling over many tensors ------------ */
+
+/* The sum of squares runs in chunks of SQUARES_CHUNK elements, each inside
+ * one tensor, and the chunks' partial sums are added in order at the end:
+ * the order is fixed by the tensors' sizes alone, whatever the threads. */
+#define SQUARES_CHUNK 16384
+
+static int64_t chunks_of(int64_t elements)
+{
+    return (elements + SQUARES_CHUNK - 1) / SQUARES_CHUNK;
+}
+
+int awl_cpu_sum_squares(int n, const awl_view *xs, const awl_view *out)
+{
+    if (out->dtype != AWL_F64 || awl_view_numel(out) != 1) return AWL_ERR_UNSUPPORTED;
+    int status = AWL_OK;
+    int64_t *start = flat_starts(n, xs, "sum_squares", &status);
+    if (!start) return status;
+    /* chunk c belongs to tensor i when first[i] <= c < first[i + 1] */
+    int64_t *first = malloc((size_t)(n + 1) * sizeof *first);
+    double *partial = NULL;
+    if (first) {
+        first[0] = 0;
+        for (int i = 0; i < n; i++) first[i + 1] = first[i] + chunks_of(start[i + 1] - start[i]);
+        partial = malloc((size_t)(first[n] > 0 ? first[n] : 1) * sizeof *partial);
+    }
+    if (!partial) {
+        free(start);
+        free(first);
+        return awl_error(AWL_ERR_OOM, "awl_cpu sum_squares: out of memory");
+    }
+    const int64_t chunks = first[n];
+    int nt = awl_cpu_threads_for(start[n], CPU_GRAIN_CHEAP);
+    if (nt > chunks) nt = chunks > 1 ? (int)chunks : 1;
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(chunks, nt))
+    for (int64_t c = 0; c < chunks; c++) {
+        int i = 0, past = n; /* the tensor of chunk c: first[i] <= c < first[past] */
+        while (past - i > 1) {
+            int mid = (i + past) / 2;
+            if (first[mid] <= c)
+                i = mid;
+            else
+                past = mid;
+        }
+        const float *x = (const float *)cpu_view_ptr(&xs[i]);
+        const int64_t a = (c - first[i]) * SQUARES_CHUNK, e = start[i + 1] - start[i];
+        const int64_t b = a + SQUARES_CHUNK < e ? a + SQUARES_CHUNK : e;
+        double sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = a; k < b; k++) sum += (double)x[k] * (double)x[k];
+        partial[c] = sum;
+    }
+    double total = 0;
+    for (int64_t c = 0; c < chunks; c++) total += partial[c];
+    *(double *)cpu_view_ptr(out) = total;
+    free(start);
+    free(first);
+    free(partial);
+    return AWL_OK;
+}
+
+int awl_cpu_scale(int n, const awl_view *xs, double factor)
+{
+    int status = AWL_OK;
+    int64_t *start = flat_starts(n, xs, "scale", &status);
+    if (!start) return status;
+    const float f = (float)factor;
+    const int64_t total = start[n];
+    int nt = awl_cpu_threads_for(total, CPU_GRAIN_CHEAP);
+#pragma omp parallel num_threads(awl_cpu_team(nt))
+    {
+        int64_t lo, hi, a, b;
+        flat_share(total, nt, &lo, &hi);
+        for (int i = 0; i < n && lo < hi; i++) {
+            if (!flat_part(start, i, lo, hi, &a, &b)) continue;
+            float *x = (float *)cpu_view_ptr(&xs[i]);
+#pragma omp simd
+            for (int64_t k = a; k < b; k++) x[k] *= f;
         }
     }
     free(start);

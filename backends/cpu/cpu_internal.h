@@ -200,6 +200,8 @@ int awl_cpu_dropout_add(const awl_view *out, const awl_view *x, const awl_view *
                         const awl_dropout_args *args);
 int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                        const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
+int awl_cpu_sum_squares(int n, const awl_view *xs, const awl_view *out);
+int awl_cpu_scale(int n, const awl_view *xs, double factor);
 
 /* cpu_attention.c */
 int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const awl_view *q,

@@ -217,6 +217,8 @@ static awl_backend make_table(void)
     t.add_dropout = awlc_add_dropout;
     t.check_indices = awlc_check_indices;
     t.adamw_step = awlc_adamw_step;
+    t.sum_squares = awlc_sum_squares;
+    t.scale = awlc_scale;
     return t;
 }
 

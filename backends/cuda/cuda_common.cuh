@@ -6,7 +6,7 @@
  * kernels and random fill (cuda_elementwise.cu), reductions (cuda_reduce.cu),
  * cuBLAS matrix products (cuda_matmul.cu), indexing (cuda_index.cu) and the
  * fused kernels (cuda_softmax.cu, cuda_layernorm.cu, cuda_attention.cu,
- * cuda_adamw.cu). This private header holds the pieces they all use: error
+ * cuda_optim.cu). This private header holds the pieces they all use: error
  * checking, element types and conversions, the coalesced strided layout that
  * element-wise and reduction kernels take by value, and block reductions.
  *
@@ -534,8 +534,10 @@ void awlc_range_push(const char *name);
 void awlc_range_pop(void);
 double awlc_peak_flops(int device, awl_dtype dtype, bool fast_fp32, char *source, size_t size);
 
-/* cuda_adamw.cu */
+/* cuda_optim.cu */
 int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                     const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
+int awlc_sum_squares(int n, const awl_view *xs, const awl_view *out);
+int awlc_scale(int n, const awl_view *xs, double factor);
 
 #endif

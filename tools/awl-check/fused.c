@@ -726,6 +726,63 @@ static int ref_adamw(const ac_case *c, double *const *in, double **ref)
     return 0;
 }
 
+/* a->count tensors (operands 0 .. count - 1), then the float64 scalar out. */
+static int call_sum_squares(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    awl_view xs[AC_MAX_OPERANDS];
+    for (int i = 0; i < a->count; i++) xs[i] = *v[i];
+    return b->sum_squares(a->count, xs, v[a->count]);
+}
+
+static int ref_sum_squares(const ac_case *c, double *const *in, double **ref)
+{
+    double s = 0;
+    for (int i = 0; i < c->args.count; i++)
+        for (int64_t e = 0; e < ac_numel(c->op[i].ndim, c->op[i].shape); e++)
+            s += in[i][e] * in[i][e];
+    ref[c->args.count][0] = s;
+    return 0;
+}
+
+/* a->count tensors scaled in place by a->alpha. */
+static int call_scale(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    awl_view xs[AC_MAX_OPERANDS];
+    for (int i = 0; i < a->count; i++) xs[i] = *v[i];
+    return b->scale(a->count, xs, a->alpha);
+}
+
+static int ref_scale(const ac_case *c, double *const *in, double **ref)
+{
+    const double f = (float)c->args.alpha; /* the kernel's factor is float32 */
+    for (int i = 0; i < c->args.count; i++)
+        for (int64_t e = 0; e < ac_numel(c->op[i].ndim, c->op[i].shape); e++)
+            ref[i][e] = in[i][e] * f;
+    return 0;
+}
+
+/* Gradient clipping's kernels over tensors of mixed sizes: one element, a
+ * bias, a block's worth and more, one read from 5 elements into its storage
+ * (unaligned for 16-byte loads). */
+static void clipping_cases(ac_list *l)
+{
+    static const int64_t sizes[5][1] = {{1}, {768}, {40003}, {70001}, {16384}};
+    static const int64_t one[1] = {1};
+    for (int k = 0; k < 2; k++) {
+        ac_case c =
+            k == 0 ? ac_case_new(AWL_KERNEL_SUM_SQUARES, "", AWL_F32, "5 tensors", call_sum_squares,
+                                 ref_sum_squares)
+                   : ac_case_new(AWL_KERNEL_SCALE, "", AWL_F32, "5 tensors", call_scale, ref_scale);
+        c.args.count = 5;
+        c.args.alpha = 0.3;
+        for (int i = 0; i < 5; i++)
+            ac_add(&c, ac_operand_new("x", k == 0 ? AC_IN : AC_INOUT, AWL_F32, 1, sizes[i],
+                                      i == 3 ? AC_OFFSET : AC_CONTIG));
+        if (k == 0) ac_add(&c, ac_operand_new("out", AC_OUT, AWL_F64, 1, one, AC_CONTIG));
+        ac_push(l, &c);
+    }
+}
+
 static void other_cases(ac_list *l)
 {
     static const int64_t o2[2] = {300, 96}, a2[2] = {300, 48}, w2[2] = {96, 48}, bias[1] = {96};
@@ -769,6 +826,7 @@ static void other_cases(ac_list *l)
             ac_add(&c, k == 3 ? ac_domain(o, AWL_DOMAIN_POSITIVE) : o);
         }
     ac_push(l, &c);
+    clipping_cases(l);
 }
 
 void ac_fused_cases(ac_list *l)
