@@ -141,7 +141,9 @@ awl_tensor *awl_optimizer_state(const awl_optimizer *opt, int i, const char **na
 /* ---- gradients ------------------------------------------------------------------ */
 
 /* Like torch.nn.utils.clip_grad_norm_: the L2 norm of all grads together
- * (accumulated in float64 on each grad's device); with
+ * (accumulated in float64 on each grad's device, by the backend's
+ * sum_squares kernel over all of a device's grads at once where it has one,
+ * and the grads scaled by its scale kernel); with
  * c = max_norm / (norm + 1e-6), every grad is scaled in place by c unless
  * c >= 1. Parameters without a grad are skipped. Returns the norm before
  * clipping (inf or NaN when a grad holds them; the grads are then scaled by
