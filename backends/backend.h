@@ -280,12 +280,18 @@ typedef struct awl_backend {
     int (*softmax_backward)(const awl_view *dx, const awl_view *dy, const awl_view *y, bool log);
 
     /* LayerNorm over the last axis: x, out (rows, C); weight, bias (C) or
-     * NULL; mean, rstd (rows) float32 (saved for backward). */
+     * NULL; mean, rstd (rows) float32 (saved for backward). out has x's
+     * dtype, or is bfloat16 for a float32 x (a LayerNorm feeding a matmul
+     * under autocast: computed in float32, each output rounded once; a
+     * backend that does not round on the way out returns
+     * AWL_ERR_UNSUPPORTED for it, and the framework casts after). */
     int (*layernorm_forward)(const awl_view *out, const awl_view *mean, const awl_view *rstd,
                              const awl_view *x, const awl_view *weight, const awl_view *bias,
                              double eps);
     /* dx (rows, C) written; dweight, dbias (C) written (not accumulated), or
-     * NULL when not wanted. */
+     * NULL when not wanted. dy has x's dtype, or is bfloat16 for a float32 x
+     * (the gradient of autocast's bfloat16 output; AWL_ERR_UNSUPPORTED if
+     * the backend does not widen it itself). */
     int (*layernorm_backward)(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                               const awl_view *dy, const awl_view *x, const awl_view *weight,
                               const awl_view *mean, const awl_view *rstd);

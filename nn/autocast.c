@@ -12,9 +12,13 @@
  * dropout, attention on c_attn's output) then runs in bfloat16 because its
  * input is bfloat16; where a bfloat16 branch meets the float32 residual
  * stream (Block's two additions), the branch is cast up, as PyTorch's type
- * promotion does. So the residual stream, LayerNorm and the embeddings stay
- * float32, and the fused kernels that read bfloat16 (softmax,
- * cross-entropy, attention) accumulate in float32 internally.
+ * promotion does. So the residual stream, LayerNorm's arithmetic and the
+ * embeddings stay float32, and the fused kernels that read bfloat16
+ * (softmax, cross-entropy, attention) accumulate in float32 internally. A
+ * Block's two LayerNorms, whose outputs only its Linears read, hand those
+ * Linears bfloat16 directly (awl_layer_norm_to: the kernel rounds its
+ * float32 result on the way out, the same bits as the Linear's cast, without
+ * the float32 output and the cast pass).
  *
  * The rule "modules autocast, functional ops compute in the dtype they are
  * given" keeps every functional op's contract simple: awl_linear on two

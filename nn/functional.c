@@ -575,6 +575,7 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
                *rstd = awl_node_saved(node, 2);
     awl_tensor *w = c->w_slot >= 0 ? awl_node_saved(node, c->w_slot) : NULL;
     if (!x || !mean || !rstd || (c->w_slot >= 0 && !w)) return AWL_ERR_INVALID;
+    /* the kernel widens a bfloat16 grad (of awl_layer_norm_to's output) itself */
     if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_LAYERNORM_BACKWARD, x)) {
         int64_t C = x->shape[x->ndim - 1];
         awl_tensor *xc = awl_tensor_contiguous(x);
@@ -591,18 +592,19 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
             return status;
         }
     }
+    if (grad->dtype != x->dtype && !(grad = awl_cast(grad, x->dtype))) return AWL_ERR_INVALID;
     layer_norm_grad_composed(node, x, w, c->eps, grad, grads);
     return AWL_OK;
 }
 
 static awl_tensor *layer_norm_fused(awl_tensor *x, awl_tensor *w, awl_tensor *b, double eps,
-                                    bool *unsupported)
+                                    awl_dtype dtype, bool *unsupported)
 {
     int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? awl_numel(x) / C : 0;
     *unsupported = false;
     awl_scope_begin();
     awl_tensor *xc = awl_tensor_contiguous(x);
-    awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+    awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, dtype);
     awl_tensor *mean = awl_tensor_new_on(x, 1, &rows, AWL_F32);
     awl_tensor *rstd = awl_tensor_new_on(x, 1, &rows, AWL_F32);
     bool ok = xc && out && mean && rstd;
@@ -627,7 +629,8 @@ static awl_tensor *layer_norm_fused(awl_tensor *x, awl_tensor *w, awl_tensor *b,
     return out;
 }
 
-awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps)
+awl_tensor *awl_layer_norm_to(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps,
+                              awl_dtype dtype)
 {
     if (!x) return NULL;
     const char *op = "awl_layer_norm";
@@ -638,6 +641,13 @@ awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, 
                   op, awl_dtype_name(x->dtype), x->ndim);
         return NULL;
     }
+    if (dtype != x->dtype && !(x->dtype == AWL_F32 && dtype == AWL_BF16)) {
+        awl_error(AWL_ERR_INVALID,
+                  "awl_layer_norm_to: a %s output of a %s x (x's dtype, or "
+                  "bfloat16 for a float32 x)",
+                  awl_dtype_name(dtype), awl_dtype_name(x->dtype));
+        return NULL;
+    }
     int64_t C = x->shape[x->ndim - 1];
     if ((weight && check_vector(op, "weight", weight, C, x) < 0) ||
         (bias && check_vector(op, "bias", bias, C, x) < 0))
@@ -645,7 +655,16 @@ awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, 
     bool unsupported = true;
     awl_tensor *out = NULL;
     if (awl_fused_available(AWL_KERNEL_LAYERNORM_FORWARD, x))
-        out = layer_norm_fused(x, weight, bias, eps, &unsupported);
+        out = layer_norm_fused(x, weight, bias, eps, dtype, &unsupported);
+    /* a backend that does not round on the way out: the float32 kernel (or
+     * the composed form), then a cast */
+    if (!out && unsupported && dtype != x->dtype)
+        return awl_cast(awl_layer_norm(x, weight, bias, eps), dtype);
     if (!out && unsupported) out = layer_norm_composed(x, weight, bias, eps);
     return out;
+}
+
+awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps)
+{
+    return x ? awl_layer_norm_to(x, weight, bias, eps, x->dtype) : NULL;
 }

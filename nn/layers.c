@@ -117,6 +117,18 @@ awl_module *awl_layer_norm_new(int64_t dim, double eps, bool bias, const char *d
     return built(m, ok);
 }
 
+/* ln(x) read by a Linear: under autocast (a float32 x) in the autocast
+ * dtype, rounded by the LayerNorm's kernel rather than by the Linear's cast
+ * after it (awl_layer_norm_to: the same bits). */
+static awl_tensor *layer_norm_for_linear(awl_module *ln, awl_tensor *x)
+{
+    layer_norm_layer *l = (layer_norm_layer *)ln;
+    if (!x) return NULL;
+    awl_dtype to = awl_autocast_get();
+    if (to == AWL_F32 || x->dtype != AWL_F32) to = x->dtype;
+    return awl_layer_norm_to(x, l->weight, l->bias, l->eps, to);
+}
+
 /* ---- Dropout, GELU ------------------------------------------------------------------ */
 
 typedef struct dropout_layer {
@@ -194,16 +206,18 @@ typedef struct block_layer {
 } block_layer;
 
 /* x (B, T, C) -> (B, T, C): x + attn(ln_1(x)), then the same with the MLP.
- * Each branch's output dropout and its addition to the residual stream are
+ * Under autocast ln_1 and ln_2 give their output in bfloat16 directly
+ * (layer_norm_for_linear): only the branches' first Linears read it. Each
+ * branch's output dropout and its addition to the residual stream are
  * one op (awl_dropout_add), which also casts a bfloat16 branch (autocast)
  * up to the float32 stream, as PyTorch's type promotion does. */
 static awl_tensor *block_forward(awl_module *self, awl_tensor *x)
 {
     block_layer *b = (block_layer *)self;
     double p;
-    awl_tensor *h = awl_nn_attention_branch(b->attn, awl_module_forward(b->ln_1, x), &p);
+    awl_tensor *h = awl_nn_attention_branch(b->attn, layer_norm_for_linear(b->ln_1, x), &p);
     x = awl_dropout_add(x, h, p, true);
-    h = awl_nn_mlp_branch(b->mlp, awl_module_forward(b->ln_2, x), &p);
+    h = awl_nn_mlp_branch(b->mlp, layer_norm_for_linear(b->ln_2, x), &p);
     return awl_dropout_add(x, h, p, true);
 }
 

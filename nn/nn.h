@@ -276,6 +276,14 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
 
 /* LayerNorm over the last axis: x (..., C), weight and bias (C) or NULL. */
 awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps);
+/* awl_layer_norm with its output in dtype: x's, or bfloat16 for a float32
+ * x. The same bits as awl_cast(awl_layer_norm(x, ...), dtype), with the
+ * rounding done by the LayerNorm's kernel where the backend has it (no
+ * float32 output and no cast pass; its backward takes the bfloat16
+ * gradient as it comes). Under autocast a GPT block's LayerNorms feed
+ * matmuls this way. */
+awl_tensor *awl_layer_norm_to(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps,
+                              awl_dtype dtype);
 
 /* softmax(q k^T / sqrt(D), causal mask) v with dropout (probability
  * dropout_p) on the attention weights: q (B, H, T, D), k and v (B, H, S, D),

@@ -45,6 +45,16 @@ static int check_dtype(const char *op, const char *what, const awl_tensor *t, aw
                      awl_dtype_name(t->dtype), awl_dtype_name(dtype));
 }
 
+/* A LayerNorm's out (forward) or dy (backward): x's dtype, or bfloat16 for a
+ * float32 x (autocast: the LayerNorm feeds a matmul). */
+static int check_ln_dtype(const char *op, const char *what, const awl_tensor *t,
+                          const awl_tensor *x)
+{
+    if (t->dtype == x->dtype || (x->dtype == AWL_F32 && t->dtype == AWL_BF16)) return AWL_OK;
+    return awl_error(AWL_ERR_INVALID, "%s: %s is %s, expected %s (or bfloat16 for a float32 x)", op,
+                     what, awl_dtype_name(t->dtype), awl_dtype_name(x->dtype));
+}
+
 static int check_numel(const char *op, const char *what, const awl_tensor *t, int64_t n)
 {
     if (!t || awl_numel(t) == n) return AWL_OK;
@@ -179,7 +189,7 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
     if (!out || !mean || !rstd || !x) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
     if (check_devices(op, 6, (awl_tensor *[]){x, out, mean, rstd, weight, bias}) < 0 ||
-        check_shape(op, "out", out, x) < 0 || check_dtype(op, "out", out, x->dtype) < 0 ||
+        check_shape(op, "out", out, x) < 0 || check_ln_dtype(op, "out", out, x) < 0 ||
         check_dtype(op, "weight", weight, x->dtype) < 0 ||
         check_dtype(op, "bias", bias, x->dtype) < 0 || check_dtype(op, "mean", mean, AWL_F32) < 0 ||
         check_dtype(op, "rstd", rstd, AWL_F32) < 0 || check_numel(op, "mean", mean, rows) < 0 ||
@@ -207,7 +217,7 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
     if (check_devices(op, 8, (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd}) < 0 ||
         check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
-        check_dtype(op, "dx", dx, x->dtype) < 0 || check_dtype(op, "dy", dy, x->dtype) < 0 ||
+        check_dtype(op, "dx", dx, x->dtype) < 0 || check_ln_dtype(op, "dy", dy, x) < 0 ||
         check_dtype(op, "weight", weight, x->dtype) < 0 ||
         check_dtype(op, "dweight", dweight, x->dtype) < 0 ||
         check_dtype(op, "dbias", dbias, x->dtype) < 0 ||
@@ -430,7 +440,7 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
     const char *op = "awl_tensor_add_dropout";
     if (!out || !x || !h || !d) return AWL_ERR_INVALID;
     if (check_devices(op, 3, (awl_tensor *[]){x, h, out}) < 0 ||
-        check_shape(op, "out", out, x) < 0 || check_dtype(op, "out", out, x->dtype) < 0 ||
+        check_shape(op, "out", out, x) < 0 || check_ln_dtype(op, "out", out, x) < 0 ||
         check_dtype(op, "h", h, x->dtype) < 0)
         return AWL_ERR_INVALID;
     if (!awl_trailing_shape(h, x)) {

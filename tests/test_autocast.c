@@ -12,6 +12,9 @@
  * With a CUDA device (the cases are skipped, with a message, without one):
  * - a small GPT's bf16 loss and gradients are within about 1e-2 of float32's,
  *   while parameters and gradients stay float32 and the loss is float32;
+ * - awl_layer_norm_to (a bfloat16 LayerNorm output of a float32 x, on the
+ *   CPU a cast after the float32 kernel, on CUDA rounded by the kernel) has
+ *   the bits of awl_layer_norm then a cast, forward and backward;
  * - checkpointed blocks replay under the autocast they ran with (the
  *   gradients equal the plain run's);
  * - AdamW steps under bf16 reduce the loss as float32's do, and generation
@@ -117,7 +120,59 @@ static double loss_and_grads(awl_gpt *model, awl_tensor *x, awl_tensor *y)
     return value;
 }
 
+/* The bytes of t (contiguous) on the host; free() them. */
+static void *host_bytes(awl_tensor *t, size_t *n)
+{
+    *n = (size_t)awl_numel(t) * awl_dtype_size(t->dtype);
+    void *h = malloc(*n);
+    ck_assert_int_eq(awl_to_host(t, h, *n), 0);
+    return h;
+}
+
+static void expect_same_bits(awl_tensor *a, awl_tensor *b, const char *what)
+{
+    ck_assert_msg(a && b, "%s: %s", what, awl_last_error());
+    ck_assert_int_eq(a->dtype, b->dtype);
+    size_t na, nb;
+    void *ha = host_bytes(a, &na), *hb = host_bytes(b, &nb);
+    ck_assert_msg(na == nb && memcmp(ha, hb, na) == 0, "%s: the bits differ", what);
+    free(ha);
+    free(hb);
+}
+
+/* awl_layer_norm_to(x, ..., bf16) against awl_cast(awl_layer_norm(x, ...),
+ * bf16) on device: the same output bits, and from one bfloat16 output
+ * gradient the same dx, dweight and dbias bits (a GPT block's LayerNorms
+ * under autocast). */
+static void layer_norm_to_matches_cast(const char *device)
+{
+    awl_scope_begin();
+    awl_manual_seed(3);
+    awl_tensor *x = awl_requires_grad_(awl_randn(AWL_SHAPE(300, 768), AWL_F32, device), true);
+    awl_tensor *w = awl_requires_grad_(awl_randn(AWL_SHAPE(768), AWL_F32, device), true);
+    awl_tensor *b = awl_requires_grad_(awl_randn(AWL_SHAPE(768), AWL_F32, device), true);
+    awl_tensor *dy = awl_tensor_cast(awl_randn(AWL_SHAPE(300, 768), AWL_F32, device), AWL_BF16);
+    awl_tensor *inputs[3] = {x, w, b}, *fused[3], *composed[3];
+    awl_backward_options opts = {.grad = dy};
+    awl_tensor *y1 = awl_layer_norm_to(x, w, b, 1e-5, AWL_BF16);
+    awl_tensor *y2 = awl_cast(awl_layer_norm(x, w, b, 1e-5), AWL_BF16);
+    expect_same_bits(y1, y2, "the output");
+    ck_assert_int_eq(awl_grad(y1, 3, inputs, fused, &opts), 0);
+    ck_assert_int_eq(awl_grad(y2, 3, inputs, composed, &opts), 0);
+    const char *names[3] = {"dx", "dweight", "dbias"};
+    for (int i = 0; i < 3; i++) expect_same_bits(fused[i], composed[i], names[i]);
+    /* x's dtype, or bfloat16 for a float32 x: nothing else */
+    ck_assert_ptr_null(awl_layer_norm_to(x, w, b, 1e-5, AWL_F64));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_layer_norm_to"));
+    awl_clear_error();
+    awl_scope_end();
+}
+
 /* ---- on any machine -------------------------------------------------------------- */
+
+/* The CPU has no bfloat16 LayerNorm kernel: the float32 one, then a cast. */
+START_TEST(test_layer_norm_to_cpu) { layer_norm_to_matches_cast("cpu"); }
+END_TEST
 
 START_TEST(test_autocast_state)
 {
@@ -235,6 +290,10 @@ START_TEST(test_cuda_bf16_close_to_fp32)
 }
 END_TEST
 
+/* The CUDA kernels round on the way out and widen the gradient themselves. */
+START_TEST(test_cuda_layer_norm_to) { layer_norm_to_matches_cast(GPU); }
+END_TEST
+
 START_TEST(test_cuda_bf16_checkpointing)
 {
     awl_gc_begin(4);
@@ -317,12 +376,14 @@ int main(void)
     tcase_set_timeout(any, 120);
     tcase_add_test(any, test_autocast_state);
     tcase_add_test(any, test_cpu_refuses_bf16);
+    tcase_add_test(any, test_layer_norm_to_cpu);
     suite_add_tcase(s, any);
     bool gpu = awl_device_available(GPU);
     if (gpu) {
         TCase *cuda = tcase_create("cuda");
         tcase_set_timeout(cuda, 300);
         tcase_add_test(cuda, test_cuda_bf16_close_to_fp32);
+        tcase_add_test(cuda, test_cuda_layer_norm_to);
         tcase_add_test(cuda, test_cuda_bf16_checkpointing);
         tcase_add_test(cuda, test_cuda_bf16_training);
         suite_add_tcase(s, cuda);

@@ -27,7 +27,12 @@
  * all its rows. Other rows take the generic kernels, which re-read the row.
  *
  * Dtypes: float32 and bfloat16 (x, out, weight, bias, dy, dx of one dtype;
- * arithmetic in float). mean and rstd are float32 by contract, too coarse for
+ * arithmetic in float), and a float32 x with a bfloat16 out (forward) or dy
+ * (backward): a LayerNorm feeding a matmul under autocast, whose output is
+ * rounded to bfloat16 on the way out instead of by a cast kernel after it,
+ * and whose gradient arrives in bfloat16 (the same bits as the cast then
+ * the float32 kernel: the rounding happens once either way, and widening
+ * bfloat16 is exact). mean and rstd are float32 by contract, too coarse for
  * float64 gradient checks, so float64 is AWL_ERR_UNSUPPORTED and composed.
  */
 #include <algorithm>
@@ -48,8 +53,8 @@ struct ln_vecs {
     int64_t sm, sr;
 };
 
-template <typename T>
-__global__ void ln_fwd_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
+template <typename T, typename TO>
+__global__ void ln_fwd_kernel(TO *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
                               float eps, ln_vecs v)
 {
     int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
@@ -71,12 +76,12 @@ __global__ void ln_fwd_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_
             v.mean[r * v.sm] = m;
             v.rstd[r * v.sr] = rs;
         }
-        T *y = out + r * so;
+        TO *y = out + r * so;
         for (int64_t j = lane; j < C; j += AWLC_WARP) {
             float a = (awlc_cast<float>(xr[j]) - m) * rs;
             if (w) a *= awlc_cast<float>(w[j * v.sw]);
             if (b) a += awlc_cast<float>(b[j * v.sb]);
-            y[j] = awlc_cast<T>(a);
+            y[j] = awlc_cast<TO>(a);
         }
     }
 }
@@ -84,14 +89,16 @@ __global__ void ln_fwd_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_
 /* The register path: a row of C = 32 * NP * V elements at most (V per
  * 16-byte pack), every pack loaded once into the lane that owns it; lane l
  * owns packs l, l + 32, ... of every row. Needs 16-byte aligned rows and
- * unit-stride weight and bias. */
-template <typename T, int NP>
+ * unit-stride weight and bias (out's packs are V elements of TO: 8 bytes
+ * for a bfloat16 out of a float32 x). */
+template <typename T, typename TO, int NP>
 __global__ void __launch_bounds__(256)
-    ln_fwd_reg_kernel(T *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
+    ln_fwd_reg_kernel(TO *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
                       float eps, ln_vecs v)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
+    typedef awlc_pack<TO, V> PO;
     int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
     int np = (int)(C / V);
     for (int64_t r = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; r < rows;
@@ -123,12 +130,13 @@ __global__ void __launch_bounds__(256)
             v.mean[r * v.sm] = m;
             v.rstd[r * v.sr] = rs;
         }
-        P *yr = (P *)(out + r * so);
+        PO *yr = (PO *)(out + r * so);
 #pragma unroll
         for (int j = 0; j < NP; j++) {
             int p = lane + AWLC_WARP * j;
             if (p >= np) continue;
-            P w, b, o;
+            P w, b;
+            PO o;
             if (v.w) w = ((const P *)v.w)[p];
             if (v.b) b = ((const P *)v.b)[p];
 #pragma unroll
@@ -136,7 +144,7 @@ __global__ void __launch_bounds__(256)
                 float a = (xv[j][e] - m) * rs;
                 if (v.w) a *= awlc_cast<float>(w.v[e]);
                 if (v.b) a += awlc_cast<float>(b.v[e]);
-                o.v[e] = awlc_cast<T>(a);
+                o.v[e] = awlc_cast<TO>(a);
             }
             yr[p] = o;
         }
@@ -145,14 +153,16 @@ __global__ void __launch_bounds__(256)
 
 /* Backward on the register path: dy and x of a row in registers, the
  * warp's dweight/dbias partials too (a lane always owns the same columns),
- * written to shared memory once at the end. */
-template <typename T, int NP>
+ * written to shared memory once at the end. dy's packs are V elements of
+ * TG (8 bytes for a bfloat16 dy of a float32 x). */
+template <typename T, typename TG, int NP>
 __global__ void __launch_bounds__(256)
-    ln_bwd_reg_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int64_t sx,
+    ln_bwd_reg_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
                       int64_t rows, int64_t C, ln_vecs v, float *partial)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
+    typedef awlc_pack<TG, V> PG;
     extern __shared__ float acc[];
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
     int nw = blockDim.x / AWLC_WARP, np = (int)(C / V);
@@ -169,13 +179,15 @@ __global__ void __launch_bounds__(256)
         }
     }
     for (int64_t r = (int64_t)blockIdx.x * nw + warp; r < rows; r += (int64_t)gridDim.x * nw) {
-        const P *gr = (const P *)(dy + r * sdy), *xr = (const P *)(x + r * sx);
+        const PG *gr = (const PG *)(dy + r * sdy);
+        const P *xr = (const P *)(x + r * sx);
         float m = v.mean[r * v.sm], rs = v.rstd[r * v.sr];
         float g[NP][V], xh[NP][V], sg = 0, sgx = 0;
 #pragma unroll
         for (int j = 0; j < NP; j++) {
             int p = lane + AWLC_WARP * j;
-            P a, b;
+            PG a;
+            P b;
             if (p < np) {
                 a = gr[p];
                 b = xr[p];
@@ -222,8 +234,8 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-template <typename T>
-__global__ void ln_bwd_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, const T *x, int64_t sx,
+template <typename T, typename TG>
+__global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
                               int64_t rows, int64_t C, ln_vecs v, float *partial)
 {
     extern __shared__ float acc[]; /* [warp][2][C]: dweight then dbias */
@@ -235,7 +247,8 @@ __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const T *dy, int64_t sdy, cons
         for (int64_t j = lane; j < 2 * C; j += AWLC_WARP) mine[j] = 0.0f;
     __syncwarp(); /* lanes zeroed columns that other lanes own below */
     for (int64_t r = (int64_t)blockIdx.x * nw + warp; r < rows; r += (int64_t)gridDim.x * nw) {
-        const T *g = dy + r * sdy, *xr = x + r * sx;
+        const TG *g = dy + r * sdy;
+        const T *xr = x + r * sx;
         float m = v.mean[r * v.sm], rs = v.rstd[r * v.sr];
         float sg = 0, sgx = 0;
         for (int64_t j = lane; j < C; j += AWLC_WARP) {
@@ -346,6 +359,87 @@ bool same_rows(const awl_view *v, awl_dtype dt, int64_t rows, int64_t C, int64_t
     return v->dtype == dt && awlc_rows_of(v, &r, &c, stride) && r == rows && c == C;
 }
 
+/* The forward for x of T and out of TO: the register path where it applies,
+ * else the generic kernel. */
+template <typename T, typename TO>
+int ln_forward_as(const awl_view *out, int64_t so, const awl_view *x, int64_t sx, int64_t rows,
+                  int64_t C, float eps, const ln_vecs &v)
+{
+    unsigned grid = (unsigned)std::min<int64_t>((rows + LN_WARPS - 1) / LN_WARPS, 1 << 30);
+    int np = reg_packs<T>(C, x, sx, v) && reg_aligned(out, so) ? reg_packs<T>(C, x, sx, v) : 0;
+    TO *o = awlc_ptr<TO>(out);
+    const T *xp = awlc_ptr<T>(x);
+    const unsigned th = LN_WARPS * AWLC_WARP;
+    switch (np) {
+    case 1: ln_fwd_reg_kernel<T, TO, 1><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
+    case 2: ln_fwd_reg_kernel<T, TO, 2><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
+    case 3: ln_fwd_reg_kernel<T, TO, 3><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
+    case 4: ln_fwd_reg_kernel<T, TO, 4><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
+    case 6: ln_fwd_reg_kernel<T, TO, 6><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
+    case 8: ln_fwd_reg_kernel<T, TO, 8><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
+    default: ln_fwd_kernel<T, TO><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v);
+    }
+    return awlc_check_launch("layernorm_forward");
+}
+
+/* The backward for x and dx of T and dy of TG, then dweight and dbias (T)
+ * from the blocks' partials. */
+template <typename T, typename TG>
+int ln_backward_as(const awl_view *dx, int64_t sdx, const awl_view *dy, int64_t sdy,
+                   const awl_view *x, int64_t sx, int64_t rows, int64_t C, const ln_vecs &v,
+                   int warps, int nblocks, size_t smem, float *partial, const awl_view *dweight,
+                   int64_t sdw, const awl_view *dbias, int64_t sdb)
+{
+    /* Five register rows of NP * V floats each: past 24 the compiler
+     * spills, so wider rows take the generic kernel. */
+    int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy)
+                 ? reg_packs<T>(C, x, sx, v)
+                 : 0;
+    if (np * (int)(16 / sizeof(T)) > 24) np = 0;
+    T *d = awlc_ptr<T>(dx);
+    const TG *gy = awlc_ptr<TG>(dy);
+    const T *xp = awlc_ptr<T>(x);
+    const unsigned th = warps * AWLC_WARP;
+    switch (np) {
+    case 1:
+        ln_bwd_reg_kernel<T, TG, 1>
+            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        break;
+    case 2:
+        ln_bwd_reg_kernel<T, TG, 2>
+            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        break;
+    case 3:
+        ln_bwd_reg_kernel<T, TG, 3>
+            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        break;
+    case 4:
+        ln_bwd_reg_kernel<T, TG, 4>
+            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        break;
+    case 6:
+        ln_bwd_reg_kernel<T, TG, 6>
+            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+        break;
+    default:
+        ln_bwd_kernel<T, TG><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+    }
+    AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
+    if (!partial) return AWL_OK;
+    unsigned gs = (unsigned)((2 * C + AWLC_WARP - 1) / AWLC_WARP);
+    ln_sum_partials<T><<<gs, dim3(AWLC_WARP, PS_Y)>>>(partial, nblocks, C,
+                                                      dweight ? awlc_ptr<T>(dweight) : NULL, sdw,
+                                                      dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
+    return awlc_check_launch("layernorm_backward partials");
+}
+
+/* A bfloat16 out (or dy) of a float32 x: autocast's LayerNorm feeding a
+ * matmul. */
+bool rounds_to_bf16(const awl_view *x, const awl_view *other)
+{
+    return x->dtype == AWL_F32 && other->dtype == AWL_BF16;
+}
+
 } // namespace
 
 int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
@@ -354,38 +448,17 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
 {
     int64_t rows, C, sx, so;
     ln_vecs v;
+    const bool mixed = rounds_to_bf16(x, out);
     if (ln_setup(x, mean, rstd, weight, bias, &rows, &C, &sx, &v) != AWL_OK ||
-        !same_rows(out, x->dtype, rows, C, &so))
+        !same_rows(out, mixed ? AWL_BF16 : x->dtype, rows, C, &so))
         return AWL_ERR_UNSUPPORTED;
     AWLC_TRY_STATUS(awlc_enter(out->data));
     if (rows == 0 || C == 0) return AWL_OK;
-    unsigned grid = (unsigned)std::min<int64_t>((rows + LN_WARPS - 1) / LN_WARPS, 1 << 30);
-    auto reg = [&](auto tag) -> int {
-        typedef decltype(tag) T;
-        int np = reg_packs<T>(C, x, sx, v) && reg_aligned(out, so) ? reg_packs<T>(C, x, sx, v) : 0;
-        T *o = awlc_ptr<T>(out);
-        const T *xp = awlc_ptr<T>(x);
-        const unsigned th = LN_WARPS * AWLC_WARP;
-        switch (np) {
-        case 1: ln_fwd_reg_kernel<T, 1><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
-        case 2: ln_fwd_reg_kernel<T, 2><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
-        case 3: ln_fwd_reg_kernel<T, 3><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
-        case 4: ln_fwd_reg_kernel<T, 4><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
-        case 6: ln_fwd_reg_kernel<T, 6><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
-        case 8: ln_fwd_reg_kernel<T, 8><<<grid, th>>>(o, so, xp, sx, rows, C, (float)eps, v); break;
-        default: return AWL_ERR_UNSUPPORTED;
-        }
-        return awlc_check_launch("layernorm_forward");
-    };
-    int st = x->dtype == AWL_F32 ? reg(float()) : reg(awl_bf16());
-    if (st != AWL_ERR_UNSUPPORTED) return st;
-    if (x->dtype == AWL_F32)
-        ln_fwd_kernel<float><<<grid, LN_WARPS * AWLC_WARP>>>(
-            awlc_ptr<float>(out), so, awlc_ptr<float>(x), sx, rows, C, (float)eps, v);
-    else
-        ln_fwd_kernel<awl_bf16><<<grid, LN_WARPS * AWLC_WARP>>>(
-            awlc_ptr<awl_bf16>(out), so, awlc_ptr<awl_bf16>(x), sx, rows, C, (float)eps, v);
-    return awlc_check_launch("layernorm_forward");
+    const float e = (float)eps;
+    auto run = mixed                ? ln_forward_as<float, awl_bf16>
+               : x->dtype == AWL_F32 ? ln_forward_as<float, float>
+                                     : ln_forward_as<awl_bf16, awl_bf16>;
+    return run(out, so, x, sx, rows, C, e, v);
 }
 
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
@@ -394,8 +467,10 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
 {
     int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0;
     ln_vecs v;
+    const bool mixed = rounds_to_bf16(x, dy);
     if (ln_setup(x, mean, rstd, weight, NULL, &rows, &C, &sx, &v) != AWL_OK ||
-        !same_rows(dx, x->dtype, rows, C, &sdx) || !same_rows(dy, x->dtype, rows, C, &sdy) ||
+        !same_rows(dx, x->dtype, rows, C, &sdx) ||
+        !same_rows(dy, mixed ? AWL_BF16 : x->dtype, rows, C, &sdy) ||
         (dweight && (dweight->dtype != x->dtype || !awlc_vector_of(dweight, C, &sdw))) ||
         (dbias && (dbias->dtype != x->dtype || !awlc_vector_of(dbias, C, &sdb))))
         return AWL_ERR_UNSUPPORTED;
@@ -417,50 +492,12 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
         partial = (float *)awlc_scratch_alloc(pbytes);
         if (!partial) return AWL_ERR_OOM;
     }
-    auto run = [&](auto tag) -> int {
-        typedef decltype(tag) T;
-        /* Five register rows of NP * V floats each: past 24 the compiler
-         * spills, so wider rows take the generic kernel. */
-        int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy)
-                     ? reg_packs<T>(C, x, sx, v)
-                     : 0;
-        if (np * (int)(16 / sizeof(T)) > 24) np = 0;
-        T *d = awlc_ptr<T>(dx);
-        const T *gy = awlc_ptr<T>(dy), *xp = awlc_ptr<T>(x);
-        const unsigned th = warps * AWLC_WARP;
-        switch (np) {
-        case 1:
-            ln_bwd_reg_kernel<T, 1>
-                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-            break;
-        case 2:
-            ln_bwd_reg_kernel<T, 2>
-                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-            break;
-        case 3:
-            ln_bwd_reg_kernel<T, 3>
-                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-            break;
-        case 4:
-            ln_bwd_reg_kernel<T, 4>
-                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-            break;
-        case 6:
-            ln_bwd_reg_kernel<T, 6>
-                <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-            break;
-        default:
-            ln_bwd_kernel<T><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-        }
-        AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
-        if (!partials) return AWL_OK;
-        unsigned gs = (unsigned)((2 * C + AWLC_WARP - 1) / AWLC_WARP);
-        ln_sum_partials<T><<<gs, dim3(AWLC_WARP, PS_Y)>>>(
-            partial, nblocks, C, dweight ? awlc_ptr<T>(dweight) : NULL, sdw,
-            dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
-        return awlc_check_launch("layernorm_backward partials");
-    };
-    int st = x->dtype == AWL_F32 ? run(float()) : run(awl_bf16());
+    /* the kernels' one signature, by the dtypes: x (and dx), then dy */
+    auto run = mixed                ? ln_backward_as<float, awl_bf16>
+               : x->dtype == AWL_F32 ? ln_backward_as<float, float>
+                                     : ln_backward_as<awl_bf16, awl_bf16>;
+    int st = run(dx, sdx, dy, sdy, x, sx, rows, C, v, warps, nblocks, smem, partial, dweight, sdw,
+                 dbias, sdb);
     if (partial) awlc_scratch_free(partial, pbytes);
     return st;
 }

@@ -234,6 +234,39 @@ static void layernorm_cases(ac_list *l)
             }
             ac_push(l, &b);
         }
+    /* autocast's LayerNorm feeding a matmul: a float32 x with a bfloat16 out
+     * (forward) or dy (backward); named by the bfloat16 operand's dtype, so
+     * only a backend with bfloat16 LayerNorms is asked */
+    for (int s = 2; s < 4; s++) {
+        int64_t x2[2] = {shapes[s].rows, shapes[s].C}, rows[1] = {shapes[s].rows},
+                C[1] = {shapes[s].C};
+        ac_case f = ac_case_new(AWL_KERNEL_LAYERNORM_FORWARD, "", AWL_BF16,
+                                "float32 x, bfloat16 out", call_ln, ref_ln);
+        f.args.flag = true;
+        f.args.eps = LN_EPS;
+        f.tol = tol_of(AWL_BF16, 2e-5, 3e-2);
+        ac_add(&f, ac_operand_new("out", AC_OUT, AWL_BF16, 2, x2, AC_CONTIG));
+        ac_add(&f, ac_operand_new("mean", AC_OUT, AWL_F32, 1, rows, AC_CONTIG));
+        ac_add(&f, ac_operand_new("rstd", AC_OUT, AWL_F32, 1, rows, AC_CONTIG));
+        ac_add(&f, ac_operand_new("x", AC_IN, AWL_F32, 2, x2, AC_CONTIG));
+        ac_add(&f, ac_operand_new("weight", AC_IN, AWL_F32, 1, C, AC_CONTIG));
+        ac_add(&f, ac_operand_new("bias", AC_IN, AWL_F32, 1, C, AC_CONTIG));
+        ac_push(l, &f);
+        ac_case b = ac_case_new(AWL_KERNEL_LAYERNORM_BACKWARD, "", AWL_BF16,
+                                "float32 x, bfloat16 dy", call_ln_bwd, ref_ln_bwd);
+        b.args.flag = true;
+        b.init = init_ln_bwd;
+        b.tol = tol_of(AWL_F32, 1e-4, 6e-2); /* dx and dweight are float32 */
+        ac_add(&b, ac_operand_new("dx", AC_OUT, AWL_F32, 2, x2, AC_CONTIG));
+        ac_add(&b, ac_operand_new("dy", AC_IN, AWL_BF16, 2, x2, AC_CONTIG));
+        ac_add(&b, ac_operand_new("x", AC_IN, AWL_F32, 2, x2, AC_CONTIG));
+        ac_add(&b, ac_operand_new("mean", AC_IN, AWL_F32, 1, rows, AC_CONTIG));
+        ac_add(&b, ac_operand_new("rstd", AC_IN, AWL_F32, 1, rows, AC_CONTIG));
+        ac_add(&b, ac_operand_new("weight", AC_IN, AWL_F32, 1, C, AC_CONTIG));
+        ac_add(&b, ac_operand_new("dweight", AC_OUT, AWL_F32, 1, C, AC_CONTIG));
+        ac_add(&b, ac_operand_new("dbias", AC_OUT, AWL_F32, 1, C, AC_CONTIG));
+        ac_push(l, &b);
+    }
 }
 
 /* ---- cross-entropy ----------------------------------------------------------------------------
