@@ -17,7 +17,7 @@
  * (softmax, cross-entropy, attention) accumulate in float32 internally. A
  * Block's two LayerNorms, whose outputs only its Linears read, hand those
  * Linears bfloat16 directly (awl_layer_norm_to: the kernel rounds its
- * float32 result on the way out, the same bits as the Linear's cast, without
+ * float32 result on the way out, the Linear's cast's bits, without
  * the float32 output and the cast pass).
  *
  * The rule "modules autocast, functional ops compute in the dtype they are

@@ -119,7 +119,7 @@ awl_module *awl_layer_norm_new(int64_t dim, double eps, bool bias, const char *d
 
 /* ln(x) read by a Linear: under autocast (a float32 x) in the autocast
  * dtype, rounded by the LayerNorm's kernel rather than by the Linear's cast
- * after it (awl_layer_norm_to: the same bits). */
+ * after it (awl_layer_norm_to: the same output bits). */
 static awl_tensor *layer_norm_for_linear(awl_module *ln, awl_tensor *x)
 {
     layer_norm_layer *l = (layer_norm_layer *)ln;

@@ -280,8 +280,9 @@ awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, 
  * x. The same bits as awl_cast(awl_layer_norm(x, ...), dtype), with the
  * rounding done by the LayerNorm's kernel where the backend has it (no
  * float32 output and no cast pass; its backward takes the bfloat16
- * gradient as it comes). Under autocast a GPT block's LayerNorms feed
- * matmuls this way. */
+ * gradient as it comes, and its gradients agree with the cast path's to
+ * float32 rounding). Under autocast a GPT block's LayerNorms feed matmuls
+ * this way. */
 awl_tensor *awl_layer_norm_to(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps,
                               awl_dtype dtype);
 

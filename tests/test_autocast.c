@@ -14,7 +14,8 @@
  *   while parameters and gradients stay float32 and the loss is float32;
  * - awl_layer_norm_to (a bfloat16 LayerNorm output of a float32 x, on the
  *   CPU a cast after the float32 kernel, on CUDA rounded by the kernel) has
- *   the bits of awl_layer_norm then a cast, forward and backward;
+ *   the bits of awl_layer_norm then a cast, and its gradients agree with
+ *   that path's to float32 rounding;
  * - checkpointed blocks replay under the autocast they ran with (the
  *   gradients equal the plain run's);
  * - AdamW steps under bf16 reduce the loss as float32's do, and generation
@@ -140,10 +141,27 @@ static void expect_same_bits(awl_tensor *a, awl_tensor *b, const char *what)
     free(hb);
 }
 
+/* ||a - b|| / ||b|| of two float tensors of one shape, through float64. */
+static double tensor_rel_error(awl_tensor *a, awl_tensor *b)
+{
+    ck_assert_msg(a && b && awl_numel(a) == awl_numel(b), "%s", awl_last_error());
+    int64_t n = awl_numel(a);
+    double *ha = malloc((size_t)n * sizeof *ha), *hb = malloc((size_t)n * sizeof *hb);
+    awl_scope_begin();
+    ck_assert_int_eq(awl_to_host(awl_tensor_cast(a, AWL_F64), ha, (size_t)n * sizeof *ha), 0);
+    ck_assert_int_eq(awl_to_host(awl_tensor_cast(b, AWL_F64), hb, (size_t)n * sizeof *hb), 0);
+    awl_scope_end();
+    double e = rel_error(ha, hb, n);
+    free(ha);
+    free(hb);
+    return e;
+}
+
 /* awl_layer_norm_to(x, ..., bf16) against awl_cast(awl_layer_norm(x, ...),
- * bf16) on device: the same output bits, and from one bfloat16 output
- * gradient the same dx, dweight and dbias bits (a GPT block's LayerNorms
- * under autocast). */
+ * bf16) on device (a GPT block's LayerNorms under autocast): the same
+ * output bits, and from one bfloat16 output gradient the same dx, dweight
+ * and dbias to float32 rounding (the same formula, but in kernels compiled
+ * apart, whose multiply-adds the compiler may contract differently). */
 static void layer_norm_to_matches_cast(const char *device)
 {
     awl_scope_begin();
@@ -160,7 +178,11 @@ static void layer_norm_to_matches_cast(const char *device)
     ck_assert_int_eq(awl_grad(y1, 3, inputs, fused, &opts), 0);
     ck_assert_int_eq(awl_grad(y2, 3, inputs, composed, &opts), 0);
     const char *names[3] = {"dx", "dweight", "dbias"};
-    for (int i = 0; i < 3; i++) expect_same_bits(fused[i], composed[i], names[i]);
+    for (int i = 0; i < 3; i++) {
+        double e = tensor_rel_error(fused[i], composed[i]);
+        printf("layer_norm_to on %s: %s against the cast path's, rel %.2e\n", device, names[i], e);
+        ck_assert_msg(e < 1e-6, "%s differs from the cast path's by %g", names[i], e);
+    }
     /* x's dtype, or bfloat16 for a float32 x: nothing else */
     ck_assert_ptr_null(awl_layer_norm_to(x, w, b, 1e-5, AWL_F64));
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_layer_norm_to"));

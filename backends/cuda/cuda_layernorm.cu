@@ -30,9 +30,11 @@
  * arithmetic in float), and a float32 x with a bfloat16 out (forward) or dy
  * (backward): a LayerNorm feeding a matmul under autocast, whose output is
  * rounded to bfloat16 on the way out instead of by a cast kernel after it,
- * and whose gradient arrives in bfloat16 (the same bits as the cast then
- * the float32 kernel: the rounding happens once either way, and widening
- * bfloat16 is exact). mean and rstd are float32 by contract, too coarse for
+ * and whose gradient arrives in bfloat16 (the forward's bits are those of
+ * the float32 kernel then a cast: the rounding happens once either way; the
+ * backward widens dy exactly and computes the float32 kernel's formula,
+ * equal to it to float32 rounding, since the compiler may contract the two
+ * instantiations' multiply-adds differently). mean and rstd are float32 by contract, too coarse for
  * float64 gradient checks, so float64 is AWL_ERR_UNSUPPORTED and composed.
  */
 #include <algorithm>
