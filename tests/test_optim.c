@@ -573,6 +573,29 @@ START_TEST(test_clip_fused_kernels)
 }
 END_TEST
 
+/* Bad input to the clipping kernels' entry points: an error naming the op
+ * and what is wrong, nothing written. */
+START_TEST(test_clip_kernels_bad_input)
+{
+    awl_scope_begin();
+    awl_tensor *a = awl_ones(AWL_SHAPE(3), AWL_F32, "cpu");
+    awl_tensor *d = awl_ones(AWL_SHAPE(3), AWL_F64, "cpu");
+    awl_tensor *out32 = awl_zeros(0, NULL, AWL_F32, "cpu");
+    awl_tensor *out64 = awl_zeros(0, NULL, AWL_F64, "cpu");
+    ck_assert_int_eq(awl_tensor_sum_squares(1, (awl_tensor *[]){a}, out32), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_tensor_sum_squares: out is float32"));
+    ck_assert_int_eq(awl_tensor_sum_squares(2, (awl_tensor *[]){a, d}, out64), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_tensor_sum_squares: tensor is float64"));
+    ck_assert_int_eq(awl_tensor_scale(2, (awl_tensor *[]){a, NULL}, 2.0), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "tensor 1 of 2 is NULL"));
+    float v[3];
+    ck_assert_int_eq(awl_to_host(a, v, sizeof v), 0);
+    for (int i = 0; i < 3; i++) ck_assert_float_eq(v[i], 1.0f); /* nothing was scaled */
+    awl_clear_error();
+    awl_scope_end();
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -589,6 +612,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, test_lr_schedule);
     tcase_add_test(tc, test_clip_grad_norm);
     tcase_add_test(tc, test_clip_fused_kernels);
+    tcase_add_test(tc, test_clip_kernels_bad_input);
     suite_add_tcase(s, tc);
     return s;
 }
