@@ -440,7 +440,7 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
     const char *op = "awl_tensor_add_dropout";
     if (!out || !x || !h || !d) return AWL_ERR_INVALID;
     if (check_devices(op, 3, (awl_tensor *[]){x, h, out}) < 0 ||
-        check_shape(op, "out", out, x) < 0 || check_ln_dtype(op, "out", out, x) < 0 ||
+        check_shape(op, "out", out, x) < 0 || check_dtype(op, "out", out, x->dtype) < 0 ||
         check_dtype(op, "h", h, x->dtype) < 0)
         return AWL_ERR_INVALID;
     if (!awl_trailing_shape(h, x)) {

@@ -479,6 +479,15 @@ START_TEST(test_fused_vs_composed)
     ck_assert_str_eq(call_sdpa(heads, &causal)->grad_fn->name, "scaled_dot_product_attention");
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "dropout_add");
     ck_assert_str_eq(call_add_dropout(emb, NULL)->grad_fn->name, "add_dropout");
+    /* add_dropout's out has x's dtype (a bfloat16 out of a float32 x is the
+     * LayerNorm kernels' alone) */
+    awl_dropout_args drop = {0.3, 1, 0};
+    ck_assert_int_eq(awl_tensor_add_dropout(awl_zeros(AWL_SHAPE(2, 8), AWL_BF16, "cpu"),
+                                            awl_ones(AWL_SHAPE(2, 8), AWL_F32, "cpu"),
+                                            awl_ones(AWL_SHAPE(8), AWL_F32, "cpu"), &drop),
+                     AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_tensor_add_dropout: out is bfloat16"));
+    awl_clear_error();
     awl_set_fused_kernels(false);
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "add");
     ck_assert_str_ne(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
