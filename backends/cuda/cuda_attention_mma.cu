@@ -124,6 +124,10 @@ struct bf16_mma {
     typedef awl_bf16 elem;             /* tensors in global memory */
     typedef uint16_t word;             /* tiles in shared memory */
     static const int PAD = 8, KS = 16; /* row padding (words); k of one mma */
+    /* The backward kernels hold their fixed tile's A fragments in registers
+     * across the walk when D <= 64 (tf32_mma re-reads them: its 3xTF32
+     * split needs the registers). */
+    static const bool HOLD = true;
 
     static __device__ __forceinline__ word to_word(awl_bf16 x) { return x.bits; }
 
@@ -260,6 +264,7 @@ template <int P> struct tf32_mma {
     typedef float elem;
     typedef float word;
     static const int PAD = 4, KS = 8;
+    static const bool HOLD = false;
 
     static __device__ __forceinline__ word to_word(float x) { return x; }
 
@@ -496,6 +501,17 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* 2^x on the special-function unit, as exp2f (ex2.approx, 2 ulp) but with
+ * subnormal results flushed to zero, which saves exp2f's rescaling around
+ * it: one instruction a weight. A weight below 2^-126 of its row's largest
+ * adds nothing to a float32 row sum anyway. */
+__device__ __forceinline__ float exp2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 template <typename M, int DP, bool DROP>
 __global__ void __launch_bounds__(THREADS)
     fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
@@ -539,30 +555,36 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads();
         float s[8][4];
         M::template scores<DP>(s, qf, Ks, lane);
-        float mx[2] = {-INFINITY, -INFINITY};
-        bool mask = needs_mask(q0, k0, a);
+        if (needs_mask(q0, k0, a))
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
+                    if (!att_visible(row, key, a)) s[nb][e] = -INFINITY;
+                }
+        /* m is the running maximum of the unscaled scores (the same keys'
+         * as of the scaled ones: scale > 0), so a weight is one FFMA and
+         * one ex2, exp2(s sl2 - m sl2); ms = m sl2, or 0 while a row has
+         * seen no key, so that its hidden keys give exp2(-inf) = 0. */
+        float mx[2] = {m[0], m[1]}, ms[2], alpha[2], rs[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
-                s[nb][e] = !mask || att_visible(row, key, a) ? s[nb][e] * sl2 : -INFINITY;
-                mx[e / 2] = fmaxf(mx[e / 2], s[nb][e]);
-            }
-        float alpha[2], rs[2] = {0.0f, 0.0f};
+            for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nb][e]);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            float mn = fmaxf(m[i], quad_max(mx[i]));
-            alpha[i] = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
+            float mn = quad_max(mx[i]);
+            ms[i] = mn == -INFINITY ? 0.0f : mn * sl2;
+            alpha[i] = m[i] == mn ? 1.0f : exp2_ftz(fmaf(m[i], sl2, -ms[i]));
             m[i] = mn;
         }
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float p = s[nb][e] == -INFINITY ? 0.0f : exp2f(s[nb][e] - m[e / 2]);
-                s[nb][e] = p;
-                rs[e / 2] += p;
+                s[nb][e] = exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
+                rs[e / 2] += s[nb][e];
             }
         if (DROP) drop_rows(s, a, b, h, q0 + r0 + g, k0, lane);
 #pragma unroll
@@ -583,7 +605,8 @@ __global__ void __launch_bounds__(THREADS)
         inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         int row = q0 + r0 + g + 8 * i;
         if (t == 0 && row < a.T)
-            lse.p[b * lse.sb + h * lse.sh + (int64_t)row * lse.st] = (m[i] + log2f(l[i])) * LN2;
+            lse.p[b * lse.sb + h * lse.sh + (int64_t)row * lse.st] =
+                (m[i] * sl2 + log2f(l[i])) * LN2;
     }
     store_rows<typename M::elem, DP>(out, b, h, q0, r0, o, inv, a, g, t);
 }
@@ -652,8 +675,9 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
-            float pv =
-                !mask || att_visible(q0 + qc, key, a) ? exp2f(p[nb][e] * sl2 - ls[qc]) : 0.0f;
+            float pv = !mask || att_visible(q0 + qc, key, a)
+                           ? exp2_ftz(fmaf(p[nb][e], sl2, -ls[qc]))
+                           : 0.0f;
             float m = !DROP ? 1.0f : keep >> e & 1u ? a.drop_scale : 0.0f;
             p[nb][e] = pv * m;
             dst[nb][e] = pv * (m * dst[nb][e] - ds[qc]);
@@ -685,9 +709,10 @@ __global__ void __launch_bounds__(THREADS)
 
     /* K and V stay in shared memory, followed by two Q/dO buffers,
      * [K V Q0 dO0 Q1 dO1]: the next query tile loads while this one is used.
-     * The warp re-reads its K and V fragments for each tile rather than
-     * holding them in registers across the loop: that would leave too few
-     * for the 3xTF32 split. */
+     * bfloat16 with D <= 64 loads the warp's K and V fragments once and
+     * holds them; the rest re-read them for each tile, since holding them
+     * would leave too few registers for the 3xTF32 split (or, D = 128, for
+     * anything). */
     const W *Ks = smem, *Vs = smem + TS;
     load_tile<M, DP>(smem, k, b, h, k0, a);
     load_tile<M, DP>(smem + TS, v, b, h, k0, a);
@@ -698,6 +723,8 @@ __global__ void __launch_bounds__(THREADS)
     for (int nb = 0; nb < DP / 8; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
+    const bool hold = M::HOLD && DP == 64; /* with D = 128 they would spill */
+    uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
     for (int qt = first; qt < ntiles; qt++) {
         int q0 = qt * BR, cur = (qt - first) & 1;
         W *Qs = smem + (2 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (4 - 2 * cur) * TS;
@@ -708,9 +735,10 @@ __global__ void __launch_bounds__(THREADS)
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
-        uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
-        M::template load_a<DP>(kf, Ks, r0, g, t);
-        M::template load_a<DP>(vf, Vs, r0, g, t);
+        if (!hold || qt == first) {
+            M::template load_a<DP>(kf, Ks, r0, g, t);
+            M::template load_a<DP>(vf, Vs, r0, g, t);
+        }
         float ds_t[8][4];
         dkdv_pair<M, DP, DROP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, k0, r0, a, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
@@ -739,7 +767,7 @@ __global__ void __launch_bounds__(THREADS)
     int r0 = warp * 16;
 
     /* Q and dO stay in shared memory, followed by two K/V buffers as in the
-     * forward, [Q dO K0 V0 K1 V1]; fragments re-read per tile as in dK/dV. */
+     * forward, [Q dO K0 V0 K1 V1]; Q and dO fragments held or re-read as in dK/dV. */
     const W *Qs = smem, *dOs = smem + TS;
     load_tile<M, DP>(smem, q, b, h, q0, a);
     load_tile<M, DP>(smem + TS, dout, b, h, q0, a);
@@ -753,6 +781,8 @@ __global__ void __launch_bounds__(THREADS)
     for (int nb = 0; nb < DP / 8; nb++) gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
     const float sl2 = a.scale * LOG2E;
     int last = a.causal ? qt : ntiles - 1;
+    const bool hold = M::HOLD && DP == 64;
+    uint32_t qf[DP / M::KS][4], of[DP / M::KS][4];
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
         W *Ks = smem + (2 + 2 * (kt & 1)) * TS, *Vs = Ks + TS,
@@ -764,9 +794,10 @@ __global__ void __launch_bounds__(THREADS)
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
-        uint32_t qf[DP / M::KS][4], of[DP / M::KS][4];
-        M::template load_a<DP>(qf, Qs, r0, g, t);
-        M::template load_a<DP>(of, dOs, r0, g, t);
+        if (!hold || kt == 0) {
+            M::template load_a<DP>(qf, Qs, r0, g, t);
+            M::template load_a<DP>(of, dOs, r0, g, t);
+        }
         float p[8][4], dp[8][4];
         M::template scores<DP>(p, qf, Ks, lane);
         M::template scores<DP>(dp, of, Vs, lane);
@@ -777,8 +808,9 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
-                float pv =
-                    !mask || att_visible(row, key, a) ? exp2f(p[nb][e] * sl2 - ls[e / 2]) : 0.0f;
+                float pv = !mask || att_visible(row, key, a)
+                               ? exp2_ftz(fmaf(p[nb][e], sl2, -ls[e / 2]))
+                               : 0.0f;
                 dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
             }
         M::template accumulate<DP>(gq, dp, Ks, lane);
