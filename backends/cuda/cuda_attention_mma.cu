@@ -49,7 +49,8 @@
  * as k = t and k = t + 4, and loads B's rows 2t and 2t + 1 to match
  * (banks 8t + g), so P and dS still never leave registers.
  *
- * Blocks are 4 warps on 64 rows; D is padded with zeros to 64 or 128. The
+ * Blocks are 4 warps on 64 rows (some forwards: 8 warps on 128, see
+ * forward()); D is padded with zeros to 64 or 128. The
  * tiles of the walked side sit in two buffers: while the warps work on one,
  * cp.async fills the other with the next tile, so global-memory latency
  * hides behind the tile products (FlashAttention-2's pipelining). Only
@@ -72,6 +73,8 @@
  * that needs it.
  */
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include "backends/cuda/cuda_attention.cuh"
 
@@ -386,13 +389,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
  * past T and columns past D as zeros, unaligned rows) by plain stores. The
  * tile is complete once this thread's cp.async group is waited for and the
  * block has synchronised. */
-template <typename M, int DP>
+template <typename M, int DP, int NT = THREADS>
 __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> &x, int b, int h,
                           int t0, const att_dims &a)
 {
     typedef typename M::word W;
     const int V = 16 / sizeof(W), CH = DP / V; /* V-element chunks per row */
-    for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
+    for (int idx = threadIdx.x; idx < BR * CH; idx += NT) {
         int r = idx / CH, c = (idx % CH) * V, t = t0 + r;
         W *dst = tile + r * (DP + M::PAD) + c;
         int n = t < a.T ? min(max(a.D - c, 0), V) : 0; /* elements to read */
@@ -512,103 +515,112 @@ __device__ __forceinline__ float exp2_ftz(float x)
     return y;
 }
 
-template <typename M, int DP, bool DROP>
-__global__ void __launch_bounds__(THREADS)
+/* The forward of QW x 64 query rows: QW x 4 warps, warp w on rows
+ * (w / 4) 64 + (w % 4) 16 .. + 15 of the block; every key tile brought
+ * into shared memory serves all of them. */
+template <typename M, int DP, int QW, bool DROP>
+__global__ void __launch_bounds__(THREADS * QW)
     fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
                heads<typename M::elem> k, heads<typename M::elem> v, att_dims a)
 {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
+    const int NT = THREADS * QW;
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
-    int ntiles = (a.T + BR - 1) / BR;
-    int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
-    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
+    int ntiles = (a.T + BR - 1) / BR, nblocks = (a.T + QW * BR - 1) / (QW * BR);
+    int qt = a.causal ? nblocks - 1 - blockIdx.x : blockIdx.x;
+    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * QW * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int r0 = warp * 16;
+    int sub = warp / 4, r0 = (warp % 4) * 16, qs = q0 + sub * BR; /* the warp's 64-row tile */
 
     /* Two K/V buffers, [K0 V0 K1 V1]: the next key tile loads while this one
-     * is used. Q passes through K1 on its way to registers. */
-    load_tile<M, DP>(smem + 2 * TS, q, b, h, q0, a);
-    load_tile<M, DP>(smem, k, b, h, 0, a);
-    load_tile<M, DP>(smem + TS, v, b, h, 0, a);
+     * is used. Q's 64-row tiles pass through K1 (and V1) on their way to
+     * registers. */
+#pragma unroll
+    for (int u = 0; u < QW; u++) load_tile<M, DP, NT>(smem + (2 + u) * TS, q, b, h, q0 + u * BR, a);
+    load_tile<M, DP, NT>(smem, k, b, h, 0, a);
+    load_tile<M, DP, NT>(smem + TS, v, b, h, 0, a);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[DP / M::KS][4];
-    M::template load_a<DP>(qf, smem + 2 * TS, r0, g, t);
+    M::template load_a<DP>(qf, smem + (2 + sub) * TS, r0, g, t);
     __syncthreads(); /* every warp holds its Q before K1 is refilled */
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
     const float sl2 = a.scale * LOG2E;
-    int last = a.causal ? qt : ntiles - 1;
+    int last = a.causal ? min(ntiles - 1, (q0 + QW * BR - 1) / BR) : ntiles - 1;
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
         W *Ks = smem + (kt & 1) * 2 * TS, *Vs = Ks + TS, *next = smem + (~kt & 1) * 2 * TS;
         if (kt < last) {
-            load_tile<M, DP>(next, k, b, h, k0 + BR, a);
-            load_tile<M, DP>(next + TS, v, b, h, k0 + BR, a);
+            load_tile<M, DP, NT>(next, k, b, h, k0 + BR, a);
+            load_tile<M, DP, NT>(next + TS, v, b, h, k0 + BR, a);
         }
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
-        float s[8][4];
-        M::template scores<DP>(s, qf, Ks, lane);
-        if (needs_mask(q0, k0, a))
+        /* a warp whose rows all come before this tile's keys skips it */
+        if (!a.causal || k0 <= qs + r0 + 15) {
+            float s[8][4];
+            M::template scores<DP>(s, qf, Ks, lane);
+            if (needs_mask(qs, k0, a))
+#pragma unroll
+                for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = qs + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
+                        if (!att_visible(row, key, a)) s[nb][e] = -INFINITY;
+                    }
+            /* m is the running maximum of the unscaled scores (the same keys'
+             * as of the scaled ones: scale > 0), so a weight is one FFMA and
+             * one ex2, exp2(s sl2 - m sl2); ms = m sl2, or 0 while a row has
+             * seen no key, so that its hidden keys give exp2(-inf) = 0. */
+            float mx[2] = {m[0], m[1]}, ms[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nb][e]);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float mn = quad_max(mx[i]);
+                ms[i] = mn == -INFINITY ? 0.0f : mn * sl2;
+                alpha[i] = m[i] == mn ? 1.0f : exp2_ftz(fmaf(m[i], sl2, -ms[i]));
+                m[i] = mn;
+            }
 #pragma unroll
             for (int nb = 0; nb < 8; nb++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
-                    if (!att_visible(row, key, a)) s[nb][e] = -INFINITY;
+                    s[nb][e] = exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
+                    rs[e / 2] += s[nb][e];
                 }
-        /* m is the running maximum of the unscaled scores (the same keys'
-         * as of the scaled ones: scale > 0), so a weight is one FFMA and
-         * one ex2, exp2(s sl2 - m sl2); ms = m sl2, or 0 while a row has
-         * seen no key, so that its hidden keys give exp2(-inf) = 0. */
-        float mx[2] = {m[0], m[1]}, ms[2], alpha[2], rs[2] = {0.0f, 0.0f};
+            if (DROP) drop_rows(s, a, b, h, qs + r0 + g, k0, lane);
 #pragma unroll
-        for (int nb = 0; nb < 8; nb++)
+            for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + quad_sum(rs[i]);
 #pragma unroll
-            for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nb][e]);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float mn = quad_max(mx[i]);
-            ms[i] = mn == -INFINITY ? 0.0f : mn * sl2;
-            alpha[i] = m[i] == mn ? 1.0f : exp2_ftz(fmaf(m[i], sl2, -ms[i]));
-            m[i] = mn;
-        }
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[nb][e] = exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
-                rs[e / 2] += s[nb][e];
+            for (int nb = 0; nb < DP / 8; nb++) {
+                o[nb][0] *= alpha[0];
+                o[nb][1] *= alpha[0];
+                o[nb][2] *= alpha[1];
+                o[nb][3] *= alpha[1];
             }
-        if (DROP) drop_rows(s, a, b, h, q0 + r0 + g, k0, lane);
-#pragma unroll
-        for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + quad_sum(rs[i]);
-#pragma unroll
-        for (int nb = 0; nb < DP / 8; nb++) {
-            o[nb][0] *= alpha[0];
-            o[nb][1] *= alpha[0];
-            o[nb][2] *= alpha[1];
-            o[nb][3] *= alpha[1];
+            M::template accumulate<DP>(o, s, Vs, lane);
         }
-        M::template accumulate<DP>(o, s, Vs, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        int row = q0 + r0 + g + 8 * i;
+        int row = qs + r0 + g + 8 * i;
         if (t == 0 && row < a.T)
             lse.p[b * lse.sb + h * lse.sh + (int64_t)row * lse.st] =
                 (m[i] * sl2 + log2f(l[i])) * LN2;
     }
-    store_rows<typename M::elem, DP>(out, b, h, q0, r0, o, inv, a, g, t);
+    store_rows<typename M::elem, DP>(out, b, h, qs, r0, o, inv, a, g, t);
 }
 
 /* lse (in log2 units) and Di of rows r and r + 8 of this warp. */
@@ -958,16 +970,33 @@ template <typename M, int DP> size_t tiles(int n)
     return (size_t)(n * BR * (DP + M::PAD)) * sizeof(typename M::word);
 }
 
+template <typename M, int DP, int QW, bool DROP>
+int forward_rows(const heads<typename M::elem> &out, const lse_ref &lse,
+                 const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+                 const heads<typename M::elem> &v, const att_dims &a)
+{
+    size_t smem = tiles<M, DP>(4);
+    AWLC_TRY_STATUS(allow(fwd_kernel<M, DP, QW, DROP>, smem));
+    dim3 grid((a.T + QW * BR - 1) / (QW * BR), a.B * a.H);
+    fwd_kernel<M, DP, QW, DROP><<<grid, THREADS * QW, smem>>>(out, lse, q, k, v, a);
+    return awlc_check_launch("attention_forward (tensor cores)");
+}
+
+/* 128 query rows a block (8 warps) where that measured faster than 64 (4
+ * warps), once there are more than 64: bfloat16 without dropout and
+ * float32 (3xTF32) with or without (gpt2-124m forward 6-8% faster); bf16
+ * with dropout was 11% slower on 8 warps and TF32 level, so those keep 4
+ * (docs/cuda.md, the ladder). */
 template <typename M, int DP, bool DROP>
 int forward(const heads<typename M::elem> &out, const lse_ref &lse,
             const heads<typename M::elem> &q, const heads<typename M::elem> &k,
             const heads<typename M::elem> &v, const att_dims &a)
 {
-    size_t smem = tiles<M, DP>(4);
-    AWLC_TRY_STATUS(allow(fwd_kernel<M, DP, DROP>, smem));
-    dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
-    fwd_kernel<M, DP, DROP><<<grid, THREADS, smem>>>(out, lse, q, k, v, a);
-    return awlc_check_launch("attention_forward (tensor cores)");
+    constexpr bool wide =
+        (std::is_same<M, bf16_mma>::value && !DROP) || std::is_same<M, tf32_mma<3>>::value;
+    if constexpr (wide)
+        if (a.T > BR) return forward_rows<M, DP, 2, DROP>(out, lse, q, k, v, a);
+    return forward_rows<M, DP, 1, DROP>(out, lse, q, k, v, a);
 }
 
 template <typename M, int DP, bool DROP>
