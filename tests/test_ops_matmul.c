@@ -213,8 +213,72 @@ START_TEST(test_matmul_bias)
 }
 END_TEST
 
+/* Products whose inner dimension is much longer than the output's sides (a
+ * weight's gradient), which the CPU splits along K between threads and
+ * then sums the slices: against the triple loop on 1 to 5 threads, with a
+ * transposed, a sliced and a plain operand, accumulating onto what out
+ * holds, and with a bias; the same bits twice with the same thread count. */
+START_TEST(test_matmul_split_k)
+{
+    if (strcmp(awl_gc_device(), "cpu") != 0) return;
+    awl_gc_begin(24);
+    static const struct {
+        int64_t m, k, n;
+        int la, lb;
+        bool accumulate, bias;
+    } sk[] = {
+        {24, 1024, 40, 1, 0, false, false}, /* X^T dY, as a weight's gradient */
+        {40, 700, 24, 2, 1, true, false},   /* a slice of K that is not a multiple of 16 */
+        {33, 520, 17, 0, 0, false, true},
+    };
+    static const awl_dtype types[] = {AWL_F32, AWL_F64};
+    const int threads = awl_get_num_threads();
+    for (int t = 0; t < 2; t++)
+        for (int c = 0; c < (int)(sizeof sk / sizeof sk[0]); c++)
+            for (int nt = 1; nt <= 5; nt++) {
+                awl_set_num_threads(nt);
+                awl_dtype dt = types[t];
+                const int64_t m = sk[c].m, k = sk[c].k, n = sk[c].n;
+                awl_tensor *a = awl_gc_layout(sk[c].la, 2, (int64_t[]){m, k}, dt);
+                awl_tensor *b = awl_gc_layout(sk[c].lb, 2, (int64_t[]){k, n}, dt);
+                awl_tensor *bias = awl_gc_layout(0, 1, (int64_t[]){n}, dt);
+                awl_tensor *start = awl_gc_layout(0, 2, (int64_t[]){m, n}, dt);
+                double *av = awl_gc_values(a), *bv = awl_gc_values(b), *sv = awl_gc_values(start);
+                double *biasv = awl_gc_values(bias), *want = malloc((size_t)(m * n) * sizeof *want);
+                reference(av, 2, (int64_t[]){m, k}, bv, 2, (int64_t[]){k, n}, want);
+                for (int64_t i = 0; i < m * n; i++)
+                    want[i] += sk[c].accumulate ? sv[i] : sk[c].bias ? biasv[i % n] : 0.0;
+                double *got[2];
+                for (int run = 0; run < 2; run++) {
+                    awl_tensor *out = awl_tensor_clone(start);
+                    int st = sk[c].bias ? awl_tensor_matmul_bias(out, a, b, bias)
+                                        : awl_tensor_matmul_out(out, a, b, sk[c].accumulate);
+                    ck_assert_msg(st == AWL_OK, "case %d: %s", c, awl_last_error());
+                    got[run] = awl_gc_values(out);
+                }
+                char what[80];
+                snprintf(what, sizeof what, "split-K case %d %s, %d threads", c, awl_dtype_name(dt),
+                         nt);
+                /* float32: sums of up to 1024 products, each rounded */
+                double tol = dt == AWL_F64 ? 1e-12 : 2e-4;
+                ck_assert(awl_gc_allclose(got[0], want, m * n, tol, tol, what));
+                ck_assert_msg(memcmp(got[0], got[1], (size_t)(m * n) * sizeof(double)) == 0,
+                              "%s: two runs differ", what);
+                free(got[0]);
+                free(got[1]);
+                free(av);
+                free(bv);
+                free(sv);
+                free(biasv);
+                free(want);
+            }
+    awl_set_num_threads(threads);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("ops_matmul", test_matmul_forward, test_matmul_gradcheck,
-                            test_matmul_one_side, test_matmul_bias);
+                            test_matmul_one_side, test_matmul_bias, test_matmul_split_k);
 }

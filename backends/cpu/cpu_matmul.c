@@ -218,8 +218,90 @@ static void fill_bias(char *c, int64_t ldc, int64_t m, int64_t n, const char *bi
     for (int64_t r = 0; r < m; r++) memcpy(c + r * ldc * es, bias, (size_t)(n * es));
 }
 
+/* When a product splits along K instead of into bands (gemm_bands): when K
+ * is at least SPLIT_K_RATIO times C's longer side, as in a weight's
+ * gradient X^T dY (C: in x out, K: every token of the batch), and K's
+ * slices are no fewer than the bands would be, and either each slice is
+ * at least SPLIT_K_LONG long or the bands would leave threads without work
+ * (a side of 192 is 12 bands of 16 on 16 threads). Shorter slices than
+ * that measured slower than bands where bands fill every thread
+ * (bench_kernels, docs/performance.md). No slice is shorter than
+ * SPLIT_K_MIN. */
+#define SPLIT_K_RATIO 2
+#define SPLIT_K_LONG 256
+#define SPLIT_K_MIN 128
+
+static int k_slices(int nt, int64_t m, int64_t n, int64_t k, int64_t bands)
+{
+    const int64_t longer = m > n ? m : n, most = k / SPLIT_K_MIN;
+    const int64_t parts = most < nt ? most : nt;
+    if (k < SPLIT_K_RATIO * longer || parts < 2 || parts < bands) return 0;
+    return k / parts >= SPLIT_K_LONG || bands < nt ? (int)parts : 0;
+}
+
+/* c[r][0..n) += part[r][0..n) for rows [r0, r1), n contiguous elements in
+ * part (row stride n) and ldc apart in c. */
+static void add_rows(awl_dtype dtype, char *c, int64_t ldc, const char *part, int64_t r0,
+                     int64_t r1, int64_t n)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        if (dtype == AWL_F32) {
+            float *restrict dst = (float *)c + r * ldc;
+            const float *restrict src = (const float *)part + r * n;
+#pragma omp simd
+            for (int64_t q = 0; q < n; q++) dst[q] += src[q];
+        } else {
+            double *restrict dst = (double *)c + r * ldc;
+            const double *restrict src = (const double *)part + r * n;
+#pragma omp simd
+            for (int64_t q = 0; q < n; q++) dst[q] += src[q];
+        }
+    }
+}
+
+/* gemm over `parts` threads, each multiplying one slice of K: the first
+ * adds its product onto C (beta as given; the bias already written there),
+ * the others write theirs into scratch, and then every thread adds the
+ * partial products onto its share of C's rows, in slice order, so the sum
+ * is the same on every run with the same thread count. Rows and columns
+ * split would each pack the whole of the unsplit operand, m x K or K x n;
+ * slices of K pack only their slice of both, and cost instead (parts - 1)
+ * partial products of m x n written and read once. false when the scratch
+ * cannot be had (the caller splits rows or columns instead). */
+static bool gemm_split_k(int nt, int parts, awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n,
+                         int64_t k, const char *a, int64_t lda, const char *b, int64_t ldb,
+                         double beta, char *c, int64_t ldc)
+{
+    const int64_t es = (int64_t)awl_dtype_size(dtype);
+    const int64_t slice = ((k + parts - 1) / parts + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN,
+                  size = m * n * es;
+    char *partial = malloc((size_t)((parts - 1) * size));
+    if (!partial) return false;
+    const int64_t rows = (m + nt - 1) / nt;
+#pragma omp parallel num_threads(awl_cpu_team(nt))
+    {
+        const int p = omp_get_thread_num();
+        const int64_t k0 = p * slice, w = k - k0 < slice ? k - k0 : slice;
+        if (p < parts && w > 0) { /* a's column k0, or row k0 when transposed; b's row k0 */
+            const char *ap = a + (ta ? k0 * lda : k0) * es, *bp = b + (tb ? k0 : k0 * ldb) * es;
+            if (p == 0)
+                gemm(dtype, ta, tb, m, n, w, ap, lda, bp, ldb, beta, c, ldc);
+            else
+                gemm(dtype, ta, tb, m, n, w, ap, lda, bp, ldb, 0.0, partial + (p - 1) * size, n);
+        }
+#pragma omp barrier
+        const int64_t r0 = p * rows, r1 = r0 + rows < m ? r0 + rows : m;
+        if (p < nt && r0 < r1)
+            for (int q = 1; q < parts && (int64_t)q * slice < k; q++)
+                add_rows(dtype, c, ldc, partial + (q - 1) * size, r0, r1, n);
+    }
+    free(partial);
+    return true;
+}
+
 /* gemm over nt threads, each computing a band of C with a single-threaded
- * call (nt = 1: one call on this thread). Each thread packs its
+ * call (nt = 1: one call on this thread), or a slice of K (k_slices says
+ * when). Each thread packs its
  * own copy of the operand it does not split, so the bands run along C's
  * longer side: rows of C and of a when m >= n, else columns of C and of b.
  * With a bias (n contiguous elements; NULL: none) each band first gets its
@@ -238,6 +320,12 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
     const bool rows = m >= n;
     const int64_t len = rows ? m : n;
     const int64_t band = ((len + nt - 1) / nt + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN;
+    const int parts = k_slices(nt, m, n, k, (len + band - 1) / band);
+    if (parts) {
+        if (bias) fill_bias(c, ldc, m, n, bias, es);
+        if (gemm_split_k(nt, parts, dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) return;
+        bias = NULL; /* in place already; the bands add onto it (beta = 1) */
+    }
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, 1)
     for (int64_t i0 = 0; i0 < len; i0 += band) {
         const int64_t w = len - i0 < band ? len - i0 : band;
@@ -257,7 +345,10 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
 static int band_threads(int64_t m, int64_t n, int64_t k)
 {
     int nt = awl_cpu_threads_for(m * n * k, m == 1 || n == 1 ? GEMV_GRAIN : SPLIT_GRAIN);
-    const int64_t most = (m > n ? m : n) / BAND_ALIGN; /* bands of at least BAND_ALIGN */
+    const int64_t longer = m > n ? m : n,
+                  slices = k >= SPLIT_K_RATIO * longer ? k / SPLIT_K_MIN : 0;
+    /* bands of at least BAND_ALIGN, or slices of K of at least SPLIT_K_MIN */
+    const int64_t most = longer / BAND_ALIGN > slices ? longer / BAND_ALIGN : slices;
     if (nt > most) nt = most > 1 ? (int)most : 1;
     return nt;
 }
