@@ -218,6 +218,13 @@ static void fill_bias(char *c, int64_t ldc, int64_t m, int64_t n, const char *bi
     for (int64_t r = 0; r < m; r++) memcpy(c + r * ldc * es, bias, (size_t)(n * es));
 }
 
+/* len split into parts pieces: the length of each but the last, rounded
+ * up to a multiple of BAND_ALIGN. */
+static int64_t aligned_share(int64_t len, int64_t parts)
+{
+    return ((len + parts - 1) / parts + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN;
+}
+
 /* When a product splits along K instead of into bands (gemm_bands): when K
  * is at least SPLIT_K_RATIO times C's longer side, as in a weight's
  * gradient X^T dY (C: in x out, K: every token of the batch), and K's
@@ -273,8 +280,7 @@ static bool gemm_split_k(int nt, int parts, awl_dtype dtype, bool ta, bool tb, i
                          double beta, char *c, int64_t ldc)
 {
     const int64_t es = (int64_t)awl_dtype_size(dtype);
-    const int64_t slice = ((k + parts - 1) / parts + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN,
-                  size = m * n * es;
+    const int64_t slice = aligned_share(k, parts), size = m * n * es;
     char *partial = malloc((size_t)((parts - 1) * size));
     if (!partial) return false;
     const int64_t rows = (m + nt - 1) / nt;
@@ -319,7 +325,7 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
     }
     const bool rows = m >= n;
     const int64_t len = rows ? m : n;
-    const int64_t band = ((len + nt - 1) / nt + BAND_ALIGN - 1) / BAND_ALIGN * BAND_ALIGN;
+    const int64_t band = aligned_share(len, nt);
     const int parts = k_slices(nt, m, n, k, (len + band - 1) / band);
     if (parts) {
         if (bias) fill_bias(c, ldc, m, n, bias, es);
