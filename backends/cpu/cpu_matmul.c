@@ -238,11 +238,15 @@ static int64_t aligned_share(int64_t len, int64_t parts)
 #define SPLIT_K_LONG 256
 #define SPLIT_K_MIN 128
 
+static bool k_is_long(int64_t m, int64_t n, int64_t k)
+{
+    return k >= SPLIT_K_RATIO * (m > n ? m : n);
+}
+
 static int k_slices(int nt, int64_t m, int64_t n, int64_t k, int64_t bands)
 {
-    const int64_t longer = m > n ? m : n, most = k / SPLIT_K_MIN;
-    const int64_t parts = most < nt ? most : nt;
-    if (k < SPLIT_K_RATIO * longer || parts < 2 || parts < bands) return 0;
+    const int64_t most = k / SPLIT_K_MIN, parts = most < nt ? most : nt;
+    if (!k_is_long(m, n, k) || parts < 2 || parts < bands) return 0;
     return k / parts >= SPLIT_K_LONG || bands < nt ? (int)parts : 0;
 }
 
@@ -351,8 +355,7 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
 static int band_threads(int64_t m, int64_t n, int64_t k)
 {
     int nt = awl_cpu_threads_for(m * n * k, m == 1 || n == 1 ? GEMV_GRAIN : SPLIT_GRAIN);
-    const int64_t longer = m > n ? m : n,
-                  slices = k >= SPLIT_K_RATIO * longer ? k / SPLIT_K_MIN : 0;
+    const int64_t longer = m > n ? m : n, slices = k_is_long(m, n, k) ? k / SPLIT_K_MIN : 0;
     /* bands of at least BAND_ALIGN, or slices of K of at least SPLIT_K_MIN */
     const int64_t most = longer / BAND_ALIGN > slices ? longer / BAND_ALIGN : slices;
     if (nt > most) nt = most > 1 ? (int)most : 1;
