@@ -108,9 +108,10 @@ static void mm_backend(void *p)
     }
 }
 
-static void bench_matmul(const char *name, int64_t m, int64_t k, int64_t n, bool ta, bool tb)
+static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t k, int64_t n,
+                         bool ta, bool tb)
 {
-    if (!selected("matmul")) return;
+    if (!selected(bench)) return;
     mm_case c = {.m = m, .k = k, .n = n, .ta = ta, .tb = tb};
     c.a = random_floats(m * k);
     c.b = random_floats(k * n);
@@ -122,7 +123,7 @@ static void bench_matmul(const char *name, int64_t m, int64_t k, int64_t n, bool
     int inner = (int)(2e8 / flops) + 1;
     double td, tb_;
     time_pair(mm_direct, &c, mm_backend, &c, inner, &td, &tb_);
-    bench_json_begin("matmul");
+    bench_json_begin(bench);
     printf("\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\","
            "\"b\":\"%s\",\"cblas_gflops\":%.2f,\"backend_gflops\":%.2f,"
            "\"ratio\":%.3f}\n",
@@ -132,6 +133,16 @@ static void bench_matmul(const char *name, int64_t m, int64_t k, int64_t n, bool
     free(c.a);
     free(c.b);
     free(c.c);
+}
+
+/* A linear layer's three products: forward Y = X W (tokens x in x out),
+ * then dX = dY W^T and dW = X^T dY. */
+static void bench_block(const char *bench, const int64_t shape[3])
+{
+    const int64_t m = shape[0], k = shape[1], n = shape[2];
+    bench_matmul(bench, "transformer", m, k, n, false, false);
+    bench_matmul(bench, "transformer_dx", m, n, k, false, true);
+    bench_matmul(bench, "transformer_dw", k, m, n, true, false);
 }
 
 /* Batched products, as attention's per-head scores: the ceiling is a loop of
@@ -358,7 +369,8 @@ int main(int argc, char **argv)
     B = awl_cpu_backend();
     const int64_t big = quick ? (int64_t)1 << 20 : (int64_t)1 << 24;
     const int64_t sq_max = quick ? 512 : 2048;
-    for (int64_t s = 256; s <= sq_max; s *= 2) bench_matmul("square", s, s, s, false, false);
+    for (int64_t s = 256; s <= sq_max; s *= 2)
+        bench_matmul("matmul", "square", s, s, s, false, false);
     /* A GPT block's products, forward, then the two backward products of
      * each (dX = dY W^T, dW = X^T dY): cpu-small (B*T = 1024 tokens, C =
      * 128: qkv, MLP out, MLP in), then cpu-medium (2048 tokens, C = 192:
@@ -366,19 +378,20 @@ int main(int argc, char **argv)
     const int64_t shapes[7][3] = {{1024, 128, 384}, {1024, 512, 128}, {1024, 128, 512},
                                   {2048, 192, 576}, {2048, 192, 192}, {2048, 192, 768},
                                   {2048, 768, 192}};
-    for (int i = 0; i < (quick ? 1 : 7); i++) {
-        const int64_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
-        bench_matmul("transformer", m, k, n, false, false);
-        bench_matmul("transformer_dx", m, n, k, false, true);
-        bench_matmul("transformer_dw", k, m, n, true, false);
-    }
+    for (int i = 0; i < (quick ? 1 : 7); i++) bench_block("matmul", shapes[i]);
+    /* shakespeare-char's (B*T = 16,384 tokens, C = 384: qkv, attention out,
+     * MLP in, MLP out), whose activations are 25-100 MB a product: a bench
+     * of their own, "matmul_large" (run by `full matmul` as well). */
+    const int64_t large[4][3] = {
+        {16384, 384, 1152}, {16384, 384, 384}, {16384, 384, 1536}, {16384, 1536, 384}};
+    for (int i = 0; i < (quick ? 0 : 4); i++) bench_block("matmul_large", large[i]);
     /* A decoding step of a batch of prompts: a few rows against a linear
      * layer's weight, stored (out, in) (shakespeare-char's qkv; gpt2-124m's
      * MLP in). */
     const int64_t skinny[2][2] = {{384, 1152}, {768, 3072}};
     for (int i = 0; i < (quick ? 1 : 2); i++)
         for (int64_t m = 2; m <= 32; m *= 2)
-            bench_matmul("decode", m, skinny[i][0], skinny[i][1], false, true);
+            bench_matmul("matmul", "decode", m, skinny[i][0], skinny[i][1], false, true);
     bench_batched(64, 64, 32, 64);
     bench_batched(16, 256, 64, 256);
 

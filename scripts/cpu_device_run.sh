@@ -28,7 +28,9 @@
 #         rate with 1, 2, 4, 8 and 16 cores busy (the ceiling of DDP scaling);
 #   kernels  bench_kernels (the CPU backend's kernels against BLAS sgemm and
 #         memcpy in the same process) on the benches whose name contains
-#         KERNELS (default matmul) at each of KERNEL_THREADS (4 16); with
+#         KERNELS (default matmul) at each of KERNEL_THREADS (4 16), and for
+#         KERNELS=matmul or matmul_large bench/torch_matmul.py (PyTorch's
+#         products at shakespeare-char's shapes) after each; with
 #         KERNELS=attention also a bench_kernels built with the AVX2 tiles
 #         (-DAWL_CPU_ATTENTION_AVX2_TILES), alternated with the default one
 #         KERNEL_ROUNDS times (default 2);
@@ -166,6 +168,10 @@ if has_stage kernels; then
                 OMP_NUM_THREADS=$t "$B/bin/$v" full "${KERNELS:-matmul}" |
                     sed "s/^{/{\"round\":$round,\"program\":\"$v\",/" | tee -a "$OUT/kernels.jsonl"
             done
+            # PyTorch's products at the matmul_large shapes, after awl's of the same round
+            [[ ${KERNELS:-matmul} == matmul* ]] &&
+                OMP_NUM_THREADS=$t timeout 300 python3 bench/torch_matmul.py --threads "$t" 2>/dev/null |
+                    grep '^{' | sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/kernels.jsonl"
         done
     done
 fi
