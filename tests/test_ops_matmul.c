@@ -9,8 +9,7 @@
  * batched activation times a weight matrix. The backend's product with a
  * bias (a linear layer's forward) against the product and an add. Products
  * with a long inner dimension, which the CPU splits along K, on 1 to 5
- * threads. Large float32 products, which a CPU with AVX-512 computes with
- * awl's own kernel.
+ * threads.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -280,70 +279,8 @@ START_TEST(test_matmul_split_k)
 }
 END_TEST
 
-/* float32 products of at least 128 rows and 48 columns, which a CPU with
- * AVX-512 computes with awl's own kernel (backends/cpu/cpu_sgemm.c): rows
- * and columns that end in partial tiles and span several of its blocks
- * (192 rows, 480 columns), K of 1, and K spanning three slices of 384;
- * transposed and sliced operands, accumulate and bias; one thread and
- * three (bands of rows). */
-START_TEST(test_matmul_large_f32)
-{
-    if (strcmp(awl_gc_device(), "cpu") != 0) return;
-    awl_gc_begin(25);
-    static const struct {
-        int64_t m, k, n;
-        int la, lb;
-        bool accumulate, bias;
-    } lc[] = {
-        {137, 385, 50, 0, 1, false, false},
-        {400, 800, 1000, 1, 0, true, false},
-        {128, 1, 48, 2, 2, false, true},
-        {200, 300, 481, 0, 0, false, true},
-    };
-    const int threads = awl_get_num_threads();
-    for (int c = 0; c < (int)(sizeof lc / sizeof lc[0]); c++)
-        for (int nt = 1; nt <= 3; nt += 2) {
-            awl_set_num_threads(nt);
-            const int64_t m = lc[c].m, k = lc[c].k, n = lc[c].n;
-            awl_tensor *a = awl_gc_layout(lc[c].la, 2, (int64_t[]){m, k}, AWL_F32);
-            awl_tensor *b = awl_gc_layout(lc[c].lb, 2, (int64_t[]){k, n}, AWL_F32);
-            awl_tensor *bias = awl_gc_layout(0, 1, (int64_t[]){n}, AWL_F32);
-            awl_tensor *start = awl_gc_layout(0, 2, (int64_t[]){m, n}, AWL_F32);
-            double *av = awl_gc_values(a), *bv = awl_gc_values(b), *sv = awl_gc_values(start);
-            double *biasv = awl_gc_values(bias), *want = malloc((size_t)(m * n) * sizeof *want);
-            reference(av, 2, (int64_t[]){m, k}, bv, 2, (int64_t[]){k, n}, want);
-            for (int64_t i = 0; i < m * n; i++)
-                want[i] += lc[c].accumulate ? sv[i] : lc[c].bias ? biasv[i % n] : 0.0;
-            double *got[2];
-            for (int run = 0; run < 2; run++) {
-                awl_tensor *out = awl_tensor_clone(start);
-                int st = lc[c].bias ? awl_tensor_matmul_bias(out, a, b, bias)
-                                    : awl_tensor_matmul_out(out, a, b, lc[c].accumulate);
-                ck_assert_msg(st == AWL_OK, "case %d: %s", c, awl_last_error());
-                got[run] = awl_gc_values(out);
-            }
-            char what[80];
-            snprintf(what, sizeof what, "large float32 case %d, %d threads", c, nt);
-            /* sums of up to 800 products, each rounded to float32 */
-            ck_assert(awl_gc_allclose(got[0], want, m * n, 2e-4, 2e-4, what));
-            ck_assert_msg(memcmp(got[0], got[1], (size_t)(m * n) * sizeof(double)) == 0,
-                          "%s: two runs differ", what);
-            free(got[0]);
-            free(got[1]);
-            free(av);
-            free(bv);
-            free(sv);
-            free(biasv);
-            free(want);
-        }
-    awl_set_num_threads(threads);
-    ck_assert(awl_gc_end());
-}
-END_TEST
-
 int main(void)
 {
     return AWL_GC_RUN_SUITE("ops_matmul", test_matmul_forward, test_matmul_gradcheck,
-                            test_matmul_one_side, test_matmul_bias, test_matmul_split_k,
-                            test_matmul_large_f32);
+                            test_matmul_one_side, test_matmul_bias, test_matmul_split_k);
 }

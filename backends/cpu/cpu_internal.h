@@ -136,17 +136,6 @@ static inline void cpu_store(awl_dtype dtype, char *p, int64_t i, double d)
 
 /* ---- the table's entries, by file ---- */
 
-/* cpu_sgemm.c: awl's float32 product on one thread, for CPUs with AVX-512:
- * C (m x n, row-major, ldc) = op(A) op(B), or += when accumulating; op(A)
- * is m x k (A stored k x m when ta), op(B) k x n (stored n x k when tb).
- * Returns AWL_ERR_UNSUPPORTED in a build without AVX-512, AWL_ERR_OOM when
- * its packing buffers cannot be had (nothing written). enabled: built in,
- * and not turned off by AWL_CPU_SGEMM=openblas. */
-int awl_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                  int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,
-                  int64_t ldc);
-bool awl_cpu_sgemm_enabled(void);
-
 /* cpu_memory.c: the backend interface's memory functions; free takes the
  * nbytes that alloc was given. */
 void *awl_cpu_alloc(int device, size_t nbytes);

@@ -156,16 +156,8 @@ static void skinny_product(int64_t m, int64_t n, int64_t k, const float *a, int6
     }
 }
 
-/* Products of at least this many rows and columns go to awl's own float32
- * kernel (cpu_sgemm.c) where it is built in, others to OpenBLAS: the kernel
- * packs all of B for every product, which fewer rows of A do not repay
- * (bench_kernels's decode lines). */
-#define OWN_SGEMM_ROWS 128
-#define OWN_SGEMM_COLS 48
-
-/* C (m x n, row-major, ldc) = A B + beta C (beta 0 or 1) through the dtype's
- * BLAS call, or cpu_sgemm.c's (awl_cpu_matmul has made sure the library is
- * loaded). */
+/* C (m x n, row-major, ldc) = alpha A B + beta C through the dtype's BLAS
+ * call (awl_cpu_matmul has made sure the library is loaded). */
 static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                          const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
                          void *c, int64_t ldc)
@@ -181,10 +173,6 @@ static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n
                           tb ? 1 : (int)ldb, beta, c, (int)ldc);
     else if (dtype == AWL_F32 && m <= SKINNY_ROWS && !ta && tb)
         skinny_product(m, n, k, a, lda, b, ldb, beta, c, ldc);
-    else if (dtype == AWL_F32 && m >= OWN_SGEMM_ROWS && n >= OWN_SGEMM_COLS &&
-             awl_cpu_sgemm_enabled() &&
-             awl_cpu_sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta != 0.0, c, ldc) == AWL_OK)
-        return;
     else if (dtype == AWL_F32)
         awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta,
                        c, (int)ldc);
