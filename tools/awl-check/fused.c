@@ -572,9 +572,7 @@ static int ref_dropout(const ac_case *c, double *const *in, double **ref)
 {
     const awl_dropout_args *d = &c->args.dropout;
     const uint32_t threshold = awl_dropout_threshold(d->p);
-    double scale = awl_dropout_scale(d->p);
-    if (c->dtype == AWL_F32) scale = (float)scale;
-    if (c->dtype == AWL_BF16) scale = awl_bf16_to_float(awl_float_to_bf16((float)scale));
+    const double scale = ac_round(c->dtype, awl_dropout_scale(d->p));
     int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape);
     for (int64_t e = 0; e < n; e++)
         ref[0][e] =
@@ -613,9 +611,7 @@ static int ref_dropout_add(const ac_case *c, double *const *in, double **ref)
 {
     const awl_dropout_args *d = &c->args.dropout;
     const uint32_t threshold = awl_dropout_threshold(d->p);
-    double scale = d->p > 0 ? awl_dropout_scale(d->p) : 1.0;
-    if (c->dtype == AWL_F32) scale = (float)scale;
-    if (c->dtype == AWL_BF16) scale = awl_bf16_to_float(awl_float_to_bf16((float)scale));
+    const double scale = ac_round(c->dtype, d->p > 0 ? awl_dropout_scale(d->p) : 1.0);
     int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape);
     for (int64_t e = 0; e < n; e++) {
         bool keep = d->p == 0 || awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold);
@@ -664,9 +660,7 @@ static int ref_add_dropout(const ac_case *c, double *const *in, double **ref)
     int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape),
             nh = ac_numel(c->op[2].ndim, c->op[2].shape);
     for (int64_t e = 0; e < n; e++) {
-        double sum = in[1][e] + in[2][e % nh];
-        if (c->dtype == AWL_F32) sum = (float)sum;
-        if (c->dtype == AWL_BF16) sum = awl_bf16_to_float(awl_float_to_bf16((float)sum));
+        const double sum = ac_round(c->dtype, in[1][e] + in[2][e % nh]);
         ref[0][e] =
             awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold) ? sum * scale : 0.0;
     }

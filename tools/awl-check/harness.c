@@ -78,8 +78,7 @@ static void store(awl_dtype dt, unsigned char *p, int64_t i, double x)
     }
 }
 
-/* x as the dtype holds it. */
-static double round_to(awl_dtype dt, double x)
+double ac_round(awl_dtype dt, double x)
 {
     unsigned char b[8];
     store(dt, b, 0, x);
@@ -387,7 +386,7 @@ static bool values_match(const ac_operand *o, const buffer *b, double tol, doubl
     double bad_got = 0, bad_want = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t e = element_at(o, i);
-        double got = load(o->dtype, b->back, e), want = round_to(o->dtype, b->ref[i]);
+        double got = load(o->dtype, b->back, e), want = ac_round(o->dtype, b->ref[i]);
         int64_t idx[AWL_MAX_DIMS];
         char at[160];
         bool unwritten =

@@ -129,6 +129,8 @@ void ac_fused_cases(ac_list *l);
 /* ---- for references ---------------------------------------------------------------- */
 
 int64_t ac_numel(int ndim, const int64_t *shape);
+/* x as the dtype holds it (float32 and bfloat16 rounded, as a store rounds). */
+double ac_round(awl_dtype dt, double x);
 /* Row-major multi-index of element i; idx has room for AWL_MAX_DIMS. */
 void ac_unravel(int64_t i, int ndim, const int64_t *shape, int64_t *idx);
 int64_t ac_ravel(const int64_t *idx, int ndim, const int64_t *shape);
