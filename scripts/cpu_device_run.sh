@@ -21,7 +21,9 @@
 #   cpu   bench_gpt against PyTorch (the device's python3: torch 2.11, MKL) on
 #         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
 #         16 (CPU_STEPS; CPU_PAIRS="config:threads ..." for others), alternated:
-#         awl, then PyTorch, CPU_ROUNDS times per count;
+#         awl, then PyTorch, CPU_ROUNDS times per count; CPU_PIN=1 runs both
+#         sides of a count below the machine's cores on cores 0..threads-1
+#         (taskset), the round's "pinned" field;
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
 #         ranks of 4 threads, cpu-medium and shakespeare-char (PARALLEL_STEPS);
 #   cores  bench_cores: each core's clock proxy, memory bandwidth and matmul
@@ -143,17 +145,19 @@ if has_stage cpu; then
             cpu-medium) args="--n_layer 6 --n_head 6 --n_embd 192 --block_size 128 --batch_size 16" ;;
             shakespeare-char) args="--n_layer 6 --n_head 6 --n_embd 384 --block_size 256 --batch_size 64" ;;
         esac
-        OMP_NUM_THREADS=$t timeout 300 python3 "$D/torch_gpt_cpu.py" --name "$c" $args --steps "$n" \
+        OMP_NUM_THREADS=$t timeout 300 $pin python3 "$D/torch_gpt_cpu.py" --name "$c" $args --steps "$n" \
             --warmup 2 --threads "$t" --data "$DATA" 2>/dev/null | grep '^{'
     }
     for pair in ${CPU_PAIRS:-cpu-medium:1 cpu-medium:2 cpu-medium:4 cpu-medium:8 cpu-medium:16 \
                 shakespeare-char:4 shakespeare-char:16}; do
         c=${pair%%:*} t=${pair##*:} n=${CPU_STEPS:-6}
         [ "$c" = shakespeare-char ] && n=3
+        pin="" pinned=false
+        [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
         for round in $(seq "${CPU_ROUNDS:-1}"); do
-            "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup 2 --data "$DATA" |
-                sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
-            peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,/" | tee -a "$OUT/cpu.jsonl"
+            $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup 2 --data "$DATA" |
+                sed "s/^{/{\"round\":$round,\"pinned\":$pinned,/" | tee -a "$OUT/cpu.jsonl"
+            peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,\"pinned\":$pinned,/" | tee -a "$OUT/cpu.jsonl"
         done
     done
 fi
