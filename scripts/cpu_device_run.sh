@@ -139,7 +139,7 @@ fi
 if has_stage cpu; then
     echo "== cpu"
     DATA=$D/data/tinyshakespeare.txt
-    peer() { # config threads steps
+    peer() { # config threads steps; run under $pin (a taskset prefix, or empty)
         local c=$1 t=$2 n=$3 args
         case $c in
             cpu-medium) args="--n_layer 6 --n_head 6 --n_embd 192 --block_size 128 --batch_size 16" ;;
@@ -155,9 +155,10 @@ if has_stage cpu; then
         pin="" pinned=false
         [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
         for round in $(seq "${CPU_ROUNDS:-1}"); do
+            tag="s/^{/{\"round\":$round,\"pinned\":$pinned,/"
             $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup 2 --data "$DATA" |
-                sed "s/^{/{\"round\":$round,\"pinned\":$pinned,/" | tee -a "$OUT/cpu.jsonl"
-            peer "$c" "$t" "$n" | sed "s/^{/{\"round\":$round,\"pinned\":$pinned,/" | tee -a "$OUT/cpu.jsonl"
+                sed "$tag" | tee -a "$OUT/cpu.jsonl"
+            peer "$c" "$t" "$n" | sed "$tag" | tee -a "$OUT/cpu.jsonl"
         done
     done
 fi
