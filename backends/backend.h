@@ -25,7 +25,7 @@
  *
  * Optional fused kernels: softmax, layernorm, cross-entropy, attention (with
  * or without dropout), dropout, dropout_add, add_dropout, GELU backward,
- * matmul with a bias, a weight gradient with its bias gradient, AdamW.
+ * matmul with a bias, AdamW.
  * A NULL pointer, a dtype the backend's `supports` declines, or a return of
  * AWL_ERR_UNSUPPORTED (for a shape or layout the kernel does not handle; no
  * error message is recorded) makes the framework compose the same
@@ -336,15 +336,6 @@ typedef struct awl_backend {
      * GEMM epilogue) rather than in a pass of its own. Same dtype for all. */
     int (*matmul_bias)(const awl_view *out, const awl_view *a, const awl_view *b,
                        const awl_view *bias);
-
-    /* out (M, N) = a (M, K) @ b (K, N), and dbias (M) = each row of a
-     * summed over K: a linear layer's weight gradient dW = dy^T x (a = dy^T,
-     * dy (rows, M) the output's gradient, b = x (rows, N)) with its bias
-     * gradient, dy summed over the rows, taken as the product reads dy (a
-     * GEMM epilogue) rather than in a pass of its own. Same dtype for all;
-     * dbias contiguous; out written, not accumulated. */
-    int (*matmul_bias_grad)(const awl_view *out, const awl_view *dbias, const awl_view *a,
-                            const awl_view *b);
 
     /* Dropout without a stored mask: out = in * keep_i / (1 - p), keep_i
      * = awl_dropout_keep(seed, offset, i, threshold) for element i of out in

@@ -6,8 +6,7 @@
  * generic ops, for speed and memory:
  *   - linear multiplies all rows in one GEMM, reads the weight through a
  *     transposed view and adds the bias in place into the product, so a
- *     layer allocates exactly its output; its backward takes the bias
- *     gradient in the weight gradient's product where the backend can;
+ *     layer allocates exactly its output;
  *   - dropout saves nothing where the backend has a dropout kernel: the mask
  *     is a function of the generator state (common/dropout.h), which the
  *     node keeps, and its backward computes it again; composed, it saves
@@ -65,28 +64,6 @@ typedef struct linear_ctx {
     int x_slot, w_slot; /* saved-tensor index, -1 when not saved */
 } linear_ctx;
 
-/* dW (out, in) = g^T @ x2 and db (out) = g summed over its rows in one
- * kernel, where the backend has it (CUDA: the bias gradient is a cuBLASLt
- * epilogue of the weight gradient's product instead of a reduction over g
- * of its own), for a first-order pass (grad mode off: the kernel's results
- * carry no graph). Returns 1 when it ran (grads[1], grads[2] set), 0 to
- * compose instead, or a negative status. */
-static int weight_and_bias_grads(awl_tensor *g, awl_tensor *x2, awl_tensor **grads)
-{
-    if (!g || !x2 || awl_is_grad_enabled() || !awl_fused_available(AWL_KERNEL_MATMUL_BIAS_GRAD, g))
-        return 0;
-    awl_tensor *gt = awl_transpose(g, 0, 1);
-    awl_tensor *dw = awl_tensor_new_on(g, AWL_SHAPE(g->shape[1], x2->shape[1]), g->dtype);
-    awl_tensor *db = awl_tensor_new_on(g, AWL_SHAPE(g->shape[1]), g->dtype);
-    if (!gt || !dw || !db) return awl_last_error_code();
-    int rc = awl_tensor_matmul_bias_grad(dw, db, gt, x2);
-    if (rc == AWL_ERR_UNSUPPORTED) return 0;
-    if (rc != AWL_OK) return rc;
-    grads[1] = dw;
-    grads[2] = db;
-    return 1;
-}
-
 static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const linear_ctx *c = awl_node_ctx(node);
@@ -96,14 +73,11 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         awl_tensor *w = awl_node_saved(node, c->w_slot);
         grads[0] = awl_reshape(awl_matmul(g, w), node->inputs[0].ndim, node->inputs[0].shape);
     }
-    bool db = awl_node_needs_grad(node, 2);
     if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x */
         awl_tensor *x2 = awl_reshape(awl_node_saved(node, c->x_slot), AWL_SHAPE(-1, in_f));
-        int rc = db ? weight_and_bias_grads(g, x2, grads) : 0;
-        if (rc != 0) return rc < 0 ? rc : AWL_OK;
         grads[1] = awl_matmul(awl_transpose(g, 0, 1), x2);
     }
-    if (db) grads[2] = awl_sum(g, AWL_DIMS(0), false);
+    if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(g, AWL_DIMS(0), false);
     return AWL_OK;
 }
 

@@ -460,7 +460,7 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
                          awl_trace_end(&k, awl_tensor_backend(x)->add_dropout(&vo, &vx, &vh, d)));
 }
 
-/* ---- matmul with a bias, its gradients, GELU backward ---------------------------------- */
+/* ---- matmul with a bias, GELU backward --------------------------------------------------- */
 
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)
 {
@@ -487,36 +487,6 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
                     (const awl_view *[]){&vo, &va, &vb, &vbias});
     return kernel_status(
         op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias)));
-}
-
-int awl_tensor_matmul_bias_grad(awl_tensor *out, awl_tensor *dbias, awl_tensor *a, awl_tensor *b)
-{
-    const char *op = "awl_tensor_matmul_bias_grad";
-    if (!out || !dbias || !a || !b) return AWL_ERR_INVALID;
-    if (check_devices(op, 4, (awl_tensor *[]){a, b, out, dbias}) < 0 ||
-        check_dtype(op, "b", b, a->dtype) < 0 || check_dtype(op, "out", out, a->dtype) < 0 ||
-        check_dtype(op, "dbias", dbias, a->dtype) < 0)
-        return AWL_ERR_INVALID;
-    bool ok = a->ndim == 2 && b->ndim == 2 && out->ndim == 2 && a->shape[1] == b->shape[0] &&
-              out->shape[0] == a->shape[0] && out->shape[1] == b->shape[1] && dbias->ndim == 1 &&
-              dbias->shape[0] == a->shape[0] && awl_is_contiguous(dbias);
-    if (!ok) {
-        char s1[160], s2[160], s3[160], s4[160];
-        return awl_error(AWL_ERR_INVALID,
-                         "%s: out %s = a %s @ b %s and dbias %s = a summed over K do not fit", op,
-                         awl_shape_str(out, s1, sizeof s1), awl_shape_str(a, s2, sizeof s2),
-                         awl_shape_str(b, s3, sizeof s3), awl_shape_str(dbias, s4, sizeof s4));
-    }
-    if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS_GRAD, a)) return AWL_ERR_UNSUPPORTED;
-    awl_view vo = awl_tensor_view(out), vd = awl_tensor_view(dbias), va = awl_tensor_view(a),
-             vb = awl_tensor_view(b);
-    const double flops = 2.0 * (double)a->shape[0] * (double)a->shape[1] * (double)b->shape[1] +
-                         (double)a->shape[0] * (double)a->shape[1];
-    awl_trace k;
-    AWL_TRACE_BEGIN(&k, "matmul_bias_grad", a, AWL_WORK(GIVEN, flops), 2, 4,
-                    (const awl_view *[]){&vo, &vd, &va, &vb});
-    return kernel_status(
-        op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias_grad(&vo, &vd, &va, &vb)));
 }
 
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)

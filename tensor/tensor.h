@@ -424,9 +424,6 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
                                   awl_tensor *lse, const awl_attention_args *args);
 /* out (M, N) = a (M, K) @ b (K, N) + bias (N). */
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
-/* out (M, N) = a (M, K) @ b (K, N) and dbias (M) = a summed over K (a
- * linear layer's weight and bias gradients, a = dy^T); dbias contiguous. */
-int awl_tensor_matmul_bias_grad(awl_tensor *out, awl_tensor *dbias, awl_tensor *a, awl_tensor *b);
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
 /* out = in with draw d's dropout mask applied (common/dropout.h), out and in
  * of one shape and dtype, out contiguous; 0 < d->p < 1. */

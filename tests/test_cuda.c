@@ -63,7 +63,6 @@ CONFORMS(test_softmax, "softmax")
 CONFORMS(test_layernorm, "layernorm")
 CONFORMS(test_cross_entropy, "cross_entropy")
 CONFORMS(test_matmul_bias, "matmul_bias")
-CONFORMS(test_matmul_bias_grad, "matmul_bias_grad")
 CONFORMS(test_adamw, "adamw")
 CONFORMS(test_dropout, "dropout")
 
@@ -217,7 +216,6 @@ int main(void)
         {"fused", test_cross_entropy},
         {"fused", test_attention},
         {"fused", test_matmul_bias},
-        {"fused", test_matmul_bias_grad},
         {"fused", test_adamw},
         {"fused", test_dropout},
     };

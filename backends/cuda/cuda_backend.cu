@@ -146,7 +146,6 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_ATTENTION_FORWARD:
     case AWL_KERNEL_ATTENTION_BACKWARD:
     case AWL_KERNEL_MATMUL_BIAS:
-    case AWL_KERNEL_MATMUL_BIAS_GRAD:
     case AWL_KERNEL_CROSS_ENTROPY_FORWARD:
     case AWL_KERNEL_CROSS_ENTROPY_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
     default: return true;
@@ -186,7 +185,6 @@ static awl_backend make_table(void)
     t.reduce = awlc_reduce;
     t.matmul = awlc_matmul;
     t.matmul_bias = awlc_matmul_bias;
-    t.matmul_bias_grad = awlc_matmul_bias_grad;
     t.index_select = awlc_index_select;
     t.index_add = awlc_index_add;
     t.gather = awlc_gather;

@@ -25,11 +25,7 @@
  * A linear layer's product with its bias (matmul_bias) goes through
  * cuBLASLt instead, whose bias epilogue adds the bias as the product is
  * written: no pass to broadcast the bias into the output first, and no read
- * of it back (beta = 0). Its backward's weight gradient (matmul_bias_grad)
- * does the same with the bias-gradient epilogue, which sums the layer's
- * output gradient over the rows as the product reads it: no reduction
- * kernel reading it once more (in a gpt2-124m bf16 step those were 48
- * launches and 1.1 ms, docs/cuda.md).
+ * of it back (beta = 0).
  *
  * The two libraries are opened with dlopen when the first handle is made,
  * not linked: linked, they are mapped and relocated into every process of
@@ -347,7 +343,7 @@ int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool 
     return st;
 }
 
-/* ---- cuBLASLt's epilogues: out = a @ b + bias, and a bias gradient ---------------- */
+/* ---- out = a @ b + bias: cuBLASLt's bias epilogue --------------------------------- */
 
 namespace
 {
@@ -357,7 +353,7 @@ const size_t LT_WORKSPACE = (size_t)32 << 20;
 
 int lt_fail(cublasStatus_t st, const char *what)
 {
-    return awl_error(AWL_ERR_DEVICE, "awl_cuda cuBLASLt (matmul_bias, matmul_bias_grad): %s: %s", what,
+    return awl_error(AWL_ERR_DEVICE, "awl_cuda matmul_bias: %s: %s", what,
                      api.cublasGetStatusString(st));
 }
 
@@ -381,7 +377,6 @@ int get_lt_handle(cublasLtHandle_t *out, int *device)
  * that a training step does not ask again for each of its linear layers. */
 struct lt_key {
     int device;
-    cublasLtEpilogue_t epilogue;
     cudaDataType_t type;
     cublasComputeType_t compute;
     cublasOperation_t op1, op2;
@@ -426,12 +421,10 @@ void lt_destroy(lt_problem *p)
         if (st_ != CUBLAS_STATUS_SUCCESS) return lt_fail(st_, what);                               \
     } while (0)
 
-/* The descriptors of p's product with its epilogue (p->key.epilogue), whose
- * vector (the bias read, or the bias gradient written) is at bias. */
 int lt_describe(lt_problem *p, const void *bias)
 {
     const lt_key &k = p->key;
-    cublasLtEpilogue_t epi = k.epilogue;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     LT_TRY(api.cublasLtMatmulDescCreate(&p->desc, k.compute, CUDA_R_32F), "desc");
     LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k.op1,
                                               sizeof k.op1),
@@ -495,22 +488,22 @@ int lt_algo(cublasLtHandle_t h, const lt_problem *p, cublasLtMatmulAlgo_t *algo)
     return AWL_OK;
 }
 
-/* out (M, N) row-major = a (M, K) @ b (K, N) as run_gemm's swapped form,
- * C^T = B^T A^T, with the epilogue `epi` and its vector at vec: the bias
- * read (CUBLASLT_EPILOGUE_BIAS: one value per row of the column-major C,
- * so out's bias per column), or the bias gradient written
- * (CUBLASLT_EPILOGUE_BGRADB: the second operand, A^T, summed over K, one
- * value per column of C, so a's rows summed). Cases outside the simple one
- * (batched, float64, a layout or alignment cuBLASLt refuses, an epilogue
- * no algorithm has for these operands) are AWL_ERR_UNSUPPORTED. */
-int lt_run(cublasLtEpilogue_t epi, const awl_view *out, const awl_view *a, const awl_view *b,
-           const awl_view *vec)
+} // namespace
+
+/* out (M, N) row-major = a (M, K) @ b (K, N) + bias (N): as run_gemm's
+ * swapped form, C^T = B^T A^T, whose rows are out's columns, so the
+ * epilogue's bias (one value per row of the column-major C) is out's bias
+ * per column. Cases outside the simple one (batched, float64, a layout or
+ * alignment cuBLASLt refuses) are AWL_ERR_UNSUPPORTED: the caller then
+ * copies the bias and accumulates the product onto it. */
+int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
+                     const awl_view *bias)
 {
-    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || vec->ndim != 1)
+    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || bias->ndim != 1)
         return AWL_ERR_UNSUPPORTED;
     int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
     if (out->dtype == AWL_F64 || M == 0 || N == 0 || K == 0 || out->strides[1] != 1 ||
-        out->strides[0] < N || (vec->shape[0] > 1 && vec->strides[0] != 1))
+        out->strides[0] < N || (N > 1 && bias->strides[0] != 1))
         return AWL_ERR_UNSUPPORTED;
     operand o1 = describe(N, K, b->strides[1], b->strides[0]);
     operand o2 = describe(K, M, a->strides[1], a->strides[0]);
@@ -522,12 +515,11 @@ int lt_run(cublasLtEpilogue_t epi, const awl_view *out, const awl_view *a, const
     const char *p1 = (const char *)b->data + b->offset * plan.esize;
     const char *p2 = (const char *)a->data + a->offset * plan.esize;
     char *pc = (char *)out->data + out->offset * plan.esize;
-    const char *pv = (const char *)vec->data + vec->offset * plan.esize;
-    if (alignment(pv) < 16) return AWL_ERR_UNSUPPORTED;
+    const char *pb = (const char *)bias->data + bias->offset * plan.esize;
+    if (alignment(pb) < 16) return AWL_ERR_UNSUPPORTED;
     cublasLtHandle_t h;
     lt_problem p = {};
     AWLC_TRY_STATUS(get_lt_handle(&h, &p.key.device));
-    p.key.epilogue = epi;
     p.key.type = plan.type;
     p.key.compute = plan.compute;
     p.key.op1 = o1.op;
@@ -541,7 +533,7 @@ int lt_run(cublasLtEpilogue_t epi, const awl_view *out, const awl_view *a, const
     p.key.align[0] = alignment(p1);
     p.key.align[1] = alignment(p2);
     p.key.align[2] = alignment(pc);
-    int st = lt_describe(&p, pv);
+    int st = lt_describe(&p, pb);
     cublasLtMatmulAlgo_t algo;
     if (st == AWL_OK) st = lt_algo(h, &p, &algo);
     void *ws = st == AWL_OK ? awlc_scratch_alloc(LT_WORKSPACE) : NULL;
@@ -555,22 +547,4 @@ int lt_run(cublasLtEpilogue_t epi, const awl_view *out, const awl_view *a, const
     if (ws) awlc_scratch_free(ws, LT_WORKSPACE);
     lt_destroy(&p);
     return st;
-}
-
-} // namespace
-
-/* out = a @ b + bias (N); otherwise AWL_ERR_UNSUPPORTED, and the caller
- * copies the bias and accumulates the product onto it. */
-int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
-                     const awl_view *bias)
-{
-    return lt_run(CUBLASLT_EPILOGUE_BIAS, out, a, b, bias);
-}
-
-/* out = a @ b and dbias (M) = a summed over K; otherwise
- * AWL_ERR_UNSUPPORTED, and the caller sums a in a reduction of its own. */
-int awlc_matmul_bias_grad(const awl_view *out, const awl_view *dbias, const awl_view *a,
-                          const awl_view *b)
-{
-    return lt_run(CUBLASLT_EPILOGUE_BGRADB, out, a, b, dbias);
 }
