@@ -180,20 +180,47 @@ __global__ void __launch_bounds__(256)
             dw[j][e] = db[j][e] = 0.0f;
         }
     }
-    for (int64_t r = (int64_t)blockIdx.x * nw + warp; r < rows; r += (int64_t)gridDim.x * nw) {
-        const PG *gr = (const PG *)(dy + r * sdy);
-        const P *xr = (const P *)(x + r * sx);
-        float m = v.mean[r * v.sm], rs = v.rstd[r * v.sr];
+    /* The next row's dy, x, mean and rstd are loaded before this row is
+     * worked on, so that each warp has two rows' loads in flight: the
+     * registers above allow one block (8 warps) an SM, too few rows at a
+     * time to cover the memory's latency (0.42 of the copy rate with one,
+     * docs/cuda.md). */
+    const int64_t step = (int64_t)gridDim.x * nw;
+    int64_t r = (int64_t)blockIdx.x * nw + warp;
+    PG na[NP];
+    P nb[NP];
+    float nm = 0.0f, nrs = 0.0f;
+    auto load_row = [&](int64_t row) {
+        const PG *gr = (const PG *)(dy + row * sdy);
+        const P *xr = (const P *)(x + row * sx);
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            int p = lane + AWLC_WARP * j;
+            if (p < np) {
+                na[j] = gr[p];
+                nb[j] = xr[p];
+            }
+        }
+        nm = v.mean[row * v.sm];
+        nrs = v.rstd[row * v.sr];
+    };
+    if (r < rows) load_row(r);
+    for (; r < rows; r += step) {
+        PG ra[NP];
+        P rb[NP];
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            ra[j] = na[j];
+            rb[j] = nb[j];
+        }
+        const float m = nm, rs = nrs;
+        if (r + step < rows) load_row(r + step);
         float g[NP][V], xh[NP][V], sg = 0, sgx = 0;
 #pragma unroll
         for (int j = 0; j < NP; j++) {
             int p = lane + AWLC_WARP * j;
-            PG a;
-            P b;
-            if (p < np) {
-                a = gr[p];
-                b = xr[p];
-            }
+            const PG &a = ra[j];
+            const P &b = rb[j];
 #pragma unroll
             for (int e = 0; e < V; e++) {
                 float d = p < np ? awlc_cast<float>(a.v[e]) : 0.0f;
