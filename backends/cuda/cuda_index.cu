@@ -85,7 +85,9 @@ template <typename T> struct run_args {
 
 const int ADD_COLS = 32;  /* columns of a warp at a time: one per lane */
 const int ADD_GROUPS = 8; /* warps of a block */
-const int LONG_RUN = 64;  /* runs at least this long take a whole block */
+/* Runs at least this long take a whole block (eight warps on each 32
+ * columns); a shorter run is summed by one warp, its rows one after another. */
+const int LONG_RUN = 8;
 
 /* The end of the run starting at p: the first q > p whose key differs
  * (keys ascend). Steps of 1, 2, 4, ... past p, then a binary search in
