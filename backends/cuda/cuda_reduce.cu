@@ -205,50 +205,6 @@ __global__ void columns_kernel(const T *in, kept_map om, int64_t nouter, int64_t
     }
 }
 
-/* columns_kernel with V neighbouring columns a thread, read as one 16-byte
- * pack per row (a block spans 32 V columns): a (rows, C) bfloat16 gradient
- * summed over its rows, a linear layer's bias gradient, read in 64-byte
- * pieces per warp took 0.61 of the copy rate (docs/cuda.md). Each column
- * is summed in the order columns_kernel sums it. The caller has checked
- * that every pack is aligned: ncol, sr and the outer strides multiples of
- * V, the base 16-byte aligned. */
-template <typename T, typename A, typename TO, int V>
-__global__ void columns_packed_kernel(const T *in, kept_map om, int64_t nouter, int64_t ncol,
-                                      int64_t out_sc, int64_t R, int64_t sr, int64_t chunk,
-                                      sink<A, TO> dst)
-{
-    __shared__ A part[COL_Y][COL_X * V + 1];
-    const int64_t c0 = ((int64_t)blockIdx.x * COL_X + threadIdx.x) * V;
-    const int s = blockIdx.z, nsplit = gridDim.z;
-    for (int64_t o = blockIdx.y; o < nouter; o += gridDim.y) {
-        int64_t in_off, out_off;
-        kept_offsets(om, o, &in_off, &out_off);
-        int64_t r0 = s * chunk, r1 = min(R, r0 + chunk);
-        A acc[V];
-#pragma unroll
-        for (int j = 0; j < V; j++) acc[j] = identity<A>(dst.op);
-        if (c0 < ncol)
-            for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_Y) {
-                awlc_pack<T, V> p =
-                    *reinterpret_cast<const awlc_pack<T, V> *>(in + in_off + c0 + r * sr);
-#pragma unroll
-                for (int j = 0; j < V; j++) acc[j] = combine(dst.op, acc[j], awlc_cast<A>(p.v[j]));
-            }
-#pragma unroll
-        for (int j = 0; j < V; j++) part[threadIdx.y][threadIdx.x * V + j] = acc[j];
-        __syncthreads();
-        if (threadIdx.y == 0 && c0 < ncol)
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                A a = acc[j];
-                for (int y = 1; y < COL_Y; y++) a = combine(dst.op, a, part[y][threadIdx.x * V + j]);
-                const int64_t c = c0 + j;
-                dst.put((o * ncol + c) * nsplit + s, out_off + c * out_sc, a);
-            }
-        __syncthreads();
-    }
-}
-
 /* Any layout: one thread per output, every reduced element in row-major
  * order. */
 template <typename T, typename A, typename TO>
@@ -323,16 +279,11 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
     int64_t nsplit = 1;
     kept_map om = km;
     int64_t ncol = 1, nouter = K;
-    const int V = 16 / sizeof(T);
-    bool packed = false;
     if (columns) {
         ncol = km.shape[km.ndim - 1];
         nouter = K / ncol;
         om.ndim--;
-        packed = V > 1 && ncol % V == 0 && sr % V == 0 && ((uintptr_t)src & 15u) == 0;
-        for (int d = 0; d < om.ndim; d++) packed = packed && om.in[d] % V == 0;
-        const int64_t width = packed ? COL_X * V : COL_X;
-        int64_t blocks = (ncol + width - 1) / width * nouter;
+        int64_t blocks = (ncol + COL_X - 1) / COL_X * nouter;
         if (blocks < 2 * sms && R > SPLIT_COL)
             nsplit =
                 std::min((R + SPLIT_COL - 1) / SPLIT_COL, (4 * (int64_t)sms + blocks - 1) / blocks);
@@ -352,16 +303,11 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
     if (partial) first.partial = partial;
 
     if (columns) {
-        const int64_t width = packed ? COL_X * V : COL_X;
         dim3 block(COL_X, COL_Y);
-        dim3 grid((unsigned)((ncol + width - 1) / width), (unsigned)std::min<int64_t>(nouter, 65535),
-                  (unsigned)nsplit);
-        if (packed)
-            columns_packed_kernel<T, A, T, 16 / sizeof(T)>
-                <<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr, chunk, first);
-        else
-            columns_kernel<T, A, T>
-                <<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr, chunk, first);
+        dim3 grid((unsigned)((ncol + COL_X - 1) / COL_X),
+                  (unsigned)std::min<int64_t>(nouter, 65535), (unsigned)nsplit);
+        columns_kernel<T, A, T>
+            <<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr, chunk, first);
     } else if (sr == 1 && chunk <= LINE_WARP) {
         unsigned grid = (unsigned)std::min<int64_t>((K * nsplit + 7) / 8, 1 << 30);
         warp_lines_kernel<T, A, T><<<grid, 256>>>(src, km, K, R, (int)nsplit, chunk, first);
