@@ -166,31 +166,33 @@ __global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
  * warp order onto dst. The split depends only on the run's length, so every
  * run adds the same numbers in the same order each time, and a long run (a
  * frequent token; every run of a character vocabulary) is eight chains, not
- * one. The grid has room for R / LONG_RUN runs; blocks past the list's end
- * return at once. */
+ * one. The list's length is read on the device; blocks take its runs in
+ * turn (blockIdx.x, then gridDim.x further on). */
 template <typename T>
 __global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
     index_add_long_kernel(run_args<T> a, const int *n_long, const int64_t *long_runs)
 {
     typedef typename Compute<T>::type A;
     __shared__ A part[ADD_GROUPS][ADD_COLS];
-    if ((int)blockIdx.x >= *n_long) return;
+    const int n = *n_long;
     int lane = threadIdx.x % ADD_COLS, grp = threadIdx.x / ADD_COLS;
-    int64_t p = long_runs[2 * blockIdx.x], end = long_runs[2 * blockIdx.x + 1];
-    T *row = a.dst + (int64_t)a.keys[p] * a.dst_row_stride;
-    for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
-         j0 += (int64_t)gridDim.y * ADD_COLS) {
-        int64_t j = j0 + lane, cj[2] = {0, 0};
-        if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
-        part[grp][lane] = j < a.inner ? run_sum(a, p + grp, end, ADD_GROUPS, cj[1]) : A(0);
-        __syncthreads();
-        if (grp == 0 && j < a.inner) {
-            A sum = awlc_cast<A>(row[cj[0]]);
+    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+        int64_t p = long_runs[2 * i], end = long_runs[2 * i + 1];
+        T *row = a.dst + (int64_t)a.keys[p] * a.dst_row_stride;
+        for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
+             j0 += (int64_t)gridDim.y * ADD_COLS) {
+            int64_t j = j0 + lane, cj[2] = {0, 0};
+            if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
+            part[grp][lane] = j < a.inner ? run_sum(a, p + grp, end, ADD_GROUPS, cj[1]) : A(0);
+            __syncthreads();
+            if (grp == 0 && j < a.inner) {
+                A sum = awlc_cast<A>(row[cj[0]]);
 #pragma unroll
-            for (int g = 0; g < ADD_GROUPS; g++) sum += part[g][lane];
-            row[cj[0]] = awlc_cast<T>(sum);
+                for (int g = 0; g < ADD_GROUPS; g++) sum += part[g][lane];
+                row[cj[0]] = awlc_cast<T>(sum);
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
 }
 
@@ -381,7 +383,10 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             index_add_short_kernel<T>
                 <<<(unsigned)blocks, ADD_COLS * ADD_GROUPS>>>(a, n_long, long_runs);
             AWLC_TRY_STATUS(awlc_check_launch("index_add (short runs)"));
-            dim3 grid((unsigned)std::max<int64_t>(R / LONG_RUN, 1),
+            /* the list's length is known on the device only: blocks walk
+             * it, two a multiprocessor (a run each when it is short) */
+            const int64_t gx = std::min<int64_t>(R / LONG_RUN, 2 * awlc_sm_count());
+            dim3 grid((unsigned)std::max<int64_t>(gx, 1),
                       (unsigned)std::min<int64_t>((inner + ADD_COLS - 1) / ADD_COLS, 65535));
             index_add_long_kernel<T><<<grid, ADD_COLS * ADD_GROUPS>>>(a, n_long, long_runs);
             return awlc_check_launch("index_add (long runs)");
