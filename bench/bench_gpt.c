@@ -17,6 +17,10 @@
  * timer starts. Reported per run:
  *
  *   ms_per_step   median over the timed steps
+ *   host_ms_per_step  median time for the host to issue a step (train_one
+ *                 returns; a GPU may still be running it): near
+ *                 ms_per_step on a GPU, the step waits on the host's
+ *                 launches, not on the device
  *   tokens_per_s  batch * block / median step time
  *   mfu           model FLOPs per second (6 N + 12 L T C per token) over the
  *                 device's fixed peak for the run's precision
@@ -218,6 +222,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     if (!opt) return -1;
     int total = o->warmup + o->steps;
     double *times = calloc((size_t)total, sizeof *times);
+    double *host_times = calloc((size_t)total, sizeof *host_times);
     double loss_first = NAN, loss_last = NAN;
     int status = 0;
     int64_t resident = 0; /* parameters, gradients and optimizer state */
@@ -236,6 +241,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         double t0 = bench_now();
         awl_tensor *loss = NULL;
         if (status == 0) status = train_one(model, opt, o->grad_clip, x, y, &loss);
+        host_times[step] = bench_now() - t0; /* the host has issued the step */
         awl_synchronize(o->device);
         times[step] = bench_now() - t0;
         double l = status == 0 ? awl_item(loss) : NAN;
@@ -270,14 +276,16 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         printf("\"config\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\","
                "\"n_layer\":%d,\"batch\":%d,\"block\":%d,\"dropout\":%g,\"grad_clip\":%g,"
                "\"params\":%lld,"
-               "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
+               "\"checkpointing\":%s,\"steps\":%d,\"ms_per_step\":%.2f,\"host_ms_per_step\":%.2f,"
+               "\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.4f,\"matmul_ceiling_tflops\":%.4f,\"of_ceiling\":%.4f,"
                "\"peak_tflops\":%.4f,\"mfu\":%.4f,"
                "\"peak_mb\":%.1f,\"activation_peak_mb\":%.1f,\"rss_mb\":%.1f,"
                "\"loss_first\":%.4f,\"loss_last\":%.4f,",
                config, o->device, precision, cfg.n_layer, cfg.batch, cfg.block, cfg.dropout,
                o->grad_clip, (long long)awl_gpt_num_params(model), checkpointing ? "true" : "false",
-               o->steps, median * 1e3, tokens_per_s, flops * 1e-12, ceiling * 1e-12,
+               o->steps, median * 1e3, 1e3 * bench_median(host_times + o->warmup, o->steps),
+               tokens_per_s, flops * 1e-12, ceiling * 1e-12,
                ceiling > 0 ? flops / ceiling : 0, peak * 1e-12, peak > 0 ? flops / peak : 0,
                (double)mem.peak / 1048576.0, (double)(mem.peak - resident) / 1048576.0,
                (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
@@ -297,6 +305,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
         fflush(stdout);
     }
     free(times);
+    free(host_times);
     awl_optimizer_free(opt);
     awl_gpt_free(model);
     return status;

@@ -245,6 +245,7 @@ stage_kernels() {
 # PROFILE="config:precision[:dropout] ..." (default gpt2-124m:bf16
 # shakespeare-char:fp32; dropout 0 where none is given);
 # PROFILE_PEER=1 profiles the PyTorch peer's eager step on each pair too.
+# awl's steps clip the gradients' norm to 1, as in the bench stage.
 stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
     local t0=$(date +%s) pair fields
@@ -258,7 +259,7 @@ stage_profile() {
         for target in "$B/bin/libawl_bench.so" ${PROFILE_PEER:+$D/torch_gpt_gpu.py}; do
             IFS=: read -r -a fields <<< "$pair"
             timeout 120 python3 scripts/profile_kernels.py "$target" "$DATA" "${fields[0]}" \
-                "${fields[1]}" "${fields[2]:-0}" 2>&1 | grep -v -E '^\{|_warn_once|UserWarning' |
+                "${fields[1]}" "${fields[2]:-0}" 1 2>&1 | grep -v -E '^\{|_warn_once|UserWarning' |
                 tee -a "$OUT/profile.txt"
         done
     done
