@@ -130,13 +130,42 @@ static int step_failed(trainer *t, const char *what)
 
 /* ---- one step ------------------------------------------------------------------- */
 
+/* The mean of a step's micro-batch losses, read once its gradient norm
+ * has been: by then the device has finished every forward, so reading the
+ * losses waits for nothing, where reading each before its backward would
+ * stop the host until the device caught up, once per micro-batch, and
+ * leave the device idle while the host queued the backward. false when
+ * one is not finite, *bad then the first such. */
+static bool read_losses(trainer *t, awl_tensor **losses, int n, double *mean, double *bad)
+{
+    double total = 0;
+    bool finite = true;
+    for (int i = 0; i < n; i++) {
+        double value = awl_item(losses[i]) * t->s.grad_accum;
+        if (finite && !isfinite(value)) {
+            finite = false;
+            *bad = value;
+        }
+        total += value;
+    }
+    *mean = total / n;
+    return finite;
+}
+
+static void release_all(awl_tensor **losses, int n)
+{
+    for (int i = 0; i < n; i++) awl_release(losses[i]);
+    free(losses);
+}
+
 /* One optimizer step over grad_accum micro-batches; *mean_loss is their
  * mean loss. 0, or -1 after printing why. */
 static int train_step(trainer *t, double lr, double *mean_loss)
 {
     const settings *s = &t->s;
     if (set_lr(t, lr) < 0) return step_failed(t, "setting the learning rate");
-    double total = 0;
+    awl_tensor **losses = calloc((size_t)s->grad_accum, sizeof *losses);
+    if (!losses) return step_failed(t, "out of memory");
     for (int micro = 0; micro < s->grad_accum; micro++) {
         bool local = micro < s->grad_accum - 1; /* accumulate without sending */
         if (local) accumulate_locally(t, true);
@@ -152,32 +181,40 @@ static int train_step(trainer *t, double lr, double *mean_loss)
             awl_profiler_end();
         }
         awl_scope_end();
-        if (!loss) return step_failed(t, "forward");
-        double value = awl_item(loss) * s->grad_accum;
-        if (!isfinite(value) && t->world == 1) {
-            awl_release(loss);
-            return non_finite(t, "the loss", value);
+        if (!loss) {
+            release_all(losses, micro);
+            return step_failed(t, "forward");
         }
+        losses[micro] = loss;
         int status = awl_backward(loss);
-        awl_release(loss);
         if (local) accumulate_locally(t, false);
-        if (status < 0) return step_failed(t, "backward");
-        total += value;
+        if (status < 0) {
+            release_all(losses, micro + 1);
+            return step_failed(t, "backward");
+        }
     }
     awl_profiler_begin(AWL_PROFILE_COMM, "wait for gradients");
     int waited = wait_gradients(t);
     awl_profiler_end();
-    if (waited < 0) return step_failed(t, "averaging the gradients");
+    if (waited < 0) {
+        release_all(losses, s->grad_accum);
+        return step_failed(t, "averaging the gradients");
+    }
     /* the norm is measured even without clipping: it is the check that
      * every gradient is finite */
     awl_profiler_begin(AWL_PROFILE_PHASE, "grad_clip");
     double norm = clip_gradients(t, s->grad_clip > 0 ? s->grad_clip : INFINITY);
     awl_profiler_end();
+    /* a rank alone does not stop on its loss: DDP ranks stop together on
+     * the norm (see above) */
+    double bad = 0;
+    bool finite = read_losses(t, losses, s->grad_accum, mean_loss, &bad);
+    release_all(losses, s->grad_accum);
+    if (!finite && t->world == 1) return non_finite(t, "the loss", bad);
     if (!isfinite(norm)) return non_finite(t, "the gradient norm", norm);
     if (norm < 0) return step_failed(t, "clipping the gradients");
     if (optimizer_step(t) < 0) return step_failed(t, "the optimizer");
     if (zero_gradients(t) < 0) return step_failed(t, "zeroing the gradients");
-    *mean_loss = total / s->grad_accum;
     return 0;
 }
 
