@@ -498,15 +498,6 @@ bool awlc_attention_split(void)
     return chosen_rung.load(std::memory_order_relaxed) == RUNG_SPLIT;
 }
 
-bool awlc_attention_wide_backward(void)
-{
-    static const bool wide = [] {
-        const char *v = getenv("AWL_CUDA_ATTENTION_WIDE_BACKWARD");
-        return !(v && strcmp(v, "0") == 0);
-    }();
-    return wide;
-}
-
 bool awlc_attention_one_pass(void)
 {
     return chosen_rung.load(std::memory_order_relaxed) == RUNG_ONE_PASS;

@@ -90,10 +90,6 @@ int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, cons
  * would run (tests and the benchmark compare them). */
 bool awlc_attention_split(void);
 bool awlc_attention_one_pass(void);
-/* Whether the two-kernel backward takes 128 keys (queries) a block on 8
- * warps instead of 64 on 4: AWL_CUDA_ATTENTION_WIDE_BACKWARD=0 or 1, read
- * once (default 1). */
-bool awlc_attention_wide_backward(void);
 
 /* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).
  * float32 with D <= 64 takes one pass (dK, dV and slices of dQ) and a sum;

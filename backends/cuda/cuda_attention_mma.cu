@@ -49,9 +49,8 @@
  * as k = t and k = t + 4, and loads B's rows 2t and 2t + 1 to match
  * (banks 8t + g), so P and dS still never leave registers.
  *
- * Blocks are 4 warps on 64 rows (some forwards, and the two-kernel
- * backward: 8 warps on 128, see forward() and backward()); D is padded
- * with zeros to 64 or 128. The
+ * Blocks are 4 warps on 64 rows (some forwards: 8 warps on 128, see
+ * forward()); D is padded with zeros to 64 or 128. The
  * tiles of the walked side sit in two buffers: while the warps work on one,
  * cp.async fills the other with the next tile, so global-memory latency
  * hides behind the tile products (FlashAttention-2's pipelining). Only
@@ -653,30 +652,14 @@ __device__ void load_stats(float *ls, float *ds, const lse_ref &lse, const float
 /* Starts loading query rows [q0, q0 + 64) for the walk over query tiles:
  * Q into qd, dO into the tile after it, their statistics into st (lse,
  * then Di). */
-template <typename M, int DP, int NT = THREADS>
+template <typename M, int DP>
 __device__ void load_query_tile(typename M::word *qd, float *st, const heads<typename M::elem> &q,
                                 const heads<typename M::elem> &dout, const lse_ref &lse,
                                 const float *Dv, int b, int h, int q0, const att_dims &a)
 {
-    load_tile<M, DP, NT>(qd, q, b, h, q0, a);
-    load_tile<M, DP, NT>(qd + BR * (DP + M::PAD), dout, b, h, q0, a);
-    load_stats(st, st + BR, lse, Dv, b, h, q0, a); /* one thread a row: BR < THREADS */
-}
-
-/* Starts loading the N 64-row tiles of x from row t0, then N of y, into
- * the first 2N tiles of smem (a block of N x 4 warps): the side of the
- * backward that stays in shared memory. */
-template <typename M, int DP, int N>
-__device__ void load_block_tiles(typename M::word *smem, const heads<typename M::elem> &x,
-                                 const heads<typename M::elem> &y, int b, int h, int t0,
-                                 const att_dims &a)
-{
-    const int TS = BR * (DP + M::PAD);
-#pragma unroll
-    for (int u = 0; u < N; u++) {
-        load_tile<M, DP, THREADS * N>(smem + u * TS, x, b, h, t0 + u * BR, a);
-        load_tile<M, DP, THREADS * N>(smem + (N + u) * TS, y, b, h, t0 + u * BR, a);
-    }
+    load_tile<M, DP>(qd, q, b, h, q0, a);
+    load_tile<M, DP>(qd + BR * (DP + M::PAD), dout, b, h, q0, a);
+    load_stats(st, st + BR, lse, Dv, b, h, q0, a);
 }
 
 /* One (key tile, query tile) pair of the backward, for the warp's keys
@@ -716,39 +699,36 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
     M::template accumulate<DP>(gk, dst, Qs, lane);
 }
 
-/* dK, dV for KW x 64 keys: KW x 4 warps, warp w on keys ks + r0 + g (+ 8),
- * ks = k0 + (w / 4) 64 the warp's 64-key tile, r0 = (w % 4) 16. Walks the
- * query tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
- * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. Every query tile
- * brought into shared memory serves all KW x 4 warps. */
-template <typename M, int DP, int KW, bool DROP>
-__global__ void __launch_bounds__(THREADS * KW)
+/* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
+ * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
+ * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
+template <typename M, int DP, bool DROP>
+__global__ void __launch_bounds__(THREADS)
     dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
                 heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
                 heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a)
 {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
-    const int NT = THREADS * KW;
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
-    float *stats = reinterpret_cast<float *>(smem + (2 * KW + 4) * TS); /* [ls0 ds0 ls1 ds1] */
+    float *stats = reinterpret_cast<float *>(smem + 6 * TS); /* [ls0 ds0 ls1 ds1] */
     int ntiles = (a.T + BR - 1) / BR;
-    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, k0 = blockIdx.x * KW * BR;
+    int kt = blockIdx.x, b = blockIdx.y / a.H, h = blockIdx.y % a.H, k0 = kt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int sub = warp / 4, r0 = (warp % 4) * 16, ks = k0 + sub * BR;
-    int first = a.causal ? k0 / BR : 0;
+    int r0 = warp * 16;
+    int first = a.causal ? kt : 0;
 
     /* K and V stay in shared memory, followed by two Q/dO buffers,
-     * [K_0.. V_0.. Q0 dO0 Q1 dO1]: the next query tile loads while this one
-     * is used. bfloat16 with D <= 64 loads the warp's K and V fragments once
-     * and holds them; the rest re-read them for each tile, since holding
-     * them would leave too few registers for the 3xTF32 split (or, D = 128,
-     * for anything). */
-    W *qbuf = smem + 2 * KW * TS;
-    const W *Ks = smem + sub * TS, *Vs = smem + (KW + sub) * TS;
-    load_block_tiles<M, DP, KW>(smem, k, v, b, h, k0, a);
-    load_query_tile<M, DP, NT>(qbuf, stats, q, dout, lse, Dv, b, h, first * BR, a);
+     * [K V Q0 dO0 Q1 dO1]: the next query tile loads while this one is used.
+     * bfloat16 with D <= 64 loads the warp's K and V fragments once and
+     * holds them; the rest re-read them for each tile, since holding them
+     * would leave too few registers for the 3xTF32 split (or, D = 128, for
+     * anything). */
+    const W *Ks = smem, *Vs = smem + TS;
+    load_tile<M, DP>(smem, k, b, h, k0, a);
+    load_tile<M, DP>(smem + TS, v, b, h, k0, a);
+    load_query_tile<M, DP>(smem + 2 * TS, stats, q, dout, lse, Dv, b, h, first * BR, a);
     cp_async_commit();
     float gk[DP / 8][4], gv[DP / 8][4];
 #pragma unroll
@@ -759,11 +739,11 @@ __global__ void __launch_bounds__(THREADS * KW)
     uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
     for (int qt = first; qt < ntiles; qt++) {
         int q0 = qt * BR, cur = (qt - first) & 1;
-        W *Qs = qbuf + 2 * cur * TS, *dOs = Qs + TS, *next = qbuf + 2 * (cur ^ 1) * TS;
+        W *Qs = smem + (2 + 2 * cur) * TS, *dOs = Qs + TS, *next = smem + (4 - 2 * cur) * TS;
         const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
         if (qt + 1 < ntiles)
-            load_query_tile<M, DP, NT>(next, stats + (cur ^ 1) * 2 * BR, q, dout, lse, Dv, b, h,
-                                       q0 + BR, a);
+            load_query_tile<M, DP>(next, stats + (cur ^ 1) * 2 * BR, q, dout, lse, Dv, b, h,
+                                   q0 + BR, a);
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
         __syncthreads();
@@ -771,63 +751,57 @@ __global__ void __launch_bounds__(THREADS * KW)
             M::template load_a<DP>(kf, Ks, r0, g, t);
             M::template load_a<DP>(vf, Vs, r0, g, t);
         }
-        /* a warp whose keys all come after this tile's queries skips it */
-        if (!a.causal || ks + r0 <= q0 + BR - 1) {
-            float ds_t[8][4];
-            dkdv_pair<M, DP, DROP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, ks, r0, a,
-                                   lane);
-        }
+        float ds_t[8][4];
+        dkdv_pair<M, DP, DROP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, k0, r0, a, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
-    store_rows<typename M::elem, DP>(dk, b, h, ks, r0, gk, sc, a, g, t);
-    store_rows<typename M::elem, DP>(dv, b, h, ks, r0, gv, one, a, g, t);
+    store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
+    store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
 }
 
-/* dQ for QW x 64 queries (QW x 4 warps, warp w on the rows of the forward's
- * warp w); walks the key tiles: S = Q K^T, P, dP = M (dO V^T), dS = P (dP
- * - D), dQ += dS K (M: dropout multipliers, or none). */
-template <typename M, int DP, int QW, bool DROP>
-__global__ void __launch_bounds__(THREADS * QW)
+/* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = M (dO V^T),
+ * dS = P (dP - D), dQ += dS K (M: dropout multipliers, or none). */
+template <typename M, int DP, bool DROP>
+__global__ void __launch_bounds__(THREADS)
     dq_kernel(heads<typename M::elem> dq, heads<typename M::elem> dout, heads<typename M::elem> q,
               heads<typename M::elem> k, heads<typename M::elem> v, lse_ref lse, const float *Dv,
               att_dims a)
 {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
-    const int NT = THREADS * QW;
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
-    int ntiles = (a.T + BR - 1) / BR, nblocks = (a.T + QW * BR - 1) / (QW * BR);
-    int qt = a.causal ? nblocks - 1 - blockIdx.x : blockIdx.x;
-    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * QW * BR;
+    int ntiles = (a.T + BR - 1) / BR;
+    int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
+    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int sub = warp / 4, r0 = (warp % 4) * 16, qs = q0 + sub * BR; /* the warp's 64-row tile */
+    int r0 = warp * 16;
 
     /* Q and dO stay in shared memory, followed by two K/V buffers as in the
-     * forward, [Q_0.. dO_0.. K0 V0 K1 V1]; Q and dO fragments held or
-     * re-read as in dK/dV. */
-    W *kbuf = smem + 2 * QW * TS;
-    const W *Qs = smem + sub * TS, *dOs = smem + (QW + sub) * TS;
-    load_block_tiles<M, DP, QW>(smem, q, dout, b, h, q0, a);
-    load_tile<M, DP, NT>(kbuf, k, b, h, 0, a);
-    load_tile<M, DP, NT>(kbuf + TS, v, b, h, 0, a);
+     * forward, [Q dO K0 V0 K1 V1]; Q and dO fragments held or re-read as in dK/dV. */
+    const W *Qs = smem, *dOs = smem + TS;
+    load_tile<M, DP>(smem, q, b, h, q0, a);
+    load_tile<M, DP>(smem + TS, dout, b, h, q0, a);
+    load_tile<M, DP>(smem + 2 * TS, k, b, h, 0, a);
+    load_tile<M, DP>(smem + 3 * TS, v, b, h, 0, a);
     cp_async_commit();
     float ls[2], ds[2];
-    row_stats(ls, ds, lse, Dv, b, h, qs + r0 + g, a);
+    row_stats(ls, ds, lse, Dv, b, h, q0 + r0 + g, a);
     float gq[DP / 8][4];
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++) gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
     const float sl2 = a.scale * LOG2E;
-    int last = a.causal ? min(ntiles - 1, (q0 + QW * BR - 1) / BR) : ntiles - 1;
+    int last = a.causal ? qt : ntiles - 1;
     const bool hold = M::HOLD && DP == 64;
     uint32_t qf[DP / M::KS][4], of[DP / M::KS][4];
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
-        W *Ks = kbuf + 2 * (kt & 1) * TS, *Vs = Ks + TS, *next = kbuf + 2 * (~kt & 1) * TS;
+        W *Ks = smem + (2 + 2 * (kt & 1)) * TS, *Vs = Ks + TS,
+          *next = smem + (4 - 2 * (kt & 1)) * TS;
         if (kt < last) {
-            load_tile<M, DP, NT>(next, k, b, h, k0 + BR, a);
-            load_tile<M, DP, NT>(next + TS, v, b, h, k0 + BR, a);
+            load_tile<M, DP>(next, k, b, h, k0 + BR, a);
+            load_tile<M, DP>(next + TS, v, b, h, k0 + BR, a);
         }
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
@@ -836,29 +810,26 @@ __global__ void __launch_bounds__(THREADS * QW)
             M::template load_a<DP>(qf, Qs, r0, g, t);
             M::template load_a<DP>(of, dOs, r0, g, t);
         }
-        /* a warp whose rows all come before this tile's keys skips it */
-        if (!a.causal || k0 <= qs + r0 + 15) {
-            float p[8][4], dp[8][4];
-            M::template scores<DP>(p, qf, Ks, lane);
-            M::template scores<DP>(dp, of, Vs, lane);
-            if (DROP) drop_rows(dp, a, b, h, qs + r0 + g, k0, lane); /* dP = M (dO V^T) */
-            bool mask = needs_mask(qs, k0, a);
+        float p[8][4], dp[8][4];
+        M::template scores<DP>(p, qf, Ks, lane);
+        M::template scores<DP>(dp, of, Vs, lane);
+        if (DROP) drop_rows(dp, a, b, h, q0 + r0 + g, k0, lane); /* dP = M (dO V^T) */
+        bool mask = needs_mask(q0, k0, a);
 #pragma unroll
-            for (int nb = 0; nb < 8; nb++)
+        for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int row = qs + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
-                    float pv = !mask || att_visible(row, key, a)
-                                   ? exp2_ftz(fmaf(p[nb][e], sl2, -ls[e / 2]))
-                                   : 0.0f;
-                    dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
-                }
-            M::template accumulate<DP>(gq, dp, Ks, lane);
-        }
+            for (int e = 0; e < 4; e++) {
+                int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
+                float pv = !mask || att_visible(row, key, a)
+                               ? exp2_ftz(fmaf(p[nb][e], sl2, -ls[e / 2]))
+                               : 0.0f;
+                dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
+            }
+        M::template accumulate<DP>(gq, dp, Ks, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float sc[2] = {a.scale, a.scale};
-    store_rows<typename M::elem, DP>(dq, b, h, qs, r0, gq, sc, a, g, t);
+    store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
 }
 
 /* The backward in one pass (D <= 64): dK and dV of a key tile as in
@@ -1028,30 +999,6 @@ int forward(const heads<typename M::elem> &out, const lse_ref &lse,
     return forward_rows<M, DP, 1, DROP>(out, lse, q, k, v, a);
 }
 
-/* The two-kernel backward with KW x 64 keys a dK/dV block and QW x 64
- * queries a dQ block (4 warps per 64). */
-template <typename M, int DP, int KW, int QW, bool DROP>
-int backward_tiles(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
-                   const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
-                   const heads<typename M::elem> &q, const heads<typename M::elem> &k,
-                   const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
-                   const att_dims &a)
-{
-    size_t s1 = tiles<M, DP>(2 * KW + 4) + 4 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, KW, DROP>, s1));
-    dim3 g1((a.T + KW * BR - 1) / (KW * BR), a.B * a.H);
-    dkdv_kernel<M, DP, KW, DROP><<<g1, THREADS * KW, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
-    AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
-    size_t s2 = tiles<M, DP>(2 * QW + 4);
-    AWLC_TRY_STATUS(allow(dq_kernel<M, DP, QW, DROP>, s2));
-    dim3 g2((a.T + QW * BR - 1) / (QW * BR), a.B * a.H);
-    dq_kernel<M, DP, QW, DROP><<<g2, THREADS * QW, s2>>>(dq, dout, q, k, v, lse, Dv, a);
-    return awlc_check_launch("attention_backward dq (tensor cores)");
-}
-
-/* 128 keys (and 128 queries) a block on 8 warps where the setting asks for
- * it (awlc_attention_wide_backward) and the sequence is longer than 64;
- * else 64 on 4. */
 template <typename M, int DP, bool DROP>
 int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
              const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
@@ -1059,9 +1006,15 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
              const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
              const att_dims &a)
 {
-    if (a.T > BR && awlc_attention_wide_backward())
-        return backward_tiles<M, DP, 2, 2, DROP>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
-    return backward_tiles<M, DP, 1, 1, DROP>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+    dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
+    size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
+    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
+    dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+    AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
+    size_t s2 = tiles<M, DP>(6);
+    AWLC_TRY_STATUS(allow(dq_kernel<M, DP, DROP>, s2));
+    dq_kernel<M, DP, DROP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
+    return awlc_check_launch("attention_backward dq (tensor cores)");
 }
 
 /* How many slices the one-pass backward uses. Its blocks all do about the
