@@ -17,10 +17,11 @@
  * timer starts. Reported per run:
  *
  *   ms_per_step   median over the timed steps
- *   host_ms_per_step  median time for the host to issue a step (train_one
- *                 returns; a GPU may still be running it): near
- *                 ms_per_step on a GPU, the step waits on the host's
- *                 launches, not on the device
+ *   host_ms_per_step  median time for the host to issue a step (until
+ *                 train_one returns; a GPU may still be running it). On a
+ *                 GPU, ms_per_step less this is what was still queued;
+ *                 with --grad-clip the host waits for the backward, whose
+ *                 norm it reads back
  *   tokens_per_s  batch * block / median step time
  *   mfu           model FLOPs per second (6 N + 12 L T C per token) over the
  *                 device's fixed peak for the run's precision

@@ -10,14 +10,14 @@ Nsight Compute needs, but they have PyTorch, whose profiler records every
 kernel of the process through CUPTI, whoever launched it. So this runs
 bench_gpt inside Python under torch.profiler, twice (2 and 7 timed steps,
 each after 2 warm-up steps, after a first run that is not counted), and
-prints the difference over 5: the kernel
-time of one step by kernel, without what runs once (the matmul-ceiling
-measurement, warm-up). It also prints where the GPU stood idle inside
-the steps: the gaps between one kernel's end and the next one's start,
-per step, summed by the kernel that ended the gap (gaps of 1 ms or more
-are left out: those are the host's batch drawing between timed steps,
-which bench_gpt does not time). A GRAD_CLIP argument (awl only) passes
---grad-clip to bench_gpt, as the bench stage does. Given the PyTorch peer script (a .py whose run()
+prints the difference over 5: the kernel time of one step by kernel,
+without what runs once (the matmul-ceiling measurement, warm-up). It also
+prints where the GPU stood idle inside the steps: the gaps between one
+kernel's end and the next one's start, per step, summed by the kernel
+that starts after the gap (gaps of 1 ms or more are left out: those are
+the host's batch drawing between timed steps, which bench_gpt does not
+time). A GRAD_CLIP argument (awl only) passes --grad-clip to bench_gpt,
+as the bench stage does. Given the PyTorch peer script (a .py whose run()
 trains one configuration, ../shared/peers/torch_gpt_gpu.py) instead, it
 profiles the peer's eager step the same way, for a side-by-side view.
 Development tool only: nothing in awl's build or tests uses Python.
