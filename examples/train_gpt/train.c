@@ -152,6 +152,7 @@ static bool read_losses(trainer *t, awl_tensor **losses, int n, double *mean, do
     return finite;
 }
 
+/* The step's loss array; slots not reached yet are NULL (calloc). */
 static void release_all(awl_tensor **losses, int n)
 {
     for (int i = 0; i < n; i++) awl_release(losses[i]);
@@ -182,14 +183,14 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         }
         awl_scope_end();
         if (!loss) {
-            release_all(losses, micro);
+            release_all(losses, s->grad_accum);
             return step_failed(t, "forward");
         }
         losses[micro] = loss;
         int status = awl_backward(loss);
         if (local) accumulate_locally(t, false);
         if (status < 0) {
-            release_all(losses, micro + 1);
+            release_all(losses, s->grad_accum);
             return step_failed(t, "backward");
         }
     }
