@@ -176,6 +176,10 @@ awl_tensor *awl_gather(awl_tensor *x, int dim, awl_tensor *idx);
 /* ---- dtype and device ------------------------------------------------------------ */
 
 awl_tensor *awl_cast(awl_tensor *x, awl_dtype dtype);
+/* outs[i] = awl_cast(xs[i], dtype) for i < n, each a new tensor with its
+ * own cast node, computed together (awl_tensor_cast_many: one kernel where
+ * the device has one). Returns 0 or negative (then no outs are left). */
+int awl_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tensor **outs);
 /* Copies to a device ("cuda:0"); the gradient flows back to x's device. */
 awl_tensor *awl_to(awl_tensor *x, const char *device);
 

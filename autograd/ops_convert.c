@@ -25,6 +25,14 @@ awl_tensor *awl_cast(awl_tensor *x, awl_dtype dtype)
     return out;
 }
 
+int awl_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tensor **outs)
+{
+    int status = awl_tensor_cast_many(n, xs, dtype, outs);
+    if (status < 0 || !awl_dtype_is_float(dtype)) return status;
+    for (int i = 0; i < n; i++) awl_node_record(outs[i], "cast", cast_backward, 1, &xs[i], 0);
+    return AWL_OK;
+}
+
 /* ---- to: x (...) on one device -> out (...) on another ------------------------------ */
 
 #define DEVICE_NAME_MAX 32

@@ -383,6 +383,14 @@ typedef struct awl_backend {
      * factor is rounded to float32 first, as the MUL_SCALAR unary op does,
      * so the products are that op's bits. Gradient clipping's scaling. */
     int (*scale)(int n, const awl_view *xs, double factor);
+
+    /* outs[i] = xs[i] converted to outs' dtype (the kernel's dtype, one for
+     * all n), for n pairs of contiguous tensors of the same element count,
+     * the xs float32: the bits of the copy kernel's cast, for every tensor
+     * in as few launches as the backend can. Autocast's weight casts
+     * (nn/autocast.c), a kernel for all of a model's Linear weights and
+     * biases instead of one per tensor. */
+    int (*cast_many)(int n, const awl_view *outs, const awl_view *xs);
 } awl_backend;
 
 /* ---- registry --------------------------------------------------------------- */

@@ -32,10 +32,28 @@
  *     awl_autocast_set(before);
  * Anything that re-runs a forward later (activation checkpointing) must
  * re-establish the state it ran under; awl_gpt does for its blocks.
+ *
+ * Casting at the point of use costs a kernel per weight and bias (99 for
+ * gpt2-124m, most of them tiny biases whose launch costs more than their
+ * work). So a forward may first cast the weights it will read all at once
+ * into the cache below (awl_autocast_cache), one kernel for all of them,
+ * and the layers' awl_autocast then finds their casts there. Each cast
+ * keeps its own cast node, so the gradients are the same as without the
+ * cache, bit for bit. A checkpointed block's replay in backward runs
+ * after the forward has cleared the cache and casts as before.
  */
+#include <stdlib.h>
+
+#include "common/alloc.h"
 #include "nn/nn.h"
 
 static _Thread_local awl_dtype autocast_dtype = AWL_F32;
+
+/* The weight-cast cache: cast[i] is source[i] in the autocast dtype. */
+static _Thread_local struct {
+    int n;
+    awl_tensor **source, **cast;
+} cache;
 
 awl_dtype awl_autocast_set(awl_dtype dtype)
 {
@@ -56,5 +74,36 @@ awl_dtype awl_autocast_get(void) { return autocast_dtype; }
 awl_tensor *awl_autocast(awl_tensor *t)
 {
     if (!t || autocast_dtype == AWL_F32 || t->dtype != AWL_F32) return t;
+    for (int i = 0; i < cache.n; i++)
+        if (cache.source[i] == t && cache.cast[i]->dtype == autocast_dtype) return cache.cast[i];
     return awl_cast(t, autocast_dtype);
+}
+
+void awl_autocast_cache_clear(void)
+{
+    free(cache.source);
+    free(cache.cast);
+    cache.n = 0;
+    cache.source = cache.cast = NULL;
+}
+
+int awl_autocast_cache(int n, awl_tensor *const *ts)
+{
+    awl_autocast_cache_clear();
+    if (autocast_dtype == AWL_F32 || n <= 0) return AWL_OK;
+    cache.source = awl_xmalloc((size_t)n * sizeof *cache.source);
+    cache.cast = awl_xmalloc((size_t)n * sizeof *cache.cast);
+    int m = 0; /* the float32 ones, each once */
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < m && !seen; j++) seen = cache.source[j] == ts[i];
+        if (ts[i] && ts[i]->dtype == AWL_F32 && !seen) cache.source[m++] = ts[i];
+    }
+    int status = awl_cast_many(m, cache.source, autocast_dtype, cache.cast);
+    if (status < 0) {
+        awl_autocast_cache_clear();
+        return status;
+    }
+    cache.n = m;
+    return AWL_OK;
 }

@@ -317,11 +317,40 @@ awl_tensor *awl_gpt_head(awl_gpt *g, awl_tensor *h)
     return awl_linear(awl_autocast(h), awl_autocast(awl_module_get_param(g->wte, "weight")), NULL);
 }
 
+/* The tensors a forward under autocast casts, written to out (when not
+ * NULL) from index n on: the weights and biases of every Linear layer in
+ * m's tree. Returns the new count. */
+static int linear_params(const awl_module *m, awl_tensor **out, int n)
+{
+    if (strcmp(m->type, "Linear") == 0)
+        for (int i = 0; i < m->n_params; i++, n++)
+            if (out) out[n] = *m->params[i].slot;
+    for (int i = 0; i < m->n_children; i++) n = linear_params(m->children[i].module, out, n);
+    return n;
+}
+
+/* Under autocast, casts every weight the forward reads in bfloat16 at once
+ * (nn/autocast.c's cache: one kernel on CUDA, not one per tensor). */
+static int cache_weight_casts(awl_gpt *g)
+{
+    if (g->autocast == AWL_F32) return AWL_OK;
+    int n = linear_params(&g->base, NULL, 0);
+    awl_tensor **ts = awl_xmalloc((size_t)(n + 1) * sizeof *ts);
+    linear_params(&g->base, ts, 0);
+    ts[n] = awl_module_get_param(g->wte, "weight"); /* the tied head */
+    int status = awl_autocast_cache(n + 1, ts);
+    free(ts);
+    return status;
+}
+
 awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx)
 {
     if (!model) return NULL;
     awl_dtype before = awl_gpt_autocast_enter(model);
-    awl_tensor *logits = awl_gpt_head(model, awl_gpt_hidden(model, idx, NULL));
+    awl_tensor *logits = NULL;
+    if (cache_weight_casts(model) == AWL_OK)
+        logits = awl_gpt_head(model, awl_gpt_hidden(model, idx, NULL));
+    awl_autocast_cache_clear();
     awl_autocast_set(before);
     return logits;
 }

@@ -260,6 +260,20 @@ awl_dtype awl_autocast_get(void);
  * autocast is on and t is float32; otherwise t itself. NULL for NULL. */
 awl_tensor *awl_autocast(awl_tensor *t);
 
+/* The weight-cast cache (PyTorch's autocast keeps one too): casts every
+ * float32 tensor of ts[0..n) to the autocast dtype now, all together
+ * (awl_cast_many: one kernel on CUDA instead of one per tensor), and until
+ * awl_autocast_cache_clear awl_autocast(t) returns t's cast from the cache
+ * instead of casting again. The casts are owned by the current scope, so
+ * clear the cache before that scope ends, and before anything writes the
+ * tensors (an optimizer step): the cache does not see writes. A second
+ * call replaces the cache. A no-op while autocast is off. Returns 0 or
+ * negative (the cache then stays empty). awl_gpt's forward caches the
+ * weights and biases of its Linear layers and the tied head's embedding
+ * for the forward's duration. */
+int awl_autocast_cache(int n, awl_tensor *const *ts);
+void awl_autocast_cache_clear(void);
+
 /* ---- functional layers (differentiable) ------------------------------------------ */
 
 /* x (..., in), weight (out, in), bias (out) or NULL -> (..., out).

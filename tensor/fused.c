@@ -615,3 +615,49 @@ int awl_tensor_scale(int n, awl_tensor *const *xs, double factor)
     free(views);
     return status;
 }
+
+/* ---- casts of many tensors: autocast's weights ------------------------------------------ */
+
+int awl_tensor_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tensor **outs)
+{
+    const char *op = "awl_tensor_cast_many";
+    if (n < 0 || (n > 0 && (!xs || !outs))) return AWL_ERR_INVALID;
+    if (n == 0) return AWL_OK;
+    awl_view *views = views_of_many(op, n, xs);
+    if (!views) return AWL_ERR_INVALID;
+    awl_view *out_views = awl_xmalloc((size_t)n * sizeof *out_views);
+    int status = AWL_OK, made = 0;
+    for (; made < n; made++) {
+        awl_tensor *x = xs[made];
+        outs[made] = awl_tensor_alloc(op, x->storage->device, x->ndim, x->shape, dtype);
+        if (!outs[made]) {
+            status = AWL_ERR_OOM;
+            break;
+        }
+        out_views[made] = awl_tensor_view(outs[made]);
+    }
+    bool contiguous = true;
+    for (int i = 0; i < n && contiguous; i++) contiguous = awl_is_contiguous(xs[i]);
+    if (status == AWL_OK) {
+        status = AWL_ERR_UNSUPPORTED;
+        if (contiguous && xs[0]->dtype == AWL_F32 &&
+            awl_fused_available(AWL_KERNEL_CAST_MANY, outs[0])) {
+            const double elements = elements_of_many(n, xs);
+            awl_trace k;
+            AWL_TRACE_BEGIN(&k, "cast_many", outs[0], AWL_WORK(NONE, 0), 1, 1,
+                            (const awl_view *[]){&out_views[0]});
+            awl_trace_set_work(&k, (4.0 + awl_dtype_size(dtype)) * elements, 0);
+            status = kernel_status(
+                op, awl_trace_end(&k, awl_tensor_backend(xs[0])->cast_many(n, out_views, views)));
+        }
+        /* the composed path: the copy kernel, a tensor at a time */
+        for (int i = 0; status == AWL_ERR_UNSUPPORTED && i < n; i++)
+            if (awl_tensor_copy_(outs[i], xs[i]) < 0) status = AWL_ERR_INVALID; /* recorded */
+        if (status == AWL_ERR_UNSUPPORTED) status = AWL_OK;
+    }
+    if (status < 0)
+        for (int i = 0; i < made; i++) awl_discard(outs[i]);
+    free(views);
+    free(out_views);
+    return status;
+}

@@ -448,6 +448,11 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
 int awl_tensor_sum_squares(int n, awl_tensor *const *xs, awl_tensor *out);
 /* xs[i] *= factor in place for i < n, all of xs[0]'s device and dtype. */
 int awl_tensor_scale(int n, awl_tensor *const *xs, double factor);
+/* outs[i] = xs[i] converted to dtype (new contiguous tensors owned by the
+ * current scope, the bits of awl_tensor_cast) for i < n, all of xs[0]'s
+ * device: one backend cast_many call where the device has it for the
+ * dtypes, a copy per tensor otherwise. On failure no outs are left. */
+int awl_tensor_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tensor **outs);
 
 /* Whether the device computes kernel (op, dtype): awl_backend_supports for
  * the device's backend; false when device does not parse (no error is

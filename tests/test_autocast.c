@@ -5,6 +5,9 @@
  * On any machine:
  * - the thread's autocast state: set/restore, which tensors awl_autocast
  *   casts, and that the cast carries a float32 gradient back;
+ * - the weight-cast cache: awl_autocast hands out the cached cast (the
+ *   bits of a cast of its own) until the cache is cleared, and the
+ *   gradient comes back through it as through a cast;
  * - the CPU backend stores bfloat16 but refuses arithmetic on it, so
  *   awl_gpt_set_autocast on a CPU model fails with a message saying so and
  *   leaves the model training in float32, and a Linear layer under autocast
@@ -18,6 +21,9 @@
  *   that path's to float32 rounding;
  * - checkpointed blocks replay under the autocast they ran with (the
  *   gradients equal the plain run's);
+ * - a GPT forward that casts its weights all at once into the cache gives
+ *   the loss and gradients of casting each at its point of use, bit for
+ *   bit;
  * - AdamW steps under bf16 reduce the loss as float32's do, and generation
  *   works under autocast.
  *
@@ -196,6 +202,18 @@ static void layer_norm_to_matches_cast(const char *device)
 START_TEST(test_layer_norm_to_cpu) { layer_norm_to_matches_cast("cpu"); }
 END_TEST
 
+/* The backward of sum(3 * xb) in float32, xb a bfloat16 cast of x (3, 4):
+ * x's gradient is float32 threes. */
+static void expect_gradient_through(awl_tensor *x, awl_tensor *xb)
+{
+    awl_tensor *loss = awl_sum_all(awl_mul_scalar(awl_cast(xb, AWL_F32), 3.0));
+    ck_assert_msg(loss && awl_backward(loss) == 0, "%s", awl_last_error());
+    ck_assert(x->grad && x->grad->dtype == AWL_F32);
+    double *g = awl_gc_values(x->grad);
+    for (int k = 0; k < 12; k++) ck_assert_double_eq(g[k], 3.0);
+    free(g);
+}
+
 START_TEST(test_autocast_state)
 {
     awl_gc_begin(1);
@@ -220,12 +238,39 @@ START_TEST(test_autocast_state)
     ck_assert_ptr_eq(awl_autocast(x), x); /* off */
 
     /* the gradient comes back float32, through the storage-only dtype */
-    awl_tensor *loss = awl_sum_all(awl_mul_scalar(awl_cast(xb, AWL_F32), 3.0));
-    ck_assert_msg(loss && awl_backward(loss) == 0, "%s", awl_last_error());
-    ck_assert(x->grad && x->grad->dtype == AWL_F32);
-    double *g = awl_gc_values(x->grad);
-    for (int k = 0; k < 12; k++) ck_assert_double_eq(g[k], 3.0);
-    free(g);
+    expect_gradient_through(x, xb);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+START_TEST(test_autocast_cache)
+{
+    awl_gc_begin(6);
+    awl_tensor *x = awl_requires_grad_(awl_randn(AWL_SHAPE(3, 4), AWL_F32, "cpu"), true);
+    awl_tensor *w = awl_randn(AWL_SHAPE(5), AWL_F32, "cpu");
+    awl_tensor *d = awl_randn(AWL_SHAPE(2), AWL_F64, "cpu");
+    /* off: nothing cached */
+    ck_assert_int_eq(awl_autocast_cache(1, &x), 0);
+    ck_assert_ptr_eq(awl_autocast(x), x);
+
+    awl_dtype before = awl_autocast_set(AWL_BF16);
+    awl_tensor *own = awl_autocast(x); /* a cast of its own, for the bits */
+    ck_assert_int_eq(awl_autocast_cache(4, (awl_tensor *[]){x, d, x, w}), 0);
+    awl_tensor *xb = awl_autocast(x);
+    ck_assert(xb && xb != own && xb->dtype == AWL_BF16 && xb->requires_grad);
+    ck_assert_ptr_eq(awl_autocast(x), xb); /* the same cast every time */
+    ck_assert(awl_autocast(w) && awl_autocast(w) == awl_autocast(w));
+    ck_assert_ptr_eq(awl_autocast(d), d); /* float64 is not cast, nor cached */
+    expect_same_bits(xb, own, "the cached cast");
+    awl_tensor *other = awl_randn(AWL_SHAPE(2), AWL_F32, "cpu"); /* not in the cache */
+    awl_tensor *ob = awl_autocast(other);
+    ck_assert(ob && ob != awl_autocast(other) && ob->dtype == AWL_BF16);
+    awl_autocast_cache_clear();
+    ck_assert(awl_autocast(x) != xb);
+    awl_autocast_set(before);
+
+    /* the gradient comes back through the cached cast */
+    expect_gradient_through(x, xb);
     ck_assert(awl_gc_end());
 }
 END_TEST
@@ -346,6 +391,43 @@ START_TEST(test_cuda_bf16_checkpointing)
 }
 END_TEST
 
+/* The model's autocast caches its weight casts for the forward; the
+ * thread's autocast with the model's off casts each at its point of use. */
+START_TEST(test_cuda_bf16_weight_cast_cache)
+{
+    awl_gc_begin(7);
+    awl_gpt_config cfg = small_config();
+    cfg.dropout = 0.1;
+    awl_gpt *model = awl_gpt_new(&cfg, GPU, 14);
+    ck_assert_msg(model != NULL, "%s", awl_last_error());
+    const awl_param_list *ps = awl_gpt_parameters(model);
+    awl_tensor *x = token_ids(cfg.batch, cfg.block, cfg.vocab, 15, GPU);
+    awl_tensor *y = token_ids(cfg.batch, cfg.block, cfg.vocab, 16, GPU);
+    int64_t n;
+    ck_assert_int_eq(awl_gpt_set_autocast(model, AWL_BF16), 0);
+    awl_manual_seed(21);
+    double cached = loss_and_grads(model, x, y);
+    double *g_cached = gather_grads(ps, &n);
+    ck_assert_int_eq(awl_gpt_set_autocast(model, AWL_F32), 0);
+    awl_dtype before = awl_autocast_set(AWL_BF16);
+    awl_manual_seed(21);
+    double each = loss_and_grads(model, x, y);
+    double *g_each = gather_grads(ps, &n);
+    awl_autocast_set(before);
+    double err = rel_error(g_cached, g_each, n);
+    printf("bf16 with the weight casts cached: loss %.6f vs %.6f, gradients rel %.2e\n", cached,
+           each, err);
+    ck_assert_double_eq(cached, each);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(g_cached[i] == g_each[i], "gradient element %lld: %.9g vs %.9g", (long long)i,
+                      g_cached[i], g_each[i]);
+    free(g_cached);
+    free(g_each);
+    awl_gpt_free(model);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 /* Loss on a fixed batch after each of `steps` AdamW steps from seed 13. */
 static void train_fixed_batch(awl_dtype autocast, int steps, double *first, double *last)
 {
@@ -397,6 +479,7 @@ int main(void)
     TCase *any = tcase_create("any");
     tcase_set_timeout(any, 120);
     tcase_add_test(any, test_autocast_state);
+    tcase_add_test(any, test_autocast_cache);
     tcase_add_test(any, test_cpu_refuses_bf16);
     tcase_add_test(any, test_layer_norm_to_cpu);
     suite_add_tcase(s, any);
@@ -407,6 +490,7 @@ int main(void)
         tcase_add_test(cuda, test_cuda_bf16_close_to_fp32);
         tcase_add_test(cuda, test_cuda_layer_norm_to);
         tcase_add_test(cuda, test_cuda_bf16_checkpointing);
+        tcase_add_test(cuda, test_cuda_bf16_weight_cast_cache);
         tcase_add_test(cuda, test_cuda_bf16_training);
         suite_add_tcase(s, cuda);
     } else {

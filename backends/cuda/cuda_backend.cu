@@ -135,8 +135,9 @@ static int cuda_synchronize(int device)
 
 /* Every primitive in every dtype backends/ops.h defines (bfloat16
  * arithmetic included); the fused kernels in float32 and bfloat16, softmax
- * in float64 too (ops.h's float set). Cross-entropy saves a float32
- * log-sum-exp, too coarse for float64 logits, which take the composed path. */
+ * in float64 too (ops.h's float set); cast_many to bfloat16 only.
+ * Cross-entropy saves a float32 log-sum-exp, too coarse for float64
+ * logits, which take the composed path. */
 static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
 {
     (void)op;
@@ -148,6 +149,7 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_MATMUL_BIAS:
     case AWL_KERNEL_CROSS_ENTROPY_FORWARD:
     case AWL_KERNEL_CROSS_ENTROPY_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
+    case AWL_KERNEL_CAST_MANY: return dtype == AWL_BF16;
     default: return true;
     }
 }
@@ -219,6 +221,7 @@ static awl_backend make_table(void)
     t.adamw_step = awlc_adamw_step;
     t.sum_squares = awlc_sum_squares;
     t.scale = awlc_scale;
+    t.cast_many = awlc_cast_many;
     return t;
 }
 

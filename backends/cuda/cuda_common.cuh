@@ -539,5 +539,6 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
                     const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
 int awlc_sum_squares(int n, const awl_view *xs, const awl_view *out);
 int awlc_scale(int n, const awl_view *xs, double factor);
+int awlc_cast_many(int n, const awl_view *outs, const awl_view *xs);
 
 #endif

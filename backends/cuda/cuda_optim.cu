@@ -1,6 +1,7 @@
 /*
  * backends/cuda/cuda_optim.cu - the optimizer's kernels over many tensors:
- * one AdamW step, and gradient clipping's sum of squares and scaling.
+ * one AdamW step, gradient clipping's sum of squares and scaling, and
+ * autocast's casts of the weights to bfloat16.
  *
  * A GPT has a few dozen to a few hundred parameter tensors, many of them
  * tiny (biases, LayerNorm weights): one launch per tensor would cost more in
@@ -185,6 +186,37 @@ __global__ void scale_kernel(many_table t, float factor)
     }
 }
 
+/* The bfloat16 outputs of a cast_many launch, beside the many_table of its
+ * float32 inputs (together 3.6 KB of kernel parameters). */
+struct many_bf16 {
+    awl_bf16 *y[MANY_MAX];
+};
+
+/* y[k] = x[k] rounded to bfloat16 (the copy kernel's rounding), four
+ * elements a thread: one 16-byte load and one 8-byte store where both are
+ * aligned. */
+__global__ void cast_bf16_kernel(many_table t, many_bf16 out)
+{
+    int local, k = tensor_of_block(t, blockIdx.x, &local);
+    const float *x = t.x[k];
+    awl_bf16 *y = out.y[k];
+    const int64_t n = t.numel[k], groups = (n + 3) / 4;
+    const int64_t stride = (int64_t)(t.first_block[k + 1] - t.first_block[k]) * blockDim.x;
+    const bool aligned = (uintptr_t)x % 16 == 0 && (uintptr_t)y % 8 == 0;
+    for (int64_t j = (int64_t)local * blockDim.x + threadIdx.x; j < groups; j += stride) {
+        if (aligned && 4 * j + 3 < n) {
+            float4 q = ((const float4 *)x)[j];
+            awl_bf16 b[4] = {awlc_cast<awl_bf16>(q.x), awlc_cast<awl_bf16>(q.y),
+                             awlc_cast<awl_bf16>(q.z), awlc_cast<awl_bf16>(q.w)};
+            uint2 packed;
+            memcpy(&packed, b, sizeof packed);
+            ((uint2 *)y)[j] = packed;
+        } else {
+            for (int64_t e = 4 * j; e < 4 * j + 4 && e < n; e++) y[e] = awlc_cast<awl_bf16>(x[e]);
+        }
+    }
+}
+
 int blocks_for(int64_t numel)
 {
     int64_t b = (numel + MANY_PER_BLOCK - 1) / MANY_PER_BLOCK;
@@ -249,6 +281,26 @@ int awlc_scale(int n, const awl_view *xs, double factor)
         int grid = fill_many(n, xs, start, &tab);
         scale_kernel<<<grid, MANY_THREADS>>>(tab, (float)factor);
         AWLC_TRY_STATUS(awlc_check_launch("scale"));
+    }
+    return AWL_OK;
+}
+
+int awlc_cast_many(int n, const awl_view *outs, const awl_view *xs)
+{
+    if (!all_plain_f32(n, xs)) return AWL_ERR_UNSUPPORTED;
+    for (int i = 0; i < n; i++)
+        if (outs[i].dtype != AWL_BF16 || !awl_view_is_contiguous(&outs[i]) ||
+            awl_view_numel(&outs[i]) != awl_view_numel(&xs[i]))
+            return AWL_ERR_UNSUPPORTED;
+    if (n == 0) return AWL_OK;
+    AWLC_TRY_STATUS(awlc_enter(xs[0].data));
+    for (int start = 0; start < n; start += MANY_MAX) {
+        many_table tab;
+        many_bf16 out;
+        int grid = fill_many(n, xs, start, &tab);
+        for (int j = 0; j < tab.count; j++) out.y[j] = awlc_ptr<awl_bf16>(&outs[start + j]);
+        cast_bf16_kernel<<<grid, MANY_THREADS>>>(tab, out);
+        AWLC_TRY_STATUS(awlc_check_launch("cast_many"));
     }
     return AWL_OK;
 }

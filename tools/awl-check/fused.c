@@ -814,6 +814,40 @@ static void clipping_cases(ac_list *l)
     }
 }
 
+/* count bfloat16 outputs (operands 0 .. count - 1), then their float32
+ * inputs. */
+static int call_cast_many(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    awl_view outs[AC_MAX_OPERANDS], xs[AC_MAX_OPERANDS];
+    for (int i = 0; i < a->count; i++) outs[i] = *v[i], xs[i] = *v[a->count + i];
+    return b->cast_many(a->count, outs, xs);
+}
+
+static int ref_cast_many(const ac_case *c, double *const *in, double **ref)
+{
+    for (int i = 0; i < c->args.count; i++)
+        for (int64_t e = 0; e < ac_numel(c->op[i].ndim, c->op[i].shape); e++)
+            ref[i][e] = in[c->args.count + i][e];
+    return 0;
+}
+
+/* Autocast's weight casts: float32 tensors of the clipping cases' sizes to
+ * bfloat16, one of each pair 5 elements into its storage. */
+static void cast_many_cases(ac_list *l)
+{
+    static const int64_t sizes[4][1] = {{1}, {768}, {40003}, {16384}};
+    ac_case c = ac_case_new(AWL_KERNEL_CAST_MANY, "", AWL_BF16, "4 tensors from float32",
+                            call_cast_many, ref_cast_many);
+    c.args.count = 4;
+    c.tol = tol_of(AWL_BF16, 0, 1e-2);
+    for (int i = 0; i < 4; i++)
+        ac_add(&c, ac_operand_new("out", AC_OUT, AWL_BF16, 1, sizes[i], AC_CONTIG));
+    for (int i = 0; i < 4; i++)
+        ac_add(&c,
+               ac_operand_new("x", AC_IN, AWL_F32, 1, sizes[i], i == 2 ? AC_OFFSET : AC_CONTIG));
+    ac_push(l, &c);
+}
+
 static void other_cases(ac_list *l)
 {
     static const int64_t o2[2] = {300, 96}, a2[2] = {300, 48}, w2[2] = {96, 48}, bias[1] = {96};
@@ -858,6 +892,7 @@ static void other_cases(ac_list *l)
         }
     ac_push(l, &c);
     clipping_cases(l);
+    cast_many_cases(l);
 }
 
 void ac_fused_cases(ac_list *l)
