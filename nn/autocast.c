@@ -33,14 +33,13 @@
  * Anything that re-runs a forward later (activation checkpointing) must
  * re-establish the state it ran under; awl_gpt does for its blocks.
  *
- * Casting at the point of use costs a kernel per weight and bias (99 for
- * gpt2-124m, most of them tiny biases whose launch costs more than their
- * work). So a forward may first cast the weights it will read all at once
- * into the cache below (awl_autocast_cache), one kernel for all of them,
- * and the layers' awl_autocast then finds their casts there. Each cast
- * keeps its own cast node, so the gradients are the same as without the
- * cache, bit for bit. A checkpointed block's replay in backward runs
- * after the forward has cleared the cache and casts as before.
+ * Casting at the point of use costs a kernel per weight and bias (97 for
+ * gpt2-124m: its 96 Linear weights and biases and the head's embedding,
+ * most of them tiny biases whose launch costs more than their work). So a forward may first cast
+ * the weights it will read all at once into the cache below (awl_autocast_cache), one kernel for
+ * all of them, and the layers' awl_autocast then finds their casts there. Each cast keeps its own
+ * cast node, so the gradients are the same as without the cache, bit for bit. A checkpointed
+ * block's replay in backward runs after the forward has cleared the cache and casts as before.
  */
 #include <stdlib.h>
 

@@ -650,10 +650,11 @@ int awl_tensor_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tens
             status = kernel_status(
                 op, awl_trace_end(&k, awl_tensor_backend(xs[0])->cast_many(n, out_views, views)));
         }
-        /* the composed path: the copy kernel, a tensor at a time */
-        for (int i = 0; status == AWL_ERR_UNSUPPORTED && i < n; i++)
-            if (awl_tensor_copy_(outs[i], xs[i]) < 0) status = AWL_ERR_INVALID; /* recorded */
-        if (status == AWL_ERR_UNSUPPORTED) status = AWL_OK;
+        if (status == AWL_ERR_UNSUPPORTED) { /* composed: the copy kernel, a tensor at a time */
+            status = AWL_OK;
+            for (int i = 0; status == AWL_OK && i < n; i++)
+                status = awl_tensor_copy_(outs[i], xs[i]);
+        }
     }
     if (status < 0)
         for (int i = 0; i < made; i++) awl_discard(outs[i]);
