@@ -341,7 +341,11 @@ typedef struct awl_backend {
      * = awl_dropout_keep(seed, offset, i, threshold) for element i of out in
      * row-major order (common/dropout.h); 0 < p < 1. out and in have one
      * shape and dtype (in possibly strided or broadcast). Its backward is
-     * the same call on the gradient. */
+     * the same call on the gradient. A backend may also take a float32 in
+     * for a bfloat16 out: in is rounded to bfloat16 first and then dropped
+     * out, the bits of a cast then a dropout in one pass (dropout_add's
+     * backward under autocast: the float32 residual gradient for the
+     * bfloat16 branch); otherwise it answers AWL_ERR_UNSUPPORTED. */
     int (*dropout)(const awl_view *out, const awl_view *in, const awl_dropout_args *args);
 
     /* A residual branch joining the residual stream: out = x + keep_i h_i /

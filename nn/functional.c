@@ -218,15 +218,30 @@ typedef struct dropout_add_ctx {
     awl_dtype h_dtype;
 } dropout_add_ctx;
 
+/* The dropout of grad cast to dtype in one kernel (a bfloat16 branch's
+ * gradient from the float32 stream), or NULL where the backend cannot, or
+ * where the backward itself is recorded (create_graph), which needs the
+ * composed path's nodes. */
+static awl_tensor *dropout_of_cast(awl_tensor *grad, awl_dtype dtype, const awl_dropout_args *d)
+{
+    if (awl_is_grad_enabled() || dtype == grad->dtype) return NULL;
+    awl_tensor *out = awl_tensor_new_on(grad, grad->ndim, grad->shape, dtype);
+    if (out && awl_tensor_dropout(out, grad, d) == AWL_OK) return out;
+    if (out) awl_release(awl_take(out)); /* the composed path instead */
+    return NULL;
+}
+
 /* dx = grad; dh = the dropout of grad cast to h's dtype (the composed
- * path's order: the cast's backward, then the dropout's). */
+ * path's order: the cast's backward, then the dropout's; one kernel for
+ * both where the backend has it, the same bits). */
 static int dropout_add_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const dropout_add_ctx *c = awl_node_ctx(node);
     if (awl_node_needs_grad(node, 0)) grads[0] = grad;
     if (awl_node_needs_grad(node, 1)) {
-        awl_tensor *g = awl_cast(grad, c->h_dtype);
-        grads[1] = c->d.p > 0.0 ? awl_nn_dropout_at(g, &c->d) : g;
+        awl_tensor *fused = c->d.p > 0.0 ? dropout_of_cast(grad, c->h_dtype, &c->d) : NULL;
+        awl_tensor *g = fused ? NULL : awl_cast(grad, c->h_dtype);
+        grads[1] = fused ? fused : c->d.p > 0.0 ? awl_nn_dropout_at(g, &c->d) : g;
     }
     return AWL_OK;
 }

@@ -402,8 +402,11 @@ int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *
 {
     const char *op = "awl_tensor_dropout";
     if (!out || !in || !d) return AWL_ERR_INVALID;
+    /* out bfloat16 of a float32 in: the cast and the dropout together */
+    bool rounding = in->dtype == AWL_F32 && out->dtype == AWL_BF16;
     if (check_devices(op, 2, (awl_tensor *[]){in, out}) < 0 ||
-        check_shape(op, "out", out, in) < 0 || check_dtype(op, "out", out, in->dtype) < 0)
+        check_shape(op, "out", out, in) < 0 ||
+        (!rounding && check_dtype(op, "out", out, in->dtype) < 0))
         return AWL_ERR_INVALID;
     /* the mask's element i is out's i-th in row-major order: out contiguous */
     if (!awl_fused_available(AWL_KERNEL_DROPOUT, in) || !awl_is_contiguous(out) ||

@@ -426,7 +426,9 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
 /* out = in with draw d's dropout mask applied (common/dropout.h), out and in
- * of one shape and dtype, out contiguous; 0 < d->p < 1. */
+ * of one shape and dtype, out contiguous; 0 < d->p < 1. A bfloat16 out of a
+ * float32 in is the dropout of in cast to bfloat16, in one pass where the
+ * backend has it (backend.h), else AWL_ERR_UNSUPPORTED. */
 int awl_tensor_dropout(awl_tensor *out, awl_tensor *in, const awl_dropout_args *d);
 /* out = x + h with draw d's dropout mask applied to h (NULL: none), h cast
  * to out's dtype; out and x of one dtype, all three of one shape and

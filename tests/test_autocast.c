@@ -24,6 +24,9 @@
  * - a GPT forward that casts its weights all at once into the cache gives
  *   the loss and gradients of casting each at its point of use, bit for
  *   bit;
+ * - the dropout of a float32 tensor into bfloat16 in one kernel (the
+ *   backward of dropout_add's bfloat16 branch) has the bits of a cast then
+ *   a dropout;
  * - AdamW steps under bf16 reduce the loss as float32's do, and generation
  *   works under autocast.
  *
@@ -428,6 +431,22 @@ START_TEST(test_cuda_bf16_weight_cast_cache)
 }
 END_TEST
 
+START_TEST(test_cuda_dropout_of_cast)
+{
+    awl_gc_begin(8);
+    const awl_dropout_args d = {0.1, 1234, 77};
+    /* 4099 elements: whole packs of four and a ragged end */
+    awl_tensor *x = awl_randn(AWL_SHAPE(4099), AWL_F32, GPU);
+    awl_tensor *fused = awl_empty(AWL_SHAPE(4099), AWL_BF16, GPU);
+    awl_tensor *composed = awl_empty(AWL_SHAPE(4099), AWL_BF16, GPU);
+    ck_assert_msg(awl_tensor_dropout(fused, x, &d) == 0, "%s", awl_last_error());
+    ck_assert_msg(awl_tensor_dropout(composed, awl_tensor_cast(x, AWL_BF16), &d) == 0, "%s",
+                  awl_last_error());
+    expect_same_bits(fused, composed, "dropout of a cast");
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 /* Loss on a fixed batch after each of `steps` AdamW steps from seed 13. */
 static void train_fixed_batch(awl_dtype autocast, int steps, double *first, double *last)
 {
@@ -491,6 +510,7 @@ int main(void)
         tcase_add_test(cuda, test_cuda_layer_norm_to);
         tcase_add_test(cuda, test_cuda_bf16_checkpointing);
         tcase_add_test(cuda, test_cuda_bf16_weight_cast_cache);
+        tcase_add_test(cuda, test_cuda_dropout_of_cast);
         tcase_add_test(cuda, test_cuda_bf16_training);
         suite_add_tcase(s, cuda);
     } else {

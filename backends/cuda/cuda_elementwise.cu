@@ -281,9 +281,10 @@ template <typename T> struct dropout_fn {
 /* Contiguous dropout: thread j takes elements 4 j .. 4 j + 3, one Philox
  * block (element i uses block offset + i / 4, word i % 4). ADD
  * (add_dropout): the element dropped is in_i + h_(i mod nh), rounded to T
- * as the add kernel rounds it, so the bits are the composed path's. */
-template <typename T, bool ADD>
-__global__ void dropout4_kernel(T *out, const T *in, const T *h, int64_t n, int64_t nh,
+ * as the add kernel rounds it, so the bits are the composed path's. TI:
+ * in's type, rounded to T first (a cast then a dropout, in one pass). */
+template <typename T, bool ADD, typename TI = T>
+__global__ void dropout4_kernel(T *out, const TI *in, const T *h, int64_t n, int64_t nh,
                                 uint64_t seed, uint64_t offset, uint32_t threshold, double scale)
 {
     typedef typename Compute<T>::type C;
@@ -295,7 +296,8 @@ __global__ void dropout4_kernel(T *out, const T *in, const T *h, int64_t n, int6
         for (int u = 0; u < 4; u++) {
             int64_t i = 4 * j + u;
             if (i >= n) break;
-            T v = ADD ? awlc_cast<T>(awlc_cast<C>(in[i]) + awlc_cast<C>(h[i % nh])) : in[i];
+            T v = ADD ? awlc_cast<T>(awlc_cast<C>(in[i]) + awlc_cast<C>(h[i % nh]))
+                      : awlc_cast<T>(in[i]);
             out[i] = awlc_cast<T>(keep >> u & 1u ? awlc_cast<double>(v) * scale : 0.0);
         }
     }
@@ -574,7 +576,19 @@ int awlc_add_dropout(const awl_view *out, const awl_view *x, const awl_view *h,
 
 int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args *args)
 {
-    if (in->dtype != out->dtype) return AWL_ERR_UNSUPPORTED;
+    if (in->dtype != out->dtype) {
+        /* float32 in, bfloat16 out: the cast and the dropout in one pass */
+        int64_t n = awl_view_numel(out);
+        if (in->dtype != AWL_F32 || out->dtype != AWL_BF16 || awl_view_numel(in) != n ||
+            !awl_view_is_contiguous(in) || !awl_view_is_contiguous(out))
+            return AWL_ERR_UNSUPPORTED;
+        AWLC_TRY_STATUS(awlc_enter(out->data));
+        dropout4_kernel<awl_bf16, false, float><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
+            awlc_ptr<awl_bf16>(out), awlc_ptr<float>(in), nullptr, n, 1, args->seed,
+            args->offset, awl_dropout_threshold(args->p),
+            awlc_cast<double>(awlc_cast<awl_bf16>(awl_dropout_scale(args->p))));
+        return awlc_check_launch("dropout");
+    }
     AWLC_TRY_STATUS(awlc_enter(out->data));
     const awl_view *views[2] = {out, in};
     awlc_layout<2> L;
