@@ -239,9 +239,12 @@ static int dropout_add_backward(awl_node *node, awl_tensor *grad, awl_tensor **g
     const dropout_add_ctx *c = awl_node_ctx(node);
     if (awl_node_needs_grad(node, 0)) grads[0] = grad;
     if (awl_node_needs_grad(node, 1)) {
-        awl_tensor *fused = c->d.p > 0.0 ? dropout_of_cast(grad, c->h_dtype, &c->d) : NULL;
-        awl_tensor *g = fused ? NULL : awl_cast(grad, c->h_dtype);
-        grads[1] = fused ? fused : c->d.p > 0.0 ? awl_nn_dropout_at(g, &c->d) : g;
+        awl_tensor *g = c->d.p > 0.0 ? dropout_of_cast(grad, c->h_dtype, &c->d) : NULL;
+        if (!g) {
+            g = awl_cast(grad, c->h_dtype);
+            if (c->d.p > 0.0) g = awl_nn_dropout_at(g, &c->d);
+        }
+        grads[1] = g;
     }
     return AWL_OK;
 }
