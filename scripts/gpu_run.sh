@@ -38,6 +38,10 @@
 #          the copy and GEMM ceilings measured in the same process, and
 #          `awl-check --device cuda --perf` (each primitive against the CPU
 #          backend); JSON lines in $OUT/kernels.jsonl;
+#   cublas  bench/bench_cublas.cu: cuBLAS's float32 modes (sgemm, BF16x9
+#          emulation, TF32, 3xTF32 as one TF32 product) with their errors
+#          against float64, and cuBLASLt's GELU epilogues against a GEMM and
+#          a GELU kernel; $OUT/cublas.jsonl; not part of all;
 #   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
 #          for the triples in TORCH_COMPILE) on shakespeare-char and gpt2-124m
 #          in fp32, tf32 and bf16, at each dropout of BENCH_DROPOUT (both
@@ -239,6 +243,19 @@ stage_kernels() {
     timeout 120 "$BIN/awl-check" --device cuda --perf --json >> "$OUT/kernels.jsonl" 2>&1
     grep -E "ceiling|attention|PERF" "$OUT/kernels.jsonl"
     row "kernels: $(( $(date +%s) - t0 )) s (all lines in kernels.jsonl)"
+}
+
+# ---- cublas -----------------------------------------------------------------------------
+# cuBLAS's own float32 modes and GELU epilogues at gpt2-124m's shapes, apart
+# from awl (bench/bench_cublas.cu); JSON lines in $OUT/cublas.jsonl.
+stage_cublas() {
+    echo "== cublas: float32 modes and GELU epilogues (bench/bench_cublas.cu)"
+    local t0=$(date +%s)
+    nvcc -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror bench/bench_cublas.cu \
+        -L"$CUBLAS_DIR" -lcublas -lcublasLt -o "$B/bench_cublas" &&
+        timeout 120 "$B/bench_cublas" > "$OUT/cublas.jsonl" 2>&1
+    cat "$OUT/cublas.jsonl"
+    row "cublas: $(( $(date +%s) - t0 )) s (cublas.jsonl)"
 }
 
 # ---- profile ----------------------------------------------------------------------------
@@ -452,6 +469,7 @@ stage_profiler() {
 
 has_stage tests && stage_tests
 has_stage kernels && stage_kernels
+has_stage cublas && stage_cublas
 has_stage profile && stage_profile
 has_stage profiler && stage_profiler
 has_stage bench && stage_bench
