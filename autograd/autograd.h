@@ -108,6 +108,9 @@ awl_tensor *awl_tanh(awl_tensor *x);
 awl_tensor *awl_sigmoid(awl_tensor *x);
 awl_tensor *awl_relu(awl_tensor *x);
 awl_tensor *awl_gelu(awl_tensor *x); /* tanh approximation, as GPT-2 */
+/* grad * gelu'(x), gelu's backward as an op of its own (differentiable:
+ * awl_mlp's backward uses it where it composes). */
+awl_tensor *awl_gelu_backward(awl_tensor *grad, awl_tensor *x);
 awl_tensor *awl_abs(awl_tensor *x);
 
 /* cond ? a : b, all three broadcast together; gradients flow to a and b. */

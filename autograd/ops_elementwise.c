@@ -406,14 +406,26 @@ static int gelu_backward_fused(awl_tensor *grad, awl_tensor *x, awl_tensor **dx)
     return 1;
 }
 
+/* *dx = grad * gelu'(x): fused where it can be, else composed. A negative
+ * status where the fused kernel failed. */
+static int gelu_backward_of(awl_tensor *grad, awl_tensor *x, awl_tensor **dx)
+{
+    int rc = x ? gelu_backward_fused(grad, x, dx) : 0;
+    if (rc < 0) return rc;
+    if (rc == 0) *dx = awl_mul(grad, gelu_grad(x));
+    return AWL_OK;
+}
+
+awl_tensor *awl_gelu_backward(awl_tensor *grad, awl_tensor *x)
+{
+    awl_tensor *dx = NULL;
+    return grad && gelu_backward_of(grad, x, &dx) == AWL_OK ? dx : NULL;
+}
+
 /* dx = grad * gelu'(x). Saved: x. */
 static int gelu_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
-    awl_tensor *x = awl_node_saved(node, 0);
-    int rc = x ? gelu_backward_fused(grad, x, &grads[0]) : 0;
-    if (rc != 0) return rc < 0 ? rc : AWL_OK;
-    grads[0] = awl_mul(grad, gelu_grad(x));
-    return AWL_OK;
+    return gelu_backward_of(grad, awl_node_saved(node, 0), &grads[0]);
 }
 
 awl_tensor *awl_gelu(awl_tensor *x)

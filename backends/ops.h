@@ -204,6 +204,8 @@ typedef enum awl_reduce_op {
     X(ATTENTION_FORWARD,       attention_forward,       0,         AWL_DTYPES_FLOAT,    0) \
     X(ATTENTION_BACKWARD,      attention_backward,      0,         AWL_DTYPES_FLOAT,    0) \
     X(MATMUL_BIAS,             matmul_bias,             0,         AWL_DTYPES_FLOAT,    0) \
+    X(MATMUL_BIAS_GELU,        matmul_bias_gelu,        0,         AWL_DTYPES_FLOAT,    0) \
+    X(MATMUL_GELU_BACKWARD,    matmul_gelu_backward,    0,         AWL_DTYPES_FLOAT,    0) \
     X(DROPOUT,                 dropout,                 0,         AWL_DTYPES_FLOAT,    0) \
     X(DROPOUT_ADD,             dropout_add,             0,         AWL_DTYPES_FLOAT,    0) \
     X(ADD_DROPOUT,             add_dropout,             0,         AWL_DTYPES_FLOAT,    0) \

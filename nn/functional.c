@@ -81,6 +81,23 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     return AWL_OK;
 }
 
+/* out (rows, out) = x (rows, in) @ wt (in, out) + bias, no graph: a backend
+ * with a bias epilogue (CUDA: cuBLASLt) adds the bias as the product is
+ * written. Otherwise the output starts as the bias broadcast over the rows
+ * and the product is accumulated onto it: one pass over the output instead
+ * of the two that zeroing (BLAS's beta = 0) and a separate add take. */
+static int linear_into(awl_tensor *out, awl_tensor *x, awl_tensor *wt, awl_tensor *bias)
+{
+    int status = AWL_ERR_UNSUPPORTED;
+    if (bias && awl_fused_available(AWL_KERNEL_MATMUL_BIAS, x))
+        status = awl_tensor_matmul_bias(out, x, wt, bias);
+    if (status == AWL_ERR_UNSUPPORTED) {
+        status = bias ? awl_tensor_copy_(out, bias) : AWL_OK;
+        if (status == AWL_OK) status = awl_tensor_matmul_out(out, x, wt, bias != NULL);
+    }
+    return status;
+}
+
 awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
 {
     if (!x || !weight) return NULL;
@@ -102,18 +119,7 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
     awl_tensor *out2 = awl_tensor_reshape(out, AWL_SHAPE(rows, out_f));
     awl_tensor *x2 = awl_tensor_reshape(x, AWL_SHAPE(rows, in_f));
     awl_tensor *wt = awl_tensor_transpose(weight, 0, 1);
-    /* A backend with a bias epilogue (CUDA: cuBLASLt) adds the bias as the
-     * product is written. Otherwise the output starts as the bias broadcast
-     * over the rows and the product is accumulated onto it: one pass over
-     * the output instead of the two that zeroing (BLAS's beta = 0) and a
-     * separate add take. */
-    int status = AWL_ERR_UNSUPPORTED;
-    if (bias && out2 && x2 && wt && awl_fused_available(AWL_KERNEL_MATMUL_BIAS, x))
-        status = awl_tensor_matmul_bias(out2, x2, wt, bias);
-    if (status == AWL_ERR_UNSUPPORTED) {
-        status = bias ? awl_tensor_copy_(out2, bias) : AWL_OK;
-        if (status == AWL_OK) status = awl_tensor_matmul_out(out2, x2, wt, bias != NULL);
-    }
+    int status = out2 && x2 && wt ? linear_into(out2, x2, wt, bias) : awl_last_error_code();
     out = status == AWL_OK ? awl_keep(out) : NULL;
     awl_scope_end();
 
@@ -123,6 +129,124 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
         linear_ctx *c = awl_node_ctx(node);
         c->w_slot = awl_node_needs_grad(node, 0) ? awl_node_save(node, weight) : -1;
         c->x_slot = awl_node_needs_grad(node, 1) ? awl_node_save(node, x) : -1;
+    }
+    return out;
+}
+
+/* ---- mlp: linear, GELU, linear ---------------------------------------------------- */
+
+/* Saved: x, w1, w2, pre = x W1^T + b1 (rows, hidden), act = gelu(pre)
+ * (rows, hidden), then b1 where there is one (its slot in the context). */
+enum { MLP_X, MLP_W1, MLP_W2, MLP_PRE, MLP_ACT };
+typedef struct mlp_ctx {
+    int b1_slot; /* -1: no b1 */
+} mlp_ctx;
+
+/* g (rows, out): dW2 = g^T act, db2 = sum g, dpre = (g W2) * gelu'(pre)
+ * (in one product where the backend has it), dW1 = dpre^T x, db1 = sum
+ * dpre, dx = dpre W1. A backward that is itself recorded (create_graph)
+ * takes pre and act again from the inputs through the composed ops, so that
+ * its result depends on them as the forward did. */
+static int mlp_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const mlp_ctx *c = awl_node_ctx(node);
+    awl_tensor *x = awl_node_saved(node, MLP_X), *w1 = awl_node_saved(node, MLP_W1),
+               *w2 = awl_node_saved(node, MLP_W2), *pre = awl_node_saved(node, MLP_PRE),
+               *act = awl_node_saved(node, MLP_ACT);
+    if (!x || !w1 || !w2 || !pre || !act) return AWL_ERR_INVALID;
+    const bool recorded = awl_is_grad_enabled();
+    awl_tensor *x2 = awl_reshape(x, AWL_SHAPE(-1, w1->shape[1]));
+    if (recorded) {
+        pre = awl_linear(x2, w1, c->b1_slot >= 0 ? awl_node_saved(node, c->b1_slot) : NULL);
+        act = awl_gelu(pre);
+    }
+    awl_tensor *g = awl_reshape(grad, AWL_SHAPE(-1, w2->shape[0]));
+    if (awl_node_needs_grad(node, 3)) grads[3] = awl_matmul(awl_transpose(g, 0, 1), act);
+    if (awl_node_needs_grad(node, 4)) grads[4] = awl_sum(g, AWL_DIMS(0), false);
+    if (!awl_node_needs_grad(node, 0) && !awl_node_needs_grad(node, 1) &&
+        !awl_node_needs_grad(node, 2))
+        return AWL_OK;
+    awl_tensor *dpre = NULL;
+    if (!recorded && g) {
+        dpre = awl_tensor_new_on(pre, 2, pre->shape, pre->dtype);
+        int status = dpre ? awl_tensor_matmul_gelu_backward(dpre, g, w2, pre) : AWL_ERR_OOM;
+        if (status == AWL_ERR_UNSUPPORTED)
+            dpre = NULL;
+        else if (status != AWL_OK)
+            return status;
+    }
+    if (!dpre) dpre = awl_gelu_backward(awl_matmul(g, w2), pre);
+    if (awl_node_needs_grad(node, 1)) grads[1] = awl_matmul(awl_transpose(dpre, 0, 1), x2);
+    if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(dpre, AWL_DIMS(0), false);
+    if (awl_node_needs_grad(node, 0))
+        grads[0] = awl_reshape(awl_matmul(dpre, w1), x->ndim, x->shape);
+    return AWL_OK;
+}
+
+awl_tensor *awl_mlp(awl_tensor *x, awl_tensor *w1, awl_tensor *b1, awl_tensor *w2, awl_tensor *b2)
+{
+    if (!x || !w1 || !w2) return NULL;
+    const char *op = "awl_mlp";
+    char s1[AWL_MAX_DIMS * 24], s2[AWL_MAX_DIMS * 24], s3[AWL_MAX_DIMS * 24];
+    if (w1->ndim != 2 || w2->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w1->shape[1] ||
+        w2->shape[1] != w1->shape[0]) {
+        awl_error(AWL_ERR_INVALID, "%s: input %s, w1 %s and w2 %s do not chain", op,
+                  awl_shape_str(x, s1, sizeof s1), awl_shape_str(w1, s2, sizeof s2),
+                  awl_shape_str(w2, s3, sizeof s3));
+        return NULL;
+    }
+    int64_t in_f = w1->shape[1], hidden = w1->shape[0], out_f = w2->shape[0];
+    if ((b1 && check_vector(op, "b1", b1, hidden, x) < 0) ||
+        (b2 && check_vector(op, "b2", b2, out_f, x) < 0) || awl_check_same_device(op, w1, x) < 0 ||
+        awl_check_same_device(op, w2, x) < 0)
+        return NULL;
+    if (w1->dtype != x->dtype || w2->dtype != x->dtype) {
+        awl_error(AWL_ERR_INVALID, "%s: input %s, w1 %s, w2 %s: one dtype", op,
+                  awl_dtype_name(x->dtype), awl_dtype_name(w1->dtype), awl_dtype_name(w2->dtype));
+        return NULL;
+    }
+    bool fused = awl_fused_available(AWL_KERNEL_MATMUL_BIAS_GELU, x) &&
+                 awl_fused_available(AWL_KERNEL_MATMUL_GELU_BACKWARD, x);
+    int64_t shape[AWL_MAX_DIMS], rows = 1;
+    for (int d = 0; d < x->ndim - 1; d++) rows *= shape[d] = x->shape[d];
+    shape[x->ndim - 1] = out_f;
+
+    /* the first product and its GELU in one kernel, else the composed ops */
+    int status = AWL_ERR_UNSUPPORTED;
+    awl_tensor *out = NULL, *pre = NULL, *act = NULL;
+    awl_scope_begin();
+    if (fused) {
+        pre = awl_tensor_new_on(x, AWL_SHAPE(rows, hidden), x->dtype);
+        act = awl_tensor_new_on(x, AWL_SHAPE(rows, hidden), x->dtype);
+        awl_tensor *x2 = awl_tensor_reshape(x, AWL_SHAPE(rows, in_f));
+        awl_tensor *w1t = awl_tensor_transpose(w1, 0, 1);
+        status = pre && act && x2 && w1t ? awl_tensor_matmul_bias_gelu(act, pre, x2, w1t, b1)
+                                         : awl_last_error_code();
+    }
+    if (status == AWL_OK) {
+        out = awl_tensor_new_on(x, x->ndim, shape, x->dtype);
+        awl_tensor *out2 = awl_tensor_reshape(out, AWL_SHAPE(rows, out_f));
+        awl_tensor *w2t = awl_tensor_transpose(w2, 0, 1);
+        status = out2 && w2t ? linear_into(out2, act, w2t, b2) : awl_last_error_code();
+    }
+    if (status == AWL_OK) {
+        out = awl_keep(out);
+        pre = awl_keep(pre);
+        act = awl_keep(act);
+    }
+    awl_scope_end();
+    if (status == AWL_ERR_UNSUPPORTED) return awl_linear(awl_gelu(awl_linear(x, w1, b1)), w2, b2);
+    if (status != AWL_OK) return NULL;
+
+    awl_node *node = awl_node_record(out, "mlp", mlp_backward, 5,
+                                     (awl_tensor *[]){x, w1, b1, w2, b2}, sizeof(mlp_ctx));
+    if (node) {
+        awl_node_save(node, x);
+        awl_node_save(node, w1);
+        awl_node_save(node, w2);
+        awl_node_save(node, pre);
+        awl_node_save(node, act);
+        ((mlp_ctx *)awl_node_ctx(node))->b1_slot = b1 ? awl_node_save(node, b1) : -1;
     }
     return out;
 }

@@ -178,8 +178,9 @@ awl_tensor *awl_nn_mlp_branch(awl_module *self, awl_tensor *x, double *p)
 {
     mlp_layer *l = (mlp_layer *)self;
     *p = self->training ? l->dropout : 0.0;
-    awl_tensor *h = awl_gelu(awl_module_forward(l->c_fc, x));
-    return awl_module_forward(l->c_proj, h);
+    linear_layer *fc = (linear_layer *)l->c_fc, *proj = (linear_layer *)l->c_proj;
+    return awl_mlp(awl_autocast(x), awl_autocast(fc->weight), awl_autocast(fc->bias),
+                   awl_autocast(proj->weight), awl_autocast(proj->bias));
 }
 
 static awl_tensor *mlp_forward(awl_module *self, awl_tensor *x)

@@ -465,23 +465,33 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
 
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */
 
-int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)
+/* out (M, N) = a (M, K) @ b (K, N) (+ bias (N) where given), all of a's
+ * dtype and device: the checks of the three products below. */
+static int check_product(const char *op, awl_tensor *out, awl_tensor *a, awl_tensor *b,
+                         awl_tensor *bias)
 {
-    const char *op = "awl_tensor_matmul_bias";
-    if (!out || !a || !b || !bias) return AWL_ERR_INVALID;
-    if (check_devices(op, 4, (awl_tensor *[]){a, b, bias, out}) < 0 ||
+    if (check_devices(op, 4, (awl_tensor *[]){a, b, out, bias}) < 0 ||
         check_dtype(op, "b", b, a->dtype) < 0 || check_dtype(op, "bias", bias, a->dtype) < 0 ||
         check_dtype(op, "out", out, a->dtype) < 0)
         return AWL_ERR_INVALID;
     bool ok = a->ndim == 2 && b->ndim == 2 && out->ndim == 2 && a->shape[1] == b->shape[0] &&
-              out->shape[0] == a->shape[0] && out->shape[1] == b->shape[1] && bias->ndim == 1 &&
-              bias->shape[0] == b->shape[1];
+              out->shape[0] == a->shape[0] && out->shape[1] == b->shape[1] &&
+              (!bias || (bias->ndim == 1 && bias->shape[0] == b->shape[1]));
     if (!ok) {
-        char s1[160], s2[160], s3[160], s4[160];
+        char s1[160], s2[160], s3[160], s4[160] = "none";
+        if (bias) awl_shape_str(bias, s4, sizeof s4);
         return awl_error(AWL_ERR_INVALID, "%s: out %s = a %s @ b %s + bias %s do not fit", op,
                          awl_shape_str(out, s1, sizeof s1), awl_shape_str(a, s2, sizeof s2),
-                         awl_shape_str(b, s3, sizeof s3), awl_shape_str(bias, s4, sizeof s4));
+                         awl_shape_str(b, s3, sizeof s3), s4);
     }
+    return AWL_OK;
+}
+
+int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)
+{
+    const char *op = "awl_tensor_matmul_bias";
+    if (!out || !a || !b || !bias) return AWL_ERR_INVALID;
+    if (check_product(op, out, a, b, bias) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vbias = awl_tensor_view(bias);
@@ -490,6 +500,43 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
                     (const awl_view *[]){&vo, &va, &vb, &vbias});
     return kernel_status(
         op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias)));
+}
+
+int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a, awl_tensor *b,
+                                awl_tensor *bias)
+{
+    const char *op = "awl_tensor_matmul_bias_gelu";
+    if (!out || !pre || !a || !b) return AWL_ERR_INVALID;
+    if (check_product(op, out, a, b, bias) < 0 ||
+        check_devices(op, 2, (awl_tensor *[]){a, pre}) < 0 ||
+        check_shape(op, "pre", pre, out) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS_GELU, a)) return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), vp = awl_tensor_view(pre), va = awl_tensor_view(a),
+             vb = awl_tensor_view(b), vbias = bias ? awl_tensor_view(bias) : (awl_view){0};
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "matmul_bias_gelu", a, AWL_WORK(MATMUL, 1), 2, bias ? 5 : 4,
+                    (const awl_view *[]){&vo, &vp, &va, &vb, &vbias});
+    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias_gelu(
+                                                   &vo, &vp, &va, &vb, bias ? &vbias : NULL)));
+}
+
+int awl_tensor_matmul_gelu_backward(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *pre)
+{
+    const char *op = "awl_tensor_matmul_gelu_backward";
+    if (!out || !a || !b || !pre) return AWL_ERR_INVALID;
+    if (check_product(op, out, a, b, NULL) < 0 ||
+        check_devices(op, 2, (awl_tensor *[]){a, pre}) < 0 ||
+        check_shape(op, "pre", pre, out) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
+        return AWL_ERR_INVALID;
+    if (!awl_fused_available(AWL_KERNEL_MATMUL_GELU_BACKWARD, a)) return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
+             vp = awl_tensor_view(pre);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "matmul_gelu_backward", a, AWL_WORK(MATMUL, 1), 1, 4,
+                    (const awl_view *[]){&vo, &va, &vb, &vp});
+    return kernel_status(
+        op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_gelu_backward(&vo, &va, &vb, &vp)));
 }
 
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)

@@ -424,6 +424,12 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
                                   awl_tensor *lse, const awl_attention_args *args);
 /* out (M, N) = a (M, K) @ b (K, N) + bias (N). */
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
+/* pre (M, N) = a (M, K) @ b (K, N) + bias (N) (bias may be NULL) and out =
+ * gelu(pre), in the product where the backend has it (backend.h). */
+int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a, awl_tensor *b,
+                                awl_tensor *bias);
+/* out (M, N) = (a (M, K) @ b (K, N)) * gelu'(pre (M, N)). */
+int awl_tensor_matmul_gelu_backward(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *pre);
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);
 /* out = in with draw d's dropout mask applied (common/dropout.h), out and in
  * of one shape and dtype, out contiguous; 0 < d->p < 1. A bfloat16 out of a

@@ -380,6 +380,13 @@ START_TEST(test_attention)
 }
 END_TEST
 
+/* awl_mlp(x, w1, b1, w2, b2), or without biases when user is set. */
+static awl_tensor *call_mlp(awl_tensor *const *in, void *user)
+{
+    if (user) return awl_mlp(in[0], in[1], NULL, in[2], NULL);
+    return awl_mlp(in[0], in[1], in[2], in[3], in[4]);
+}
+
 START_TEST(test_block_mlp)
 {
     awl_gc_begin(6);
@@ -387,6 +394,23 @@ START_TEST(test_block_mlp)
     awl_module *mlp = awl_mlp_new(4, 0.0, true, dev);
     ck_assert(check_module(mlp, awl_gc_randn(AWL_SHAPE(2, 3, 4)), NULL, "MLP"));
     awl_module_free(mlp);
+    /* awl_mlp itself: x in every layout (the fused products take x's rows
+     * in place or through a copy), a transposed w2, and no biases */
+    for (int layout = 0; layout < AWL_GC_LAYOUTS; layout++) {
+        awl_tensor *in[5] = {awl_gc_layout(layout, AWL_SHAPE(2, 3, 4), AWL_F64),
+                             awl_gc_randn(AWL_SHAPE(6, 4)), awl_gc_randn(AWL_SHAPE(6)),
+                             awl_gc_permuted(AWL_SHAPE(5, 6)), awl_gc_randn(AWL_SHAPE(5))};
+        ck_assert_msg(awl_gradcheck(call_mlp, NULL, 5, in, "mlp"), "layout %s",
+                      awl_gc_layout_name(layout));
+    }
+    bool no_bias = true;
+    awl_tensor *nb[3] = {awl_gc_randn(AWL_SHAPE(3, 4)), awl_gc_randn(AWL_SHAPE(6, 4)),
+                         awl_gc_randn(AWL_SHAPE(4, 6))};
+    ck_assert(awl_gradcheck(call_mlp, &no_bias, 3, nb, "mlp without biases"));
+    ck_assert_ptr_null(awl_mlp(nb[0], nb[1], NULL, nb[1], NULL));
+    ck_assert_ptr_nonnull(
+        strstr(awl_last_error(), "awl_mlp: input (3,4), w1 (6,4) and w2 (6,4) do not chain"));
+    awl_clear_error();
     awl_module *block = awl_block_new(8, 2, 0.0, true, dev);
     awl_param_list ps = {0};
     awl_module_parameters(block, &ps);
@@ -459,6 +483,19 @@ START_TEST(test_fused_vs_composed)
     awl_tensor *emb[2] = {awl_randn(AWL_SHAPE(2, 3, 40), AWL_F32, awl_gc_device()),
                           awl_randn(AWL_SHAPE(3, 40), AWL_F32, awl_gc_device())};
     compare_fused(call_add_dropout, NULL, 2, emb, false, "add_dropout");
+    /* the MLP: its GELU in the first product's epilogue and in the product
+     * that gives dpre; x a permuted view */
+    awl_tensor *mlp_in[5] = {
+        awl_tensor_permute(awl_randn(AWL_SHAPE(5, 3, 16), AWL_F32, awl_gc_device()),
+                           (int[]){1, 0, 2}),
+        awl_randn(AWL_SHAPE(24, 16), AWL_F32, awl_gc_device()),
+        awl_randn(AWL_SHAPE(24), AWL_F32, awl_gc_device()),
+        awl_randn(AWL_SHAPE(16, 24), AWL_F32, awl_gc_device()),
+        awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device())};
+    compare_fused(call_mlp, NULL, 5, mlp_in, true, "mlp");
+    bool no_bias = true;
+    awl_tensor *mlp_nb[3] = {mlp_in[0], mlp_in[1], mlp_in[3]};
+    compare_fused(call_mlp, &no_bias, 3, mlp_nb, true, "mlp without biases");
     {
         awl_scope_begin();
         int64_t n = awl_numel(qkv);
@@ -479,6 +516,7 @@ START_TEST(test_fused_vs_composed)
     ck_assert_str_eq(call_sdpa(heads, &causal)->grad_fn->name, "scaled_dot_product_attention");
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "dropout_add");
     ck_assert_str_eq(call_add_dropout(emb, NULL)->grad_fn->name, "add_dropout");
+    ck_assert_str_eq(call_mlp(mlp_in, NULL)->grad_fn->name, "mlp");
     /* add_dropout's out has x's dtype (a bfloat16 out of a float32 x is the
      * LayerNorm kernels' alone) */
     awl_dropout_args drop = {0.3, 1, 0};
@@ -492,6 +530,7 @@ START_TEST(test_fused_vs_composed)
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "add");
     ck_assert_str_ne(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
     ck_assert_str_ne(call_ln(ln_in, NULL)->grad_fn->name, "layer_norm");
+    ck_assert_str_eq(call_mlp(mlp_in, NULL)->grad_fn->name, "linear");
     ck_assert_str_ne(call_qkv(&qkv, NULL)->grad_fn->name, "attention_qkv");
     awl_set_fused_kernels(true);
     /* attention dropout in training stays on the fused path */

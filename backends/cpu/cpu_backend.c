@@ -42,7 +42,7 @@ static int cpu_get_num_threads(void) { return omp_get_max_threads(); }
 
 /* bfloat16 is a storage type here: moved (fill, copy, where, index_select,
  * gather) and drawn, never computed with; the fused kernels are float32
- * (matmul_bias float64 too, as matmul). */
+ * (the products with a bias or a GELU float64 too, as matmul). */
 static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
 {
     (void)op;
@@ -60,7 +60,9 @@ static bool cpu_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_MATMUL:
     case AWL_KERNEL_INDEX_ADD:
     case AWL_KERNEL_SCATTER_ADD: return dtype != AWL_BF16;
-    case AWL_KERNEL_MATMUL_BIAS: return dtype == AWL_F32 || dtype == AWL_F64;
+    case AWL_KERNEL_MATMUL_BIAS:
+    case AWL_KERNEL_MATMUL_BIAS_GELU:
+    case AWL_KERNEL_MATMUL_GELU_BACKWARD: return dtype == AWL_F32 || dtype == AWL_F64;
     default: return dtype == AWL_F32;
     }
 }
@@ -82,6 +84,8 @@ static const awl_backend cpu_backend = {
     .reduce = awl_cpu_reduce,
     .matmul = awl_cpu_matmul,
     .matmul_bias = awl_cpu_matmul_bias,
+    .matmul_bias_gelu = awl_cpu_matmul_bias_gelu,
+    .matmul_gelu_backward = awl_cpu_matmul_gelu_backward,
     .index_select = awl_cpu_index_select,
     .index_add = awl_cpu_index_add,
     .gather = awl_cpu_gather,

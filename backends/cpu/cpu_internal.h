@@ -160,6 +160,10 @@ int awl_cpu_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
 int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
 int awl_cpu_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
                         const awl_view *bias);
+int awl_cpu_matmul_bias_gelu(const awl_view *out, const awl_view *pre, const awl_view *a,
+                             const awl_view *b, const awl_view *bias);
+int awl_cpu_matmul_gelu_backward(const awl_view *out, const awl_view *a, const awl_view *b,
+                                 const awl_view *pre);
 /* Loads OpenBLAS once (cpu_blas.c); an error naming `caller` when it cannot
  * be loaded. Call it on the thread that reports errors, before any gemm. */
 int awl_cpu_blas_load(const char *caller);

@@ -55,6 +55,13 @@ static inline double cpu_exp_d(double x) { return exp(x); }
 #undef AWL_EXP
 #define AWL_EXP(x) _Generic((x), float : cpu_expf, default : cpu_exp_d)(x)
 
+/* GELU in float32 (the GELU epilogue of matmul_bias_gelu). */
+static inline float cpu_gelu_f(float x)
+{
+    typedef float C;
+    return AWL_GELU(x);
+}
+
 /* GELU's derivative in float32 (the fused GELU backward). */
 static inline float cpu_gelu_grad_f(float x)
 {

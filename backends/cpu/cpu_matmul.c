@@ -24,7 +24,10 @@
  * each band just before the band's gemm accumulates onto it (beta = 1):
  * the same arithmetic as a copy of the bias and then the product, but in
  * one parallel region instead of two, and each thread reads back rows it
- * has just written.
+ * has just written. The MLP's GELU is applied the same way, band by band,
+ * as each band's product is done (matmul_bias_gelu writes gelu(pre) beside
+ * the pre-activation; matmul_gelu_backward scales the product by gelu'(pre)),
+ * while the band is still in the cache.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -32,6 +35,7 @@
 
 #include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_math.h"
 
 /* A batch of matrices: rows x cols with strides (rs, cs) in elements. */
 typedef struct mat {
@@ -69,6 +73,45 @@ static mat_layout layout_of(const mat *m)
     return l;
 }
 
+/* What is done to a band of C once its product is in (matmul_bias_gelu,
+ * matmul_gelu_backward): GELU writes other = gelu(C), C being the
+ * pre-activation; GELU_BACKWARD scales C by gelu'(other), other the
+ * pre-activation. other is laid out as C, rows ld elements apart. */
+typedef struct epilogue {
+    enum { EPILOGUE_NONE, EPILOGUE_GELU, EPILOGUE_GELU_BACKWARD } kind;
+    char *other;
+    int64_t ld;
+} epilogue;
+
+/* The epilogue on C's rows [r0, r1) and columns [q0, q1). */
+static void apply_epilogue(awl_dtype dtype, const epilogue *ep, char *c, int64_t ldc, int64_t r0,
+                           int64_t r1, int64_t q0, int64_t q1)
+{
+    if (!ep || ep->kind == EPILOGUE_NONE) return;
+    const bool forward = ep->kind == EPILOGUE_GELU;
+    for (int64_t r = r0; r < r1; r++) {
+        if (dtype == AWL_F32) {
+            float *restrict x = (float *)c + r * ldc, *restrict y = (float *)ep->other + r * ep->ld;
+            if (forward) {
+#pragma omp simd
+                for (int64_t q = q0; q < q1; q++) y[q] = cpu_gelu_f(x[q]);
+            } else {
+#pragma omp simd
+                for (int64_t q = q0; q < q1; q++) x[q] = x[q] * cpu_gelu_grad_f(y[q]);
+            }
+        } else {
+            typedef double C;
+            double *x = (double *)c + r * ldc, *y = (double *)ep->other + r * ep->ld;
+            for (int64_t q = q0; q < q1; q++) {
+                if (forward)
+                    y[q] = AWL_GELU(x[q]);
+                else
+                    x[q] = x[q] * AWL_GELU_GRAD(y[q]);
+            }
+        }
+    }
+}
+
 typedef struct gemm_job {
     awl_dtype dtype;
     int64_t elsize;
@@ -79,6 +122,7 @@ typedef struct gemm_job {
     mat_layout la, lb, lc;
     bool accumulate;
     const char *bias; /* matmul_bias's, n contiguous elements; NULL: none */
+    epilogue ep;
     int64_t m, n, k;
 } gemm_job;
 
@@ -318,13 +362,14 @@ static bool gemm_split_k(int nt, int parts, awl_dtype dtype, bool ta, bool tb, i
  * part of the bias and the product is added onto it. */
 static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        const char *a, int64_t lda, const char *b, int64_t ldb, double beta, char *c,
-                       int64_t ldc, const char *bias)
+                       int64_t ldc, const char *bias, const epilogue *ep)
 {
     const int64_t es = (int64_t)awl_dtype_size(dtype);
     if (bias) beta = 1.0;
     if (nt <= 1) {
         if (bias) fill_bias(c, ldc, m, n, bias, es);
         gemm(dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        apply_epilogue(dtype, ep, c, ldc, 0, m, 0, n);
         return;
     }
     const bool rows = m >= n;
@@ -333,7 +378,13 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
     const int parts = k_slices(nt, m, n, k, (len + band - 1) / band);
     if (parts) {
         if (bias) fill_bias(c, ldc, m, n, bias, es);
-        if (gemm_split_k(nt, parts, dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) return;
+        if (gemm_split_k(nt, parts, dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
+            if (ep && ep->kind != EPILOGUE_NONE) {
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static)
+                for (int64_t r = 0; r < m; r++) apply_epilogue(dtype, ep, c, ldc, r, r + 1, 0, n);
+            }
+            return;
+        }
         bias = NULL; /* in place already; the bands add onto it (beta = 1) */
     }
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, 1)
@@ -343,10 +394,12 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
             if (bias) fill_bias(c + i0 * ldc * es, ldc, w, n, bias, es);
             gemm(dtype, ta, tb, w, n, k, a + (ta ? i0 : i0 * lda) * es, lda, b, ldb, beta,
                  c + i0 * ldc * es, ldc);
+            apply_epilogue(dtype, ep, c, ldc, i0, i0 + w, 0, n);
         } else { /* b's column i0 is i0 columns across, or i0 rows down when transposed */
             if (bias) fill_bias(c + i0 * es, ldc, m, w, bias + i0 * es, es);
             gemm(dtype, ta, tb, m, w, k, a, lda, b + (tb ? i0 * ldb : i0) * es, ldb, beta,
                  c + i0 * es, ldc);
+            apply_epilogue(dtype, ep, c, ldc, 0, m, i0, i0 + w);
         }
     }
 }
@@ -384,7 +437,7 @@ static void run_one(const gemm_job *j, int64_t batch, char *scratch, int nt)
     if (j->lc.copy) {
         /* Compute into scratch, then add or copy into the strided output. */
         gemm_bands(nt, j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b,
-                   j->lb.ld, 0.0, next, j->n, NULL);
+                   j->lb.ld, 0.0, next, j->n, NULL, NULL);
         for (int64_t r = 0; r < j->m; r++)
             for (int64_t q = 0; q < j->n; q++) {
                 char *dst = c + (r * j->c.rs + q * j->c.cs) * j->elsize;
@@ -395,10 +448,10 @@ static void run_one(const gemm_job *j, int64_t batch, char *scratch, int nt)
     } else if (j->lc.trans) {
         /* out^T (n x m) = b^T a^T: each operand's transposition flips. */
         gemm_bands(nt, j->dtype, !j->lb.trans, !j->la.trans, j->n, j->m, j->k, b, j->lb.ld, a,
-                   j->la.ld, beta, c, j->lc.ld, NULL);
+                   j->la.ld, beta, c, j->lc.ld, NULL, NULL);
     } else {
         gemm_bands(nt, j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b,
-                   j->lb.ld, beta, c, j->lc.ld, j->bias);
+                   j->lb.ld, beta, c, j->lc.ld, j->bias, &j->ep);
     }
 }
 
@@ -416,7 +469,7 @@ static int64_t scratch_bytes(const gemm_job *j)
 /* out = a @ b (+= when accumulating; + bias when bias is not NULL, n
  * contiguous elements, and out is a matrix that BLAS writes in place). */
 static int matmul(const char *op, const awl_view *out, const awl_view *a, const awl_view *b,
-                  bool accumulate, const char *bias)
+                  bool accumulate, const char *bias, const epilogue *ep)
 {
     if (out->dtype != AWL_F32 && out->dtype != AWL_F64)
         return awl_error(AWL_ERR_INVALID, "awl_cpu %s: %s is not supported (float32, float64)", op,
@@ -428,6 +481,7 @@ static int matmul(const char *op, const awl_view *out, const awl_view *a, const 
     j.elsize = (int64_t)awl_dtype_size(out->dtype);
     j.accumulate = accumulate;
     j.bias = bias;
+    j.ep = ep ? *ep : (epilogue){EPILOGUE_NONE, NULL, 0};
     j.nbatch_dims = out->ndim - 2;
     j.nbatch = 1;
     for (int d = 0; d < j.nbatch_dims; d++) {
@@ -478,7 +532,7 @@ static int matmul(const char *op, const awl_view *out, const awl_view *a, const 
 
 int awl_cpu_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
 {
-    return matmul("matmul", out, a, b, accumulate, NULL);
+    return matmul("matmul", out, a, b, accumulate, NULL, NULL);
 }
 
 int awl_cpu_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
@@ -489,7 +543,7 @@ int awl_cpu_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *
     mat_layout lc = layout_of(&c);
     const char *bp = cpu_view_ptr(bias);
     if ((bias->shape[0] <= 1 || bias->strides[0] == 1) && !lc.copy && !lc.trans)
-        return matmul("matmul_bias", out, a, b, false, bp);
+        return matmul("matmul_bias", out, a, b, false, bp, NULL);
     /* An output BLAS cannot write in place, or a strided bias: the bias
      * written over the output first, then the product added onto it. */
     const awl_dtype dt = out->dtype;
@@ -497,5 +551,37 @@ int awl_cpu_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *
     for (int64_t r = 0; r < c.rows; r++)
         for (int64_t q = 0; q < c.cols; q++)
             cpu_store(dt, o, r * c.rs + q * c.cs, cpu_load(dt, bp, q * bias->strides[0]));
-    return matmul("matmul_bias", out, a, b, true, NULL);
+    return matmul("matmul_bias", out, a, b, true, NULL, NULL);
+}
+
+/* The GELU products take the plain case only: 2-D, c and other written in
+ * place by BLAS with one row stride, K > 0, a contiguous bias; the rest is
+ * AWL_ERR_UNSUPPORTED (awl_mlp then composes). */
+static bool plain_pair(const awl_view *c, const awl_view *other, const awl_view *a)
+{
+    if (c->ndim != 2 || other->ndim != 2 || a->ndim != 2 || a->shape[1] == 0 ||
+        (c->dtype != AWL_F32 && c->dtype != AWL_F64))
+        return false;
+    mat m;
+    mat_from_view(&m, c);
+    mat_layout l = layout_of(&m);
+    return !l.copy && !l.trans && other->strides[0] == c->strides[0] &&
+           (c->shape[1] <= 1 || (c->strides[1] == 1 && other->strides[1] == 1));
+}
+
+int awl_cpu_matmul_bias_gelu(const awl_view *out, const awl_view *pre, const awl_view *a,
+                             const awl_view *b, const awl_view *bias)
+{
+    if (!plain_pair(pre, out, a) || (bias && bias->shape[0] > 1 && bias->strides[0] != 1))
+        return AWL_ERR_UNSUPPORTED;
+    epilogue ep = {EPILOGUE_GELU, cpu_view_ptr(out), out->strides[0]};
+    return matmul("matmul_bias_gelu", pre, a, b, false, bias ? cpu_view_ptr(bias) : NULL, &ep);
+}
+
+int awl_cpu_matmul_gelu_backward(const awl_view *out, const awl_view *a, const awl_view *b,
+                                 const awl_view *pre)
+{
+    if (!plain_pair(out, pre, a)) return AWL_ERR_UNSUPPORTED;
+    epilogue ep = {EPILOGUE_GELU_BACKWARD, cpu_view_ptr(pre), pre->strides[0]};
+    return matmul("matmul_gelu_backward", out, a, b, false, NULL, &ep);
 }

@@ -147,6 +147,8 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_ATTENTION_FORWARD:
     case AWL_KERNEL_ATTENTION_BACKWARD:
     case AWL_KERNEL_MATMUL_BIAS:
+    case AWL_KERNEL_MATMUL_BIAS_GELU:
+    case AWL_KERNEL_MATMUL_GELU_BACKWARD:
     case AWL_KERNEL_CROSS_ENTROPY_FORWARD:
     case AWL_KERNEL_CROSS_ENTROPY_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
     case AWL_KERNEL_CAST_MANY: return dtype == AWL_BF16;
@@ -187,6 +189,8 @@ static awl_backend make_table(void)
     t.reduce = awlc_reduce;
     t.matmul = awlc_matmul;
     t.matmul_bias = awlc_matmul_bias;
+    t.matmul_bias_gelu = awlc_matmul_bias_gelu;
+    t.matmul_gelu_backward = awlc_matmul_gelu_backward;
     t.index_select = awlc_index_select;
     t.index_add = awlc_index_add;
     t.gather = awlc_gather;

@@ -485,6 +485,10 @@ void awlc_set_matmul_fast_fp32(bool on);
 bool awlc_matmul_fast_fp32(void); /* TF32 mode on? Attention follows it too. */
 int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
                      const awl_view *bias);
+int awlc_matmul_bias_gelu(const awl_view *out, const awl_view *pre, const awl_view *a,
+                          const awl_view *b, const awl_view *bias);
+int awlc_matmul_gelu_backward(const awl_view *out, const awl_view *a, const awl_view *b,
+                              const awl_view *pre);
 
 /* cuda_index.cu */
 int awlc_index_select(const awl_view *out, const awl_view *src, const awl_view *idx);

@@ -382,6 +382,8 @@ struct lt_key {
     cublasOperation_t op1, op2;
     int64_t m, n, k, ld1, ld2, ldc;
     int align[3]; /* bytes, of the two operands and the output */
+    cublasLtEpilogue_t epilogue;
+    int align_aux; /* bytes, of the GELU epilogues' pre-activation (0: none) */
 };
 
 struct lt_plan {
@@ -421,10 +423,13 @@ void lt_destroy(lt_problem *p)
         if (st_ != CUBLAS_STATUS_SUCCESS) return lt_fail(st_, what);                               \
     } while (0)
 
-int lt_describe(lt_problem *p, const void *bias)
+/* The descriptors of p's product, its epilogue reading bias and writing or
+ * reading aux (each NULL where the epilogue has none), aux laid out as the
+ * output. */
+int lt_describe(lt_problem *p, const void *bias, const void *aux)
 {
     const lt_key &k = p->key;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = k.epilogue;
     LT_TRY(api.cublasLtMatmulDescCreate(&p->desc, k.compute, CUDA_R_32F), "desc");
     LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k.op1,
                                               sizeof k.op1),
@@ -435,9 +440,19 @@ int lt_describe(lt_problem *p, const void *bias)
     LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                               sizeof epi),
            "epilogue");
-    LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof bias),
-           "bias pointer");
+    if (bias)
+        LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                  sizeof bias),
+               "bias pointer");
+    if (aux) {
+        int64_t ld = k.ldc;
+        LT_TRY(api.cublasLtMatmulDescSetAttribute(
+                   p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+               "aux pointer");
+        LT_TRY(api.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                  &ld, sizeof ld),
+               "aux ld");
+    }
     bool n1 = k.op1 == CUBLAS_OP_N, n2 = k.op2 == CUBLAS_OP_N;
     LT_TRY(api.cublasLtMatrixLayoutCreate(&p->l1, k.type, n1 ? k.m : k.k, n1 ? k.k : k.m, k.ld1),
            "a");
@@ -488,22 +503,24 @@ int lt_algo(cublasLtHandle_t h, const lt_problem *p, cublasLtMatmulAlgo_t *algo)
     return AWL_OK;
 }
 
-} // namespace
-
-/* out (M, N) row-major = a (M, K) @ b (K, N) + bias (N): as run_gemm's
- * swapped form, C^T = B^T A^T, whose rows are out's columns, so the
- * epilogue's bias (one value per row of the column-major C) is out's bias
- * per column. Cases outside the simple one (batched, float64, a layout or
- * alignment cuBLASLt refuses) are AWL_ERR_UNSUPPORTED: the caller then
- * copies the bias and accumulates the product onto it. */
-int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
-                     const awl_view *bias)
+/* out (M, N) row-major = a (M, K) @ b (K, N) through one of cuBLASLt's
+ * epilogues: as run_gemm's swapped form, C^T = B^T A^T, whose rows are
+ * out's columns, so the epilogue's bias (one value per row of the
+ * column-major C) is out's bias per column, and aux (the GELU epilogues'
+ * pre-activation, NULL for the others) is laid out as out. Cases outside
+ * the simple one (batched, float64, a layout or alignment cuBLASLt refuses)
+ * are AWL_ERR_UNSUPPORTED: the caller then composes. */
+int lt_matmul(const awl_view *out, const awl_view *a, const awl_view *b, const awl_view *bias,
+              const awl_view *aux, cublasLtEpilogue_t epilogue)
 {
-    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || bias->ndim != 1)
+    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || (bias && bias->ndim != 1))
         return AWL_ERR_UNSUPPORTED;
     int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
     if (out->dtype == AWL_F64 || M == 0 || N == 0 || K == 0 || out->strides[1] != 1 ||
-        out->strides[0] < N || (N > 1 && bias->strides[0] != 1))
+        out->strides[0] < N || (bias && N > 1 && bias->strides[0] != 1))
+        return AWL_ERR_UNSUPPORTED;
+    /* the epilogue's pre-activation: out's layout, rows a multiple of 8 apart */
+    if (aux && (aux->strides[1] != 1 || aux->strides[0] != out->strides[0] || aux->strides[0] % 8))
         return AWL_ERR_UNSUPPORTED;
     operand o1 = describe(N, K, b->strides[1], b->strides[0]);
     operand o2 = describe(K, M, a->strides[1], a->strides[0]);
@@ -515,8 +532,9 @@ int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
     const char *p1 = (const char *)b->data + b->offset * plan.esize;
     const char *p2 = (const char *)a->data + a->offset * plan.esize;
     char *pc = (char *)out->data + out->offset * plan.esize;
-    const char *pb = (const char *)bias->data + bias->offset * plan.esize;
-    if (alignment(pb) < 16) return AWL_ERR_UNSUPPORTED;
+    const char *pb = bias ? (const char *)bias->data + bias->offset * plan.esize : NULL;
+    char *pa = aux ? (char *)aux->data + aux->offset * plan.esize : NULL;
+    if ((pb && alignment(pb) < 16) || (pa && alignment(pa) < 16)) return AWL_ERR_UNSUPPORTED;
     cublasLtHandle_t h;
     lt_problem p = {};
     AWLC_TRY_STATUS(get_lt_handle(&h, &p.key.device));
@@ -533,7 +551,9 @@ int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
     p.key.align[0] = alignment(p1);
     p.key.align[1] = alignment(p2);
     p.key.align[2] = alignment(pc);
-    int st = lt_describe(&p, pb);
+    p.key.epilogue = epilogue;
+    p.key.align_aux = pa ? alignment(pa) : 0;
+    int st = lt_describe(&p, pb, pa);
     cublasLtMatmulAlgo_t algo;
     if (st == AWL_OK) st = lt_algo(h, &p, &algo);
     void *ws = st == AWL_OK ? awlc_scratch_alloc(LT_WORKSPACE) : NULL;
@@ -547,4 +567,30 @@ int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
     if (ws) awlc_scratch_free(ws, LT_WORKSPACE);
     lt_destroy(&p);
     return st;
+}
+
+} // namespace
+
+/* out (M, N) = a (M, K) @ b (K, N) + bias (N), the bias added as the
+ * product is written (CUBLASLT_EPILOGUE_BIAS). */
+int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
+                     const awl_view *bias)
+{
+    return lt_matmul(out, a, b, bias, NULL, CUBLASLT_EPILOGUE_BIAS);
+}
+
+/* pre = a @ b (+ bias) and out = gelu(pre) in one product: GELU_AUX(_BIAS)
+ * writes out and, as its auxiliary output, pre, which the backward reads. */
+int awlc_matmul_bias_gelu(const awl_view *out, const awl_view *pre, const awl_view *a,
+                          const awl_view *b, const awl_view *bias)
+{
+    return lt_matmul(out, a, b, bias, pre,
+                     bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+}
+
+/* out = (a @ b) * gelu'(pre): DGELU reads pre as its auxiliary input. */
+int awlc_matmul_gelu_backward(const awl_view *out, const awl_view *a, const awl_view *b,
+                              const awl_view *pre)
+{
+    return lt_matmul(out, a, b, NULL, pre, CUBLASLT_EPILOGUE_DGELU);
 }

@@ -708,6 +708,73 @@ static int ref_matmul_bias(const ac_case *c, double *const *in, double **ref)
     return ac_values(y, ref[0], ac_numel(2, c->op[0].shape));
 }
 
+/* out, pre, a, b, then the bias when a->count is 1: pre = a @ b (+ bias),
+ * out = gelu(pre) */
+static int call_matmul_bias_gelu(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->matmul_bias_gelu(v[0], v[1], v[2], v[3], a->count ? v[4] : NULL);
+}
+
+static int ref_matmul_bias_gelu(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *pre = awl_matmul(ac_cpu_tensor(c, in, 2), ac_cpu_tensor(c, in, 3));
+    if (c->args.count) pre = awl_add(pre, ac_cpu_tensor(c, in, 4));
+    int64_t n = ac_numel(2, c->op[0].shape);
+    int status = ac_values(pre, ref[1], n);
+    return status < 0 ? status : ac_values(awl_gelu(pre), ref[0], n);
+}
+
+/* out, a, b, pre: out = (a @ b) * gelu'(pre) */
+static int call_matmul_gelu_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    (void)a;
+    return b->matmul_gelu_backward(v[0], v[1], v[2], v[3]);
+}
+
+static int ref_matmul_gelu_bwd(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *slope = awl_tensor_unary(AWL_UNARY_GELU_GRAD, ac_cpu_tensor(c, in, 3), 0);
+    awl_tensor *y = awl_mul(awl_matmul(ac_cpu_tensor(c, in, 1), ac_cpu_tensor(c, in, 2)), slope);
+    return ac_values(y, ref[0], ac_numel(2, c->op[0].shape));
+}
+
+/* A Transformer MLP's two GELU products (awl_mlp): the first with its bias
+ * and without, b read through a weight's transpose; the backward's dy @ W2
+ * scaled by gelu'(pre). */
+static void mlp_cases(ac_list *l)
+{
+    static const int64_t h2[2] = {300, 96}, x2[2] = {300, 48}, w2[2] = {48, 96}, bias[1] = {96};
+    for (int t = 0; t < 3; t++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            awl_dtype dt = FLOATS[t];
+            ac_case c = ac_case_new(AWL_KERNEL_MATMUL_BIAS_GELU, "", dt,
+                                    with_bias ? "an MLP's first product, bias"
+                                              : "an MLP's first product, no bias",
+                                    call_matmul_bias_gelu, ref_matmul_bias_gelu);
+            c.tol = tol_of(dt, 1e-5, 2e-2);
+            c.args.count = with_bias;
+            ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, h2, AC_CONTIG));
+            ac_add(&c, ac_operand_new("pre", AC_OUT, dt, 2, h2, AC_CONTIG));
+            ac_add(&c, ac_operand_new("a", AC_IN, dt, 2, x2, AC_CONTIG));
+            ac_add(&c, ac_operand_new("b", AC_IN, dt, 2, w2, AC_TRANSPOSED));
+            if (with_bias) ac_add(&c, ac_operand_new("bias", AC_IN, dt, 1, bias, AC_CONTIG));
+            ac_push(l, &c);
+        }
+    static const int64_t dy2[2] = {300, 48}, w2t[2] = {48, 96};
+    for (int t = 0; t < 3; t++) {
+        awl_dtype dt = FLOATS[t];
+        ac_case c =
+            ac_case_new(AWL_KERNEL_MATMUL_GELU_BACKWARD, "", dt, "dpre = (dy @ W2) * gelu'(pre)",
+                        call_matmul_gelu_bwd, ref_matmul_gelu_bwd);
+        c.tol = tol_of(dt, 1e-5, 2e-2);
+        ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, h2, AC_CONTIG));
+        ac_add(&c, ac_operand_new("a", AC_IN, dt, 2, dy2, AC_CONTIG));
+        ac_add(&c, ac_operand_new("b", AC_IN, dt, 2, w2t, AC_CONTIG));
+        ac_add(&c, ac_operand_new("pre", AC_IN, dt, 2, h2, AC_CONTIG));
+        ac_push(l, &c);
+    }
+}
+
 /* dx, dy, x */
 static int call_gelu_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
@@ -893,6 +960,7 @@ static void other_cases(ac_list *l)
     ac_push(l, &c);
     clipping_cases(l);
     cast_many_cases(l);
+    mlp_cases(l);
 }
 
 void ac_fused_cases(ac_list *l)

@@ -79,6 +79,12 @@ static awl_tensor *f_linear(awl_tensor *const *in, void *user)
     return awl_linear(in[0], in[1], in[2]);
 }
 
+static awl_tensor *f_mlp(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    return awl_mlp(in[0], in[1], NULL, in[2], NULL);
+}
+
 static awl_tensor *f_layer_norm_affine(awl_tensor *const *in, void *user)
 {
     (void)user;
@@ -162,6 +168,7 @@ static const grad_check CHECKS[] = {
     {"embedding", f_embedding, 1, {2}, {{7, 3}}, {1}, false, false, IDX_EMBEDDING},
     {"gather", f_gather, 1, {2}, {{3, 5}}, {2}, false, false, IDX_GATHER},
     {"linear", f_linear, 3, {3, 2, 1}, {{2, 3, 4}, {5, 4}, {5}}, {1, 0, 0}, false, true, NONE},
+    {"mlp", f_mlp, 3, {3, 2, 2}, {{2, 3, 4}, {6, 4}, {5, 6}}, {1, 0, 1}, false, true, NONE},
     {"layer_norm", f_layer_norm, 1, {2}, {{3, 8}}, {0}, false, true, NONE},
     {"layer_norm_affine",
      f_layer_norm_affine,
