@@ -340,15 +340,16 @@ typedef struct awl_backend {
     /* An MLP's first product with its GELU (awl_mlp): pre (M, N) = a (M, K)
      * @ b (K, N) + bias (N), or no bias when bias is NULL, and out (M, N) =
      * gelu(pre) (ops.h's AWL_GELU), both written as the product is (CUDA:
-     * cuBLASLt's GELU_AUX epilogue). out and pre have one shape and layout.
-     * Same dtype for all; the result may differ from AWL_GELU's in the last
-     * bit. */
+     * cuBLASLt's GELU_AUX epilogue, bfloat16 only). out and pre have one
+     * shape and layout. Same dtype for all; the result may differ from
+     * AWL_GELU's by what awl-check allows the dtype (float32: 1e-5
+     * relative). */
     int (*matmul_bias_gelu)(const awl_view *out, const awl_view *pre, const awl_view *a,
                             const awl_view *b, const awl_view *bias);
 
     /* The backward of that GELU in the product that gives its output's
      * gradient: out (M, N) = (a (M, K) @ b (K, N)) * gelu'(pre (M, N)), pre
-     * the forward's (CUDA: cuBLASLt's DGELU epilogue). */
+     * the forward's (CUDA: cuBLASLt's DGELU epilogue, bfloat16 only). */
     int (*matmul_gelu_backward)(const awl_view *out, const awl_view *a, const awl_view *b,
                                 const awl_view *pre);
 

@@ -282,9 +282,10 @@ void awl_autocast_cache_clear(void);
 awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias);
 /* A Transformer block's MLP, linear(gelu(linear(x, w1, b1)), w2, b2): w1
  * (hidden, in), w2 (out, hidden), biases may be NULL. Where the backend has
- * a product with a GELU epilogue (CUDA: cuBLASLt) the first product writes
- * gelu's output and input at once and the backward computes the GELU's
- * gradient in the product that gives it; elsewhere it is the composed ops. */
+ * products with a GELU epilogue (CPU; CUDA in bfloat16, through cuBLASLt)
+ * the first product writes gelu's output and input at once and the
+ * backward computes the GELU's gradient in the product that gives it;
+ * elsewhere it is the composed ops. */
 awl_tensor *awl_mlp(awl_tensor *x, awl_tensor *w1, awl_tensor *b1, awl_tensor *w2, awl_tensor *b2);
 
 /* Mean cross-entropy over the rows whose target is not ignore_index:
