@@ -465,33 +465,37 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
 
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */
 
-/* out (M, N) = a (M, K) @ b (K, N) (+ bias (N) where given), all of a's
- * dtype and device: the checks of the three products below. */
+/* out (M, N) = a (M, K) @ b (K, N) (+ bias (N) where given), and the GELU
+ * products' pre of out's shape where given, all of a's dtype and device:
+ * the checks of the three products below. */
 static int check_product(const char *op, awl_tensor *out, awl_tensor *a, awl_tensor *b,
-                         awl_tensor *bias)
+                         awl_tensor *bias, awl_tensor *pre)
 {
-    if (check_devices(op, 4, (awl_tensor *[]){a, b, out, bias}) < 0 ||
+    if (check_devices(op, 5, (awl_tensor *[]){a, b, out, bias, pre}) < 0 ||
         check_dtype(op, "b", b, a->dtype) < 0 || check_dtype(op, "bias", bias, a->dtype) < 0 ||
-        check_dtype(op, "out", out, a->dtype) < 0)
+        check_dtype(op, "out", out, a->dtype) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
         return AWL_ERR_INVALID;
     bool ok = a->ndim == 2 && b->ndim == 2 && out->ndim == 2 && a->shape[1] == b->shape[0] &&
               out->shape[0] == a->shape[0] && out->shape[1] == b->shape[1] &&
               (!bias || (bias->ndim == 1 && bias->shape[0] == b->shape[1]));
     if (!ok) {
-        char s1[160], s2[160], s3[160], s4[160] = "none";
-        if (bias) awl_shape_str(bias, s4, sizeof s4);
-        return awl_error(AWL_ERR_INVALID, "%s: out %s = a %s @ b %s + bias %s do not fit", op,
+        char s1[160], s2[160], s3[160], s4[176] = "";
+        if (bias) {
+            char sb[160];
+            snprintf(s4, sizeof s4, " + bias %s", awl_shape_str(bias, sb, sizeof sb));
+        }
+        return awl_error(AWL_ERR_INVALID, "%s: out %s = a %s @ b %s%s do not fit", op,
                          awl_shape_str(out, s1, sizeof s1), awl_shape_str(a, s2, sizeof s2),
                          awl_shape_str(b, s3, sizeof s3), s4);
     }
-    return AWL_OK;
+    return check_shape(op, "pre", pre, out);
 }
 
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias)
 {
     const char *op = "awl_tensor_matmul_bias";
     if (!out || !a || !b || !bias) return AWL_ERR_INVALID;
-    if (check_product(op, out, a, b, bias) < 0) return AWL_ERR_INVALID;
+    if (check_product(op, out, a, b, bias, NULL) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vbias = awl_tensor_view(bias);
@@ -507,10 +511,7 @@ int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a,
 {
     const char *op = "awl_tensor_matmul_bias_gelu";
     if (!out || !pre || !a || !b) return AWL_ERR_INVALID;
-    if (check_product(op, out, a, b, bias) < 0 ||
-        check_devices(op, 2, (awl_tensor *[]){a, pre}) < 0 ||
-        check_shape(op, "pre", pre, out) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
-        return AWL_ERR_INVALID;
+    if (check_product(op, out, a, b, bias, pre) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS_GELU, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), vp = awl_tensor_view(pre), va = awl_tensor_view(a),
              vb = awl_tensor_view(b), vbias = bias ? awl_tensor_view(bias) : (awl_view){0};
@@ -525,10 +526,7 @@ int awl_tensor_matmul_gelu_backward(awl_tensor *out, awl_tensor *a, awl_tensor *
 {
     const char *op = "awl_tensor_matmul_gelu_backward";
     if (!out || !a || !b || !pre) return AWL_ERR_INVALID;
-    if (check_product(op, out, a, b, NULL) < 0 ||
-        check_devices(op, 2, (awl_tensor *[]){a, pre}) < 0 ||
-        check_shape(op, "pre", pre, out) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
-        return AWL_ERR_INVALID;
+    if (check_product(op, out, a, b, NULL, pre) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_GELU_BACKWARD, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vp = awl_tensor_view(pre);

@@ -530,6 +530,22 @@ START_TEST(test_fused_vs_composed)
                      AWL_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_tensor_add_dropout: out is bfloat16"));
     awl_clear_error();
+    /* the GELU products check their operands before any kernel runs */
+    awl_tensor *a = awl_ones(AWL_SHAPE(4, 3), AWL_F32, "cpu"),
+               *w = awl_ones(AWL_SHAPE(3, 5), AWL_F32, "cpu");
+    ck_assert_int_eq(awl_tensor_matmul_bias_gelu(awl_zeros(AWL_SHAPE(4, 5), AWL_F32, "cpu"),
+                                                 awl_zeros(AWL_SHAPE(5, 4), AWL_F32, "cpu"), a, w,
+                                                 NULL),
+                     AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(
+        awl_last_error(), "awl_tensor_matmul_bias_gelu: pre has shape (5,4), expected (4,5)"));
+    awl_clear_error();
+    ck_assert_int_eq(awl_tensor_matmul_gelu_backward(awl_zeros(AWL_SHAPE(4, 4), AWL_F32, "cpu"), a,
+                                                     w, awl_zeros(AWL_SHAPE(4, 4), AWL_F32, "cpu")),
+                     AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_tensor_matmul_gelu_backward: out (4,4) = "
+                                                   "a (4,3) @ b (3,5) do not fit"));
+    awl_clear_error();
     awl_set_fused_kernels(false);
     ck_assert_str_eq(call_dropout_add(res, NULL)->grad_fn->name, "add");
     ck_assert_str_ne(call_ce(&logits, targets)->grad_fn->name, "cross_entropy");
