@@ -74,11 +74,12 @@ static mat_layout layout_of(const mat *m)
 }
 
 /* What is done to a band of C once its product is in (matmul_bias_gelu,
- * matmul_gelu_backward): GELU writes other = gelu(C), C being the
- * pre-activation; GELU_BACKWARD scales C by gelu'(other), other the
- * pre-activation. other is laid out as C, rows ld elements apart. */
+ * matmul_gelu_backward; NULL where nothing is): GELU writes other =
+ * gelu(C), C being the pre-activation; GELU_BACKWARD scales C by
+ * gelu'(other), other the pre-activation. other is laid out as C, rows ld
+ * elements apart. */
 typedef struct epilogue {
-    enum { EPILOGUE_NONE, EPILOGUE_GELU, EPILOGUE_GELU_BACKWARD } kind;
+    enum { EPILOGUE_GELU, EPILOGUE_GELU_BACKWARD } kind;
     char *other;
     int64_t ld;
 } epilogue;
@@ -87,7 +88,7 @@ typedef struct epilogue {
 static void apply_epilogue(awl_dtype dtype, const epilogue *ep, char *c, int64_t ldc, int64_t r0,
                            int64_t r1, int64_t q0, int64_t q1)
 {
-    if (!ep || ep->kind == EPILOGUE_NONE) return;
+    if (!ep) return;
     const bool forward = ep->kind == EPILOGUE_GELU;
     for (int64_t r = r0; r < r1; r++) {
         if (dtype == AWL_F32) {
@@ -121,8 +122,8 @@ typedef struct gemm_job {
     mat a, b, c;
     mat_layout la, lb, lc;
     bool accumulate;
-    const char *bias; /* matmul_bias's, n contiguous elements; NULL: none */
-    epilogue ep;
+    const char *bias;   /* matmul_bias's, n contiguous elements; NULL: none */
+    const epilogue *ep; /* NULL: none */
     int64_t m, n, k;
 } gemm_job;
 
@@ -379,7 +380,7 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
     if (parts) {
         if (bias) fill_bias(c, ldc, m, n, bias, es);
         if (gemm_split_k(nt, parts, dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
-            if (ep && ep->kind != EPILOGUE_NONE) {
+            if (ep) {
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static)
                 for (int64_t r = 0; r < m; r++) apply_epilogue(dtype, ep, c, ldc, r, r + 1, 0, n);
             }
@@ -451,7 +452,7 @@ static void run_one(const gemm_job *j, int64_t batch, char *scratch, int nt)
                    j->la.ld, beta, c, j->lc.ld, NULL, NULL);
     } else {
         gemm_bands(nt, j->dtype, j->la.trans, j->lb.trans, j->m, j->n, j->k, a, j->la.ld, b,
-                   j->lb.ld, beta, c, j->lc.ld, j->bias, &j->ep);
+                   j->lb.ld, beta, c, j->lc.ld, j->bias, j->ep);
     }
 }
 
@@ -481,7 +482,7 @@ static int matmul(const char *op, const awl_view *out, const awl_view *a, const 
     j.elsize = (int64_t)awl_dtype_size(out->dtype);
     j.accumulate = accumulate;
     j.bias = bias;
-    j.ep = ep ? *ep : (epilogue){EPILOGUE_NONE, NULL, 0};
+    j.ep = ep;
     j.nbatch_dims = out->ndim - 2;
     j.nbatch = 1;
     for (int d = 0; d < j.nbatch_dims; d++) {
