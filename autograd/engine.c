@@ -244,6 +244,18 @@ static int accumulate_into_leaf(pass *p, awl_tensor *leaf, awl_tensor *g)
     return AWL_OK;
 }
 
+awl_tensor *awl_node_take_pending_grad(awl_node *node, int i)
+{
+    if (awl_is_grad_enabled() || !node || i < 0 || i >= node->n_inputs) return NULL;
+    const awl_node_input *in = &node->inputs[i];
+    awl_tensor *g = in->node && in->node->needed ? in->node->grad : NULL;
+    if (!g || g->dtype != in->dtype || g->ndim != in->ndim ||
+        memcmp(g->shape, in->shape, (size_t)in->ndim * sizeof(int64_t)) != 0)
+        return NULL;
+    in->node->grad = NULL;
+    return awl_adopt(g);
+}
+
 /* Runs one node: its backward function, then hands each input's gradient
  * to the input's node. The node's grad has been taken out of it (g). */
 static int run_node(pass *p, awl_node *n, awl_tensor *g)

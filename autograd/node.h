@@ -97,6 +97,16 @@ int awl_node_save_output(awl_node *node, awl_tensor *out);
 awl_tensor *awl_node_saved(awl_node *node, int i);
 /* Whether input i needs a gradient. */
 bool awl_node_needs_grad(const awl_node *node, int i);
+/* During a backward that is not recorded (no create_graph): the gradient
+ * that input i has received so far from its other consumers, taken from
+ * the engine (the current scope owns it), or NULL when there is none yet
+ * or it is not of the input's shape and dtype. The backward function then
+ * returns grads[i] with it added in, so that a kernel that writes the
+ * gradient can add it on the way, where the engine's sum would read that
+ * gradient back and write it again. A residual connection is the case:
+ * x + f(layer_norm(x)) gives x the add's gradient before layer_norm's
+ * backward runs. */
+awl_tensor *awl_node_take_pending_grad(awl_node *node, int i);
 
 static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
 

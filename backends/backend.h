@@ -291,10 +291,14 @@ typedef struct awl_backend {
     /* dx (rows, C) written; dweight, dbias (C) written (not accumulated), or
      * NULL when not wanted. dy has x's dtype, or is bfloat16 for a float32 x
      * (the gradient of autocast's bfloat16 output; AWL_ERR_UNSUPPORTED if
-     * the backend does not widen it itself). */
+     * the backend does not widen it itself). dx_add (rows, C) of x's dtype,
+     * or NULL: added to dx as it is written (the gradient x already has from
+     * its other consumers, a residual connection's; the engine's pending
+     * gradient, autograd/node.h). */
     int (*layernorm_backward)(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                               const awl_view *dy, const awl_view *x, const awl_view *weight,
-                              const awl_view *mean, const awl_view *rstd);
+                              const awl_view *mean, const awl_view *rstd,
+                              const awl_view *dx_add);
 
     /* Cross-entropy per row: logits (N, V); targets int32 (N); loss (N) =
      * logsumexp(logits[i]) - logits[i, t_i], 0 where t_i == ignore_index;

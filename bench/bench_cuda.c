@@ -193,7 +193,7 @@ static int b_ln_bwd(const void *c)
 {
     const views *x = c;
     return be->layernorm_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
-                                  x->v[7]);
+                                  x->v[7], x->v[8]);
 }
 static int b_ce(const void *c)
 {
@@ -319,6 +319,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         report_bytes(name, "layernorm_forward", time_ms(b_ln, &v), 2.0 * x.bytes);
         views vb = {.v = {&o.v, &dw.v, &db.v, &dy.v, &x.v, &w.v, &m.v, &r.v}};
         report_bytes(name, "layernorm_backward", time_ms(b_ln_bwd, &vb), 3.0 * x.bytes);
+        /* with a residual's gradient added in (dx_add): one more read */
+        dbuf da = MAKE(AWL_F32, -1, 1, N, C);
+        vb.v[8] = &da.v;
+        report_bytes(name, "layernorm_backward + dx_add", time_ms(b_ln_bwd, &vb), 4.0 * x.bytes);
+        drop(&da);
         drop(&x);
         drop(&o);
         drop(&dy);

@@ -717,7 +717,9 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
                *rstd = awl_node_saved(node, 2);
     awl_tensor *w = c->w_slot >= 0 ? awl_node_saved(node, c->w_slot) : NULL;
     if (!x || !mean || !rstd || (c->w_slot >= 0 && !w)) return AWL_ERR_INVALID;
-    /* the kernel widens a bfloat16 grad (of awl_layer_norm_to's output) itself */
+    /* the kernel widens a bfloat16 grad (of awl_layer_norm_to's output)
+     * itself, and adds in the gradient x already has (a residual's) */
+    awl_tensor *pending = NULL;
     if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_LAYERNORM_BACKWARD, x)) {
         int64_t C = x->shape[x->ndim - 1];
         awl_tensor *xc = awl_tensor_contiguous(x);
@@ -726,7 +728,8 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
         awl_tensor *dw = need_w ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
         awl_tensor *db = need_b ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
         if (!xc || !dx || (need_w && !dw) || (need_b && !db)) return AWL_ERR_INVALID;
-        int status = awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd);
+        if (awl_node_needs_grad(node, 0)) pending = awl_node_take_pending_grad(node, 0);
+        int status = awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending);
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = awl_node_needs_grad(node, 0) ? dx : NULL;
             grads[1] = dw;
@@ -736,6 +739,7 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
     }
     if (grad->dtype != x->dtype && !(grad = awl_cast(grad, x->dtype))) return AWL_ERR_INVALID;
     layer_norm_grad_composed(node, x, w, c->eps, grad, grads);
+    if (pending && !(grads[0] = awl_add(grads[0], pending))) return AWL_ERR_INVALID;
     return AWL_OK;
 }
 

@@ -210,13 +210,15 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
 
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
                                   awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
-                                  awl_tensor *mean, awl_tensor *rstd)
+                                  awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add)
 {
     const char *op = "awl_tensor_layernorm_backward";
     if (!dx || !dy || !x || !mean || !rstd) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
-    if (check_devices(op, 8, (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd}) < 0 ||
+    if (check_devices(op, 9,
+                      (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add}) < 0 ||
         check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
+        check_shape(op, "dx_add", dx_add, x) < 0 || check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
         check_dtype(op, "dx", dx, x->dtype) < 0 || check_ln_dtype(op, "dy", dy, x) < 0 ||
         check_dtype(op, "weight", weight, x->dtype) < 0 ||
         check_dtype(op, "dweight", dweight, x->dtype) < 0 ||
@@ -232,16 +234,17 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         !vectors_of(5, (awl_tensor *[]){dweight, dbias, weight, mean, rstd}, v, p))
         return AWL_ERR_UNSUPPORTED;
     awl_scope_begin();
-    awl_tensor *dyc = awl_tensor_contiguous(dy);
+    awl_tensor *dyc = awl_tensor_contiguous(dy), *addc = dx_add ? awl_tensor_contiguous(dx_add) : NULL;
     int status = AWL_ERR_INVALID;
-    if (dyc) {
+    if (dyc && (addc || !dx_add)) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
+        awl_view vadd = addc ? rows_view(addc) : (awl_view){0};
         awl_trace k;
-        AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, 14), 1, 3,
-                        (const awl_view *[]){&vdx, &vdy, &vx});
-        status = kernel_status(
-            op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
-                                      &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4])));
+        AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, addc ? 15 : 14), 1,
+                        addc ? 4 : 3, (const awl_view *[]){&vdx, &vdy, &vx, &vadd});
+        status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
+                                                         &vdx, p[0], p[1], &vdy, &vx, p[2], p[3],
+                                                         p[4], addc ? &vadd : NULL)));
     }
     awl_scope_end();
     return status;

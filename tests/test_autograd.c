@@ -1,7 +1,8 @@
 /*
  * tests/test_autograd.c - the backward engine: accumulation, retain_graph,
- * no-grad, detach, hooks, awl_grad, create_graph, and memory behaviour
- * (bytes in use stay flat across steps; saved tensors die during backward).
+ * no-grad, detach, hooks, awl_grad, create_graph, a backward taking its
+ * input's pending gradient, and memory behaviour (bytes in use stay flat
+ * across steps; saved tensors die during backward).
  *
  * Per-op gradients are checked in the tests/test_ops_*.c suites.
  */
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/node.h"
 #include "awl.h"
 
 static void setup(void) { awl_clear_error(); }
@@ -58,6 +60,88 @@ START_TEST(test_shared_input_and_broadcast)
     ck_assert_double_eq_tol(at(b->grad, 1), 3 * (1 + 2 * 2), 1e-12);
     awl_scope_end();
     awl_release(b);
+}
+END_TEST
+
+/* twice(x) = 2 x, whose backward takes x's pending gradient
+ * (awl_node_take_pending_grad) and returns 2 grad + pending, counting what
+ * it took in `taken`. */
+static int taken;
+static double taken_first;
+
+static int twice_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    awl_tensor *pending = awl_node_take_pending_grad(node, 0);
+    if (pending) {
+        taken++;
+        taken_first = at(pending, 0);
+    }
+    awl_tensor *g = awl_mul_scalar(grad, 2);
+    grads[0] = pending ? awl_add(g, pending) : g;
+    return grads[0] ? 0 : AWL_ERR_INVALID;
+}
+
+static awl_tensor *twice(awl_tensor *x)
+{
+    bool was = awl_set_grad_enabled(false);
+    awl_tensor *out = awl_mul_scalar(x, 2);
+    awl_set_grad_enabled(was);
+    awl_node_record(out, "twice", twice_backward, 1, &x, 0);
+    return out;
+}
+
+/* d/dx of y, x = [1, 2, 3], with taken counted from 0. */
+static double slope(awl_tensor *(*f)(awl_tensor *), bool create_graph)
+{
+    awl_tensor *x = leaf((double[]){1, 2, 3}, 3);
+    taken = 0;
+    awl_scope_begin();
+    awl_backward_options o = {.create_graph = create_graph};
+    ck_assert_int_eq(awl_backward_ex(awl_sum_all(f(x)), &o), 0);
+    double d = at(x->grad, 1);
+    for (int i = 0; i < 3; i++) ck_assert_double_eq_tol(at(x->grad, i), d, 1e-12);
+    awl_scope_end();
+    awl_release(x);
+    return d;
+}
+
+/* h + twice(h), h = 5 x: the add gives h its gradient (1) before twice's
+ * backward runs, which takes it: 5 (1 + 2) */
+static awl_tensor *residual(awl_tensor *x)
+{
+    awl_tensor *h = awl_mul_scalar(x, 5);
+    return awl_add(h, twice(h));
+}
+/* 4 h + twice(h): 4 h is recorded first, so its backward runs after
+ * twice's, which finds nothing pending: 5 (4 + 2) */
+static awl_tensor *nothing_pending(awl_tensor *x)
+{
+    awl_tensor *h = awl_mul_scalar(x, 5), *four = awl_mul_scalar(h, 4);
+    return awl_add(four, twice(h));
+}
+/* x + twice(x): the pending gradient of a leaf's accumulate node */
+static awl_tensor *leaf_residual(awl_tensor *x) { return awl_add(x, twice(x)); }
+
+START_TEST(test_backward_takes_pending_gradient)
+{
+    ck_assert_double_eq_tol(slope(residual, false), 15, 1e-12);
+    ck_assert_int_eq(taken, 1);
+    ck_assert_double_eq_tol(taken_first, 1, 1e-12);
+    ck_assert_double_eq_tol(slope(nothing_pending, false), 30, 1e-12);
+    ck_assert_int_eq(taken, 0);
+    ck_assert_double_eq_tol(slope(leaf_residual, false), 3, 1e-12);
+    ck_assert_int_eq(taken, 1);
+    /* a recorded backward takes nothing: the engine's sum is recorded */
+    ck_assert_double_eq_tol(slope(residual, true), 15, 1e-12);
+    ck_assert_int_eq(taken, 0);
+    /* outside a backward there is nothing to take */
+    awl_scope_begin();
+    awl_tensor *x = leaf((double[]){1}, 1);
+    awl_tensor *y = twice(x);
+    ck_assert_ptr_null(awl_node_take_pending_grad(awl_grad_fn(y), 0));
+    ck_assert_ptr_null(awl_node_take_pending_grad(awl_grad_fn(y), 1));
+    awl_scope_end();
+    awl_release(x);
 }
 END_TEST
 
@@ -325,6 +409,7 @@ static Suite *autograd_suite(void)
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, test_simple_and_accumulation);
     tcase_add_test(tc, test_shared_input_and_broadcast);
+    tcase_add_test(tc, test_backward_takes_pending_gradient);
     tcase_add_test(tc, test_retain_graph);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_hooks_fire_once_when_complete);

@@ -18,6 +18,7 @@
 
 #include "helpers/gradcheck.h"
 #include "nn/nn.h"
+#include "tensor/profiler.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -440,6 +441,36 @@ static awl_tensor *call_ln(awl_tensor *const *in, void *user)
     return awl_layer_norm(in[0], in[1], in[2], 1e-5);
 }
 
+/* Two pre-LayerNorm residual steps, as a GPT's blocks make them: h = x +
+ * ln_1(x), then h + ln_2(h) (in: x, then each LayerNorm's weight and bias). */
+static awl_tensor *call_ln_residual(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    awl_tensor *h = awl_add(in[0], awl_layer_norm(in[0], in[1], in[2], 1e-5));
+    return awl_add(h, awl_layer_norm(h, in[3], in[4], 1e-5));
+}
+
+/* The kernels named `name` in the backward of sum(f(in)) to in[0..n). */
+static int64_t backward_calls(test_fn f, int n, awl_tensor *const *in, const char *name)
+{
+    awl_scope_begin();
+    awl_tensor *y = awl_sum_all(f(in, NULL));
+    awl_profiler_clear();
+    ck_assert_int_eq(awl_profiler_start(), 0);
+    awl_tensor *grads[8];
+    ck_assert_int_eq(awl_grad(y, n, in, grads, NULL), 0);
+    awl_profiler_stop();
+    awl_scope_end();
+    awl_profile_totals t;
+    ck_assert_int_eq(awl_profiler_totals(&t), 0);
+    int64_t calls = 0;
+    for (int i = 0; i < t.n_ops; i++)
+        if (strcmp(t.ops[i].name, name) == 0) calls += t.ops[i].calls;
+    awl_profile_totals_free(&t);
+    awl_profiler_clear();
+    return calls;
+}
+
 START_TEST(test_fused_vs_composed)
 {
     awl_gc_begin(7);
@@ -454,6 +485,14 @@ START_TEST(test_fused_vs_composed)
                             awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device()),
                             awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device())};
     compare_fused(call_ln, NULL, 3, ln_in, true, "layer_norm");
+    /* the residual's gradient added by LayerNorm's backward kernel
+     * (awl_node_take_pending_grad), not by an add of the engine's */
+    awl_tensor *res_in[5] = {ln_in[0], ln_in[1], ln_in[2],
+                             awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device()),
+                             awl_randn(AWL_SHAPE(16), AWL_F32, awl_gc_device())};
+    compare_fused(call_ln_residual, NULL, 5, res_in, true, "layer_norm residual");
+    ck_assert_int_eq(backward_calls(call_ln_residual, 5, res_in, "layernorm_backward"), 2);
+    ck_assert_int_eq(backward_calls(call_ln_residual, 5, res_in, "add"), 0);
 
     /* attention on head views of one packed tensor, as a GPT makes them */
     awl_tensor *qkv = awl_randn(AWL_SHAPE(2, 6, 24), AWL_F32, awl_gc_device());

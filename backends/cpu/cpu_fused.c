@@ -169,15 +169,17 @@ static int64_t ln_chunk_rows(int64_t rows)
 }
 
 /* dy, x, dx (rows, C); weight (C) or NULL; mean, rstd (rows) from forward;
- * dweight, dbias (C) written, each may be NULL. With xhat = (x - mean) rstd
- * and g = dy * weight:
- *   dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ * dweight, dbias (C) written, each may be NULL; dx_add (rows, C) or NULL.
+ * With xhat = (x - mean) rstd and g = dy * weight:
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat)) [+ dx_add],
  *   dweight = sum over rows of dy xhat, dbias = sum over rows of dy. */
 int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                                const awl_view *dy, const awl_view *x, const awl_view *weight,
-                               const awl_view *mean, const awl_view *rstd)
+                               const awl_view *mean, const awl_view *rstd,
+                               const awl_view *dx_add)
 {
-    if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x)) return AWL_ERR_UNSUPPORTED;
+    if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x) || (dx_add && !rows_f32(dx_add)))
+        return AWL_ERR_UNSUPPORTED;
     const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
     char *pm, *pr, *pw = NULL, *pdw = NULL, *pdb = NULL;
     int64_t sm, sr, sw = 0, sdw = 0, sdb = 0;
@@ -189,6 +191,7 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
     const float *g0 = (const float *)cpu_view_ptr(dy), *x0 = (const float *)cpu_view_ptr(x);
     const float *w = (const float *)pw, *m0 = (const float *)pm, *r0 = (const float *)pr;
     float *d0 = (float *)cpu_view_ptr(dx);
+    const float *add0 = dx_add ? (const float *)cpu_view_ptr(dx_add) : NULL;
 
     const bool partials = dweight || dbias;
     const int64_t chunk = ln_chunk_rows(rows), nchunks = (rows + chunk - 1) / chunk;
@@ -226,9 +229,10 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                     pb_sum[j] += g[j];
                 }
             const float a = (float)(sg / (double)C), bb = (float)(sgx / (double)C);
+            const float *add = add0 ? add0 + r * C : NULL;
             for (int64_t j = 0; j < C; j++) {
                 float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
-                d[j] = rs * (gj - a - xhat * bb);
+                d[j] = rs * (gj - a - xhat * bb) + (add ? add[j] : 0.0f);
             }
         }
     }

@@ -516,7 +516,8 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
                            double eps);
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
-                            const awl_view *mean, const awl_view *rstd);
+                            const awl_view *mean, const awl_view *rstd,
+                            const awl_view *dx_add);
 
 /* cuda_attention.cu; the "attention" setting: "auto" (the default: tensor
  * cores), "simt" (the CUDA-core kernels) or "split" (float32's backward in

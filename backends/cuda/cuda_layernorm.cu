@@ -10,7 +10,7 @@
  * backward agree exactly.
  *
  * Backward, with xhat = (x - mean) rstd and g = dy * weight:
- *   dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat)) [+ dx_add],
  *   dweight = sum over rows of dy xhat,  dbias = sum over rows of dy.
  * dweight and dbias must be deterministic, so no atomics: every warp adds its
  * rows into its own slice of shared memory (columns lane, lane + 32, ...), a
@@ -25,6 +25,9 @@
  * keeps them in registers for both reductions and the output, and, in the
  * backward, keeps its columns' dweight/dbias partials in registers across
  * all its rows. Other rows take the generic kernels, which re-read the row.
+ * dx_add, when given, is the gradient x already has from its other
+ * consumers (a residual connection's): read once and added as dx is
+ * written, where a separate addition would read dx back and write it again.
  *
  * Dtypes: float32 and bfloat16 (x, out, weight, bias, dy, dx of one dtype;
  * arithmetic in float), and a float32 x with a bfloat16 out (forward) or dy
@@ -160,7 +163,8 @@ __global__ void __launch_bounds__(256)
 template <typename T, typename TG, int NP>
 __global__ void __launch_bounds__(256)
     ln_bwd_reg_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
-                      int64_t rows, int64_t C, ln_vecs v, float *partial)
+                      int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
+                      int64_t sda)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
@@ -232,6 +236,15 @@ __global__ void __launch_bounds__(256)
                 db[j][e] += d;
             }
         }
+        /* the gradient to add is loaded before the warp's sums, which
+         * cover its latency */
+        P add[NP];
+        if (dadd) {
+            const P *ar = (const P *)(dadd + r * sda);
+#pragma unroll
+            for (int j = 0; j < NP; j++)
+                if (lane + AWLC_WARP * j < np) add[j] = ar[lane + AWLC_WARP * j];
+        }
         float am = awlc_warp_sum(sg) / (float)C, bm = awlc_warp_sum(sgx) / (float)C;
         P *outr = (P *)(dx + r * sdx);
 #pragma unroll
@@ -240,7 +253,10 @@ __global__ void __launch_bounds__(256)
             if (p >= np) continue;
             P o;
 #pragma unroll
-            for (int e = 0; e < V; e++) o.v[e] = awlc_cast<T>(rs * (g[j][e] - am - xh[j][e] * bm));
+            for (int e = 0; e < V; e++) {
+                float d = rs * (g[j][e] - am - xh[j][e] * bm);
+                o.v[e] = awlc_cast<T>(dadd ? d + awlc_cast<float>(add[j].v[e]) : d);
+            }
             outr[p] = o;
         }
     }
@@ -265,7 +281,8 @@ __global__ void __launch_bounds__(256)
 
 template <typename T, typename TG>
 __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
-                              int64_t rows, int64_t C, ln_vecs v, float *partial)
+                              int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
+                              int64_t sda)
 {
     extern __shared__ float acc[]; /* [warp][2][C]: dweight then dbias */
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
@@ -292,10 +309,12 @@ __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, con
         }
         float a = awlc_warp_sum(sg) / (float)C, bb = awlc_warp_sum(sgx) / (float)C;
         T *d_out = dx + r * sdx;
+        const T *add = dadd ? dadd + r * sda : NULL;
         for (int64_t j = lane; j < C; j += AWLC_WARP) {
             float d = awlc_cast<float>(g[j]), xh = (awlc_cast<float>(xr[j]) - m) * rs;
             float gj = w ? d * awlc_cast<float>(w[j * v.sw]) : d;
-            d_out[j] = awlc_cast<T>(rs * (gj - a - xh * bb));
+            float o = rs * (gj - a - xh * bb);
+            d_out[j] = awlc_cast<T>(add ? o + awlc_cast<float>(add[j]) : o);
         }
     }
     if (!partial) return;
@@ -417,42 +436,30 @@ template <typename T, typename TG>
 int ln_backward_as(const awl_view *dx, int64_t sdx, const awl_view *dy, int64_t sdy,
                    const awl_view *x, int64_t sx, int64_t rows, int64_t C, const ln_vecs &v,
                    int warps, int nblocks, size_t smem, float *partial, const awl_view *dweight,
-                   int64_t sdw, const awl_view *dbias, int64_t sdb)
+                   int64_t sdw, const awl_view *dbias, int64_t sdb, const awl_view *dx_add,
+                   int64_t sda)
 {
     /* Five register rows of NP * V floats each: past 24 the compiler
      * spills, so wider rows take the generic kernel. */
-    int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy)
+    int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy) &&
+                     (!dx_add || reg_aligned(dx_add, sda))
                  ? reg_packs<T>(C, x, sx, v)
                  : 0;
     if (np * (int)(16 / sizeof(T)) > 24) np = 0;
     T *d = awlc_ptr<T>(dx);
     const TG *gy = awlc_ptr<TG>(dy);
-    const T *xp = awlc_ptr<T>(x);
+    const T *xp = awlc_ptr<T>(x), *add = dx_add ? awlc_ptr<T>(dx_add) : NULL;
     const unsigned th = warps * AWLC_WARP;
+#define LN_BWD_ARGS d, sdx, gy, sdy, xp, sx, rows, C, v, partial, add, sda
     switch (np) {
-    case 1:
-        ln_bwd_reg_kernel<T, TG, 1>
-            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-        break;
-    case 2:
-        ln_bwd_reg_kernel<T, TG, 2>
-            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-        break;
-    case 3:
-        ln_bwd_reg_kernel<T, TG, 3>
-            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-        break;
-    case 4:
-        ln_bwd_reg_kernel<T, TG, 4>
-            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-        break;
-    case 6:
-        ln_bwd_reg_kernel<T, TG, 6>
-            <<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
-        break;
-    default:
-        ln_bwd_kernel<T, TG><<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial);
+    case 1: ln_bwd_reg_kernel<T, TG, 1><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 2: ln_bwd_reg_kernel<T, TG, 2><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 3: ln_bwd_reg_kernel<T, TG, 3><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 4: ln_bwd_reg_kernel<T, TG, 4><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 6: ln_bwd_reg_kernel<T, TG, 6><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    default: ln_bwd_kernel<T, TG><<<nblocks, th, smem>>>(LN_BWD_ARGS);
     }
+#undef LN_BWD_ARGS
     AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
     if (!partial) return AWL_OK;
     unsigned gs = (unsigned)((2 * C + AWLC_WARP - 1) / AWLC_WARP);
@@ -492,14 +499,15 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
 
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
-                            const awl_view *mean, const awl_view *rstd)
+                            const awl_view *mean, const awl_view *rstd, const awl_view *dx_add)
 {
-    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0;
+    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0, sda = 0;
     ln_vecs v;
     const bool mixed = rounds_to_bf16(x, dy);
     if (ln_setup(x, mean, rstd, weight, NULL, &rows, &C, &sx, &v) != AWL_OK ||
         !same_rows(dx, x->dtype, rows, C, &sdx) ||
         !same_rows(dy, mixed ? AWL_BF16 : x->dtype, rows, C, &sdy) ||
+        (dx_add && !same_rows(dx_add, x->dtype, rows, C, &sda)) ||
         (dweight && (dweight->dtype != x->dtype || !awlc_vector_of(dweight, C, &sdw))) ||
         (dbias && (dbias->dtype != x->dtype || !awlc_vector_of(dbias, C, &sdb))))
         return AWL_ERR_UNSUPPORTED;
@@ -526,7 +534,7 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
                : x->dtype == AWL_F32 ? ln_backward_as<float, float>
                                      : ln_backward_as<awl_bf16, awl_bf16>;
     int st = run(dx, sdx, dy, sdy, x, sx, rows, C, v, warps, nblocks, smem, partial, dweight, sdw,
-                 dbias, sdb);
+                 dbias, sdb, dx_add, sda);
     if (partial) awlc_scratch_free(partial, pbytes);
     return st;
 }

@@ -131,11 +131,11 @@ static int call_ln(const awl_backend *b, awl_view *const *v, const ac_args *a)
                                 a->flag ? v[5] : NULL, a->eps);
 }
 
-/* backward: dx, dy, x, mean, rstd [, weight, dweight, dbias]. */
+/* backward: dx, dy, x, mean, rstd [, weight, dweight, dbias] [, dx_add]. */
 static int call_ln_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
     return b->layernorm_backward(v[0], a->flag ? v[6] : NULL, a->flag ? v[7] : NULL, v[1], v[2],
-                                 a->flag ? v[5] : NULL, v[3], v[4]);
+                                 a->flag ? v[5] : NULL, v[3], v[4], a->extra ? v[a->extra] : NULL);
 }
 
 /* mean and 1/sqrt(var + eps) of the rows of x, composed. */
@@ -170,7 +170,8 @@ static int ref_ln_bwd(const ac_case *c, double *const *in, double **ref)
     awl_backward_options opts = {.grad = ac_cpu_tensor(c, in, 1)};
     if (!y || awl_grad(y, affine ? 3 : 1, inputs, grads, &opts) < 0) return AWL_ERR_INVALID;
     int64_t n = ac_numel(2, c->op[0].shape), C = c->op[0].shape[1];
-    int rc = ac_values(grads[0], ref[0], n);
+    awl_tensor *dx = c->args.extra ? awl_add(grads[0], ac_cpu_tensor(c, in, c->args.extra)) : grads[0];
+    int rc = ac_values(dx, ref[0], n);
     if (affine && rc == 0) rc = ac_values(grads[1], ref[6], C);
     if (affine && rc == 0) rc = ac_values(grads[2], ref[7], C);
     return rc;
@@ -233,6 +234,12 @@ static void layernorm_cases(ac_list *l)
                 ac_add(&b, ac_operand_new("dbias", AC_OUT, dt, 1, C, AC_CONTIG));
             }
             ac_push(l, &b);
+            if (affine) { /* with a residual's gradient added in */
+                snprintf(b.layout, sizeof b.layout, "affine, dx_add");
+                b.args.extra = b.n;
+                ac_add(&b, ac_operand_new("dx_add", AC_IN, dt, 2, x2, AC_CONTIG));
+                ac_push(l, &b);
+            }
         }
     /* autocast's LayerNorm feeding a matmul: a float32 x with a bfloat16 out
      * (forward) or dy (backward); named by the bfloat16 operand's dtype, so
@@ -265,6 +272,11 @@ static void layernorm_cases(ac_list *l)
         ac_add(&b, ac_operand_new("weight", AC_IN, AWL_F32, 1, C, AC_CONTIG));
         ac_add(&b, ac_operand_new("dweight", AC_OUT, AWL_F32, 1, C, AC_CONTIG));
         ac_add(&b, ac_operand_new("dbias", AC_OUT, AWL_F32, 1, C, AC_CONTIG));
+        ac_push(l, &b);
+        /* a GPT block's: the residual stream's gradient added in */
+        snprintf(b.layout, sizeof b.layout, "float32 x, bfloat16 dy, dx_add");
+        b.args.extra = b.n;
+        ac_add(&b, ac_operand_new("dx_add", AC_IN, AWL_F32, 2, x2, AC_CONTIG));
         ac_push(l, &b);
     }
 }

@@ -59,6 +59,7 @@ typedef struct ac_args {
     float wd[4];
     awl_adamw_args adam;
     awl_dropout_args dropout; /* attention, dropout; p = 0: none */
+    int extra; /* an optional operand's index (layernorm backward's dx_add); 0: none */
 } ac_args;
 
 typedef struct ac_case ac_case;
