@@ -135,8 +135,8 @@ START_TEST(test_backward_takes_pending_gradient)
     ck_assert_double_eq_tol(slope(residual, true), 15, 1e-12);
     ck_assert_int_eq(taken, 0);
     /* outside a backward there is nothing to take */
-    awl_scope_begin();
     awl_tensor *x = leaf((double[]){1}, 1);
+    awl_scope_begin();
     awl_tensor *y = twice(x);
     ck_assert_ptr_null(awl_node_take_pending_grad(awl_grad_fn(y), 0));
     ck_assert_ptr_null(awl_node_take_pending_grad(awl_grad_fn(y), 1));
