@@ -50,6 +50,11 @@
  *                 composed ops (a cast, a square, a sum, an add and a scaling
  *                 per gradient), median of 7
  *
+ * --extras off leaves out what runs after the timed steps (the profiled
+ * split and the clipping figures, and their fields): then a run is its
+ * warm-up and timed steps only, which scripts/profile_kernels.py needs
+ * (it takes the difference of two runs that must differ by steps alone).
+ *
  * Data: tokens of ../shared/data/tinyshakespeare.txt when it is there (char
  * vocabulary, 65), otherwise uniformly random tokens: speed does not depend
  * on which.
@@ -101,6 +106,7 @@ typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
     int steps, warmup, threads, n_layer, batch;
     double dropout, grad_clip;
+    bool extras; /* the profiled split and the clipping figures after the timed steps */
 } bench_options;
 
 /* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
@@ -253,12 +259,12 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     awl_memory_stats mem;
     awl_memory_get_stats(o->device, &mem); /* before the profiled steps */
     double split[N_PARTS];
-    if (status == 0)
+    if (status == 0 && o->extras)
         status = profiled_split(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
                                 2 * (uint64_t)total, split);
     /* what clipping costs, with the clipping kernels and composed */
     double clip_fused = NAN, clip_composed = NAN;
-    if (status == 0 && o->grad_clip > 0) {
+    if (status == 0 && o->extras && o->grad_clip > 0) {
         clip_fused = clip_seconds(o->device, model, true);
         clip_composed = clip_seconds(o->device, model, false);
     }
@@ -291,18 +297,18 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                (double)mem.peak / 1048576.0, (double)(mem.peak - resident) / 1048576.0,
                (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
         double step = 0;
-        for (int k = 0; k < N_PARTS; k++) step += split[k];
-        for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < N_PARTS && o->extras; k++) step += split[k];
+        for (int pass = 0; pass < 2 && o->extras; pass++) {
             printf("%s\"%s\":{", pass ? "," : "", pass ? "split_share" : "split_ms");
             for (int k = 0; k < N_PARTS; k++)
                 printf("%s\"%s\":%.4f", k ? "," : "", part_names[k],
                        pass ? (step > 0 ? split[k] / step : 0) : 1e3 * split[k]);
             printf("}");
         }
-        if (o->grad_clip > 0)
+        if (o->extras && o->grad_clip > 0)
             printf(",\"clip_ms\":%.4f,\"clip_composed_ms\":%.4f", 1e3 * clip_fused,
                    1e3 * clip_composed);
-        printf(",\"peak_source\":\"%s\"}\n", source);
+        printf("%s\"peak_source\":\"%s\"}\n", o->extras ? "," : "", source);
         fflush(stdout);
     }
     free(times);
@@ -383,6 +389,8 @@ static int parse_args(int argc, char **argv, bench_options *o)
             o->dropout = atof(v);
         else if (strcmp(a, "--grad-clip") == 0)
             o->grad_clip = atof(v);
+        else if (strcmp(a, "--extras") == 0 && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
+            o->extras = strcmp(v, "on") == 0;
         else
             goto usage;
         i++;
@@ -397,7 +405,7 @@ usage:
         "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32,bf16]\n"
         "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
         "                 [--threads N] [--n-layer N] [--batch N] [--dropout P] [--grad-clip X]\n"
-        "                 [--data PATH]\n");
+        "                 [--data PATH] [--extras on|off]\n");
     return -1;
 }
 
@@ -414,7 +422,8 @@ int main(int argc, char **argv)
                        0,
                        0,
                        0.0,
-                       0.0};
+                       0.0,
+                       true};
     if (parse_args(argc, argv, &o) < 0) return 2;
     awl_set_num_threads(o.threads);
     run_ctx c = {.o = &o};

@@ -11,7 +11,9 @@ kernel of the process through CUPTI, whoever launched it. So this runs
 bench_gpt inside Python under torch.profiler, twice (2 and 7 timed steps,
 each after 2 warm-up steps, after a first run that is not counted), and
 prints the difference over 5: the kernel time of one step by kernel,
-without what runs once (the matmul-ceiling measurement, warm-up). It also
+without what runs once (the matmul-ceiling measurement, warm-up). bench_gpt
+runs with --extras off, so nothing follows its timed steps (its profiled
+split and clipping measurement did, and did not always cancel out). It also
 prints where the GPU stood idle inside the steps: the gaps between one
 kernel's end and the next one's start, per step, summed by the kernel
 that starts after the gap (gaps of 1 ms or more are left out: those are
@@ -39,7 +41,7 @@ LONG_GAP_US = 1000.0
 def run_awl(lib, data, config, precision, dropout, steps):
     args = ["bench_gpt", "--device", "cuda", "--configs", config, "--precisions", precision,
             "--dropout", str(dropout), "--steps", str(steps), "--warmup", "2", "--data", data,
-            "--grad-clip", str(GRAD_CLIP)]
+            "--grad-clip", str(GRAD_CLIP), "--extras", "off"]
     argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
     lib.awl_bench_main(len(args), argv)
 
