@@ -476,7 +476,7 @@ awl_tensor *awl_add_dropout(awl_tensor *x, awl_tensor *h, double p, bool trainin
 
 typedef struct ce_ctx {
     int ignore_index;
-    int64_t count; /* rows not ignored */
+    int64_t count; /* rows not ignored; -1: counted on the device (saved tensor 3) */
 } ce_ctx;
 
 /* The loss's dtype: float32 for bfloat16 logits, else the logits'. */
@@ -484,7 +484,8 @@ static awl_dtype ce_loss_dtype(awl_dtype logits) { return logits == AWL_BF16 ? A
 
 /* Copies targets to the host, checks each is in [0, V) or ignore_index, and
  * counts the rows that are not ignored. Returns the host copy (free it) or
- * NULL after an error. */
+ * NULL after an error. (Where the backend checks indices on the device, the
+ * fused path does not come here: count_on_device.) */
 static int32_t *targets_to_host(awl_tensor *targets, int64_t V, int ignore_index, int64_t *count)
 {
     int64_t n = awl_numel(targets);
@@ -496,11 +497,9 @@ static int32_t *targets_to_host(awl_tensor *targets, int64_t V, int ignore_index
     *count = 0;
     for (int64_t i = 0; i < n; i++) {
         if (host[i] == ignore_index) continue;
-        if (host[i] < 0 || host[i] >= V) {
-            awl_error(AWL_ERR_INVALID,
-                      "awl_cross_entropy: target %d at row %lld is outside "
-                      "[0, %lld) and is not ignore_index (%d)",
-                      host[i], (long long)i, (long long)V, ignore_index);
+        if (host[i] < 0 || host[i] >= V) { /* the message of count_on_device's check */
+            awl_error(AWL_ERR_INVALID, "awl_cross_entropy: index %d out of range for %lld classes",
+                      host[i], (long long)V);
             free(host);
             return NULL;
         }
@@ -568,7 +567,7 @@ static awl_tensor *cross_entropy_grad_composed(awl_tensor *logits, awl_tensor *t
         awl_tensor_scatter_add_(onehot, 1, idx, src) < 0)
         return NULL;
     if (mask) p = awl_mul(p, mask);
-    awl_tensor *scale = awl_mul_scalar(grad, 1.0 / (double)c->count);
+    awl_tensor *scale = awl_mul_scalar(grad, 1.0 / (double)count);
     if (scale && scale->dtype != logits->dtype) scale = awl_cast(scale, logits->dtype);
     awl_tensor *d = awl_mul(awl_sub(p, onehot), scale);
     return awl_reshape(d, logits->ndim, logits->shape);
@@ -584,7 +583,9 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
     if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, logits)) {
         int64_t n = awl_numel(targets);
         awl_tensor *lc = awl_tensor_contiguous(logits);
-        awl_tensor *scaled = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
+        awl_tensor *scaled =
+            c->count < 0 ? awl_tensor_binary(AWL_BINARY_DIV, grad, awl_node_saved(node, 3))
+                         : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
         awl_tensor *dloss =
             awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)), logits->dtype);
         awl_tensor *dl = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
@@ -600,9 +601,27 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
     return AWL_OK;
 }
 
-/* The fused forward; NULL with *unsupported set when the kernel declines. */
+/* On a device that checks indices itself (awl_tensor_indices_checked_later),
+ * the targets stay there: their range is checked by the device (ignored rows
+ * masked to 0 first) and the rows not ignored are counted there, as a 0-d
+ * tensor of the loss's dtype, so the step does not wait for the device to
+ * hand the targets to the host. NULL after an error. */
+static awl_tensor *count_on_device(awl_tensor *targets, int64_t V, int ignore_index, awl_dtype dtype)
+{
+    char device[32];
+    awl_tensor_device_name(targets, device, sizeof device);
+    awl_tensor *ignored = awl_full(0, NULL, ignore_index, AWL_I32, device);
+    awl_tensor *kept = awl_tensor_binary(AWL_BINARY_NE, targets, ignored);
+    awl_tensor *masked = awl_tensor_binary(AWL_BINARY_MUL, targets, kept);
+    if (!masked || awl_tensor_check_indices(masked, V, "awl_cross_entropy", "classes") < 0)
+        return NULL;
+    return awl_tensor_reduce(AWL_REDUCE_SUM, awl_tensor_cast(kept, dtype), 0, NULL, false);
+}
+
+/* The fused forward, over count rows (count_t, on the device, when count
+ * is -1); NULL with *unsupported set when the kernel declines. */
 static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, int ignore_index,
-                                       int64_t count, bool *unsupported)
+                                       int64_t count, awl_tensor *count_t, bool *unsupported)
 {
     int64_t n = awl_numel(targets);
     *unsupported = false;
@@ -614,12 +633,15 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
     if (lc && rows && lse) {
         int status = awl_tensor_cross_entropy_forward(rows, lse, lc, targets, ignore_index);
         *unsupported = status == AWL_ERR_UNSUPPORTED;
-        if (status == AWL_OK)
-            loss = awl_tensor_unary(
-                AWL_UNARY_MUL_SCALAR,
-                awl_tensor_reduce(AWL_REDUCE_SUM, awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)),
-                                  0, NULL, false),
-                1.0 / (double)count);
+        awl_tensor *sum =
+            status != AWL_OK
+                ? NULL
+                : awl_tensor_reduce(AWL_REDUCE_SUM,
+                                    awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)), 0, NULL,
+                                    false);
+        if (sum)
+            loss = count < 0 ? awl_tensor_binary(AWL_BINARY_DIV, sum, count_t)
+                             : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, sum, 1.0 / (double)count);
     }
     awl_node *node =
         awl_node_record(loss, "cross_entropy", cross_entropy_backward, 1, &logits, sizeof(ce_ctx));
@@ -628,6 +650,7 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
         awl_node_save(node, logits);
         awl_node_save(node, lse);
         awl_node_save(node, targets);
+        if (count < 0) awl_node_save(node, count_t);
     }
     loss = awl_keep(loss);
     awl_scope_end();
@@ -656,12 +679,26 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
     }
     if (awl_check_same_device(op, logits, targets) < 0) return NULL;
     int64_t V = logits->shape[logits->ndim - 1], n = awl_numel(targets), count;
-    int32_t *host = targets_to_host(targets, V, ignore_index, &count);
-    if (!host) return NULL;
     awl_tensor *loss = NULL;
     bool unsupported = true;
-    if (awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD, logits))
-        loss = cross_entropy_fused(logits, targets, ignore_index, count, &unsupported);
+    bool fused = awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD, logits);
+    if (fused && awl_tensor_indices_checked_later(targets)) {
+        awl_scope_begin();
+        awl_tensor *count_t = count_on_device(targets, V, ignore_index,
+                                              ce_loss_dtype(logits->dtype));
+        if (!count_t) {
+            awl_scope_end();
+            return NULL;
+        }
+        loss = awl_keep(cross_entropy_fused(logits, targets, ignore_index, -1, count_t,
+                                            &unsupported));
+        awl_scope_end();
+        if (loss || !unsupported) return loss;
+        fused = false; /* the kernel declined: the composed path, from the host */
+    }
+    int32_t *host = targets_to_host(targets, V, ignore_index, &count);
+    if (!host) return NULL;
+    if (fused) loss = cross_entropy_fused(logits, targets, ignore_index, count, NULL, &unsupported);
     if (!loss && unsupported)
         loss = cross_entropy_composed(awl_reshape(logits, AWL_SHAPE(n, V)), host, n, ignore_index,
                                       count);

@@ -537,6 +537,17 @@ static int check_indices(const char *op, const awl_tensor *idx, int64_t limit, c
     return status;
 }
 
+int awl_tensor_check_indices(awl_tensor *idx, int64_t limit, const char *op, const char *what)
+{
+    if (!idx) return AWL_ERR_INVALID;
+    return check_indices(op, idx, limit, what);
+}
+
+bool awl_tensor_indices_checked_later(const awl_tensor *t)
+{
+    return t && backend_of(t)->check_indices != NULL;
+}
+
 awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx)
 {
     if (!src || !idx) return NULL;

@@ -348,6 +348,13 @@ awl_tensor *awl_tensor_reduce(awl_reduce_op op, awl_tensor *x, int ndims, const 
 /* NumPy matmul semantics: 1-D operands are promoted and the added axis
  * removed; batch axes broadcast. */
 awl_tensor *awl_tensor_matmul(awl_tensor *a, awl_tensor *b);
+/* Checks that every element of idx (int32) is in [0, limit). Where the
+ * backend checks on the device (awl_tensor_indices_checked_later: CUDA),
+ * nothing is copied to the host and a bad index is reported at the next
+ * synchronisation as "op: index I out of range for LIMIT what"; elsewhere
+ * at once. 0, or negative after an error. */
+int awl_tensor_check_indices(awl_tensor *idx, int64_t limit, const char *op, const char *what);
+bool awl_tensor_indices_checked_later(const awl_tensor *t);
 /* idx int32; see backend.h index_select / index_add (idx values checked). */
 awl_tensor *awl_tensor_index_select(awl_tensor *src, awl_tensor *idx);
 awl_tensor *awl_tensor_gather(awl_tensor *x, int dim, awl_tensor *idx);

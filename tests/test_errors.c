@@ -10,6 +10,7 @@
  * prints the message. The last is tested in child processes: one forked,
  * one re-executed with the environment variable set.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "helpers/gradcheck.h"
+#include "nn/nn.h"
 
 /* Checks that `result` failed with exactly this message and code. */
 #define ck_assert_error(result, code, message)                                                     \
@@ -199,6 +201,18 @@ START_TEST(test_index_out_of_range)
     const double g[2] = {1, 3};
     ck_assert_index_error(awl_gather(x, 1, awl_gc_from_doubles(g, AWL_SHAPE(2, 1), AWL_I32)),
                           "awl_gather: index 3 out of range for 3 entries");
+    /* a cross-entropy target: on the device, with the targets left there
+     * (the loss's row is NaN until then); ignore_index is no such index */
+    awl_tensor *logits = f32(AWL_SHAPE(3, 3));
+    const double bad[3] = {0, 3, 1}, ignored[3] = {0, -100, 1};
+    ck_assert_index_error(
+        awl_cross_entropy(logits, awl_gc_from_doubles(bad, AWL_SHAPE(3), AWL_I32), -100),
+        "awl_cross_entropy: index 3 out of range for 3 classes");
+    awl_tensor *loss =
+        awl_cross_entropy(logits, awl_gc_from_doubles(ignored, AWL_SHAPE(3), AWL_I32), -100);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert(isfinite(awl_item(loss)));
+    ck_assert_int_eq(awl_synchronize(awl_gc_device()), AWL_OK);
     /* in range after all that: the right rows */
     const double ok[2] = {64, 0};
     double *rows = awl_gc_values(awl_embedding(w, awl_gc_from_doubles(ok, AWL_SHAPE(2), AWL_I32)));

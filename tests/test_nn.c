@@ -615,9 +615,6 @@ START_TEST(test_cross_entropy_values)
         int32_t all_ignored[] = {7, 7, 7};
         ck_assert(
             isnan(awl_item(awl_cross_entropy(logits, int_tensor(all_ignored, AWL_SHAPE(3)), 7))));
-        int32_t bad[] = {0, 3, 1};
-        ck_assert_ptr_null(awl_cross_entropy(logits, int_tensor(bad, AWL_SHAPE(3)), -1));
-        ck_assert(strstr(awl_last_error(), "target 3 at row 1 is outside [0, 3)") != NULL);
         ck_assert_ptr_null(awl_cross_entropy(logits, int_tensor(tv, AWL_SHAPE(1, 3)), -1));
         ck_assert_ptr_null(awl_cross_entropy(logits, logits, -1));
     }

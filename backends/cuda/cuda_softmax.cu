@@ -21,7 +21,8 @@
  * Dtypes: float32 and bfloat16 accumulate in float, float64 in double. A
  * target outside [0, V) (other than ignore_index) cannot be reported without
  * waiting for the device, so the forward writes NaN as that row's loss and
- * the backward a zero row.
+ * the backward a zero row; awl_cross_entropy has the device check the
+ * targets (check_indices), which reports it at the next synchronisation.
  */
 #include "backends/cuda/cuda_common.cuh"
 
