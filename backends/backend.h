@@ -246,7 +246,8 @@ typedef struct awl_backend {
     void *(*stream)(int device);
     /* Sets one of the backend's named settings, chosen once rather than
      * looked up by kernels ("attention" = "auto", "simt", "split" or
-     * "one-pass" on CUDA); AWL_ERR_INVALID with a message for an unknown name or value. */
+     * "one-pass" on CUDA; "fp32_matmul" = "3xtf32" or "sgemm" on CUDA);
+     * AWL_ERR_INVALID with a message for an unknown name or value. */
     int (*set_option)(const char *name, const char *value);
 
     /* ---- optional: profiling (tensor/profiler.c; NULL when not meaningful) ---- */

@@ -11,8 +11,13 @@
  *      3xtf32       each operand split as big + small TF32 values and the three products
  *                   big.big + big.small + small.big done as one TF32 product over 3K
  *                   (A' = [Ab Ab As], B' = [Bb; Bs; Bb]), the splits included in the time
- *    and two products of the big parts alone (exact in float32, so their error is the
- *    accumulation's): "bigs_sgemm" and "bigs_tf32".
+ *      awl_3xtf32_splitsS  awl's own kernel (backends/cuda/cuda_gemm_tf32x3.cu), K whole
+ *                   and in the slices the backend would choose; where it chooses more
+ *                   than one, "awl_3xtf32_try_splitsS" lines with other counts
+ *      awl_tf32_splitsS     the same kernel in one pass (TF32, to see what bounds it)
+ *    and products of the big parts alone (exact in float32, so their error is the
+ *    accumulation's): "bigs_sgemm", "bigs_tf32", and "bigs_awl_mma" (the kernel's one
+ *    pass, which sums each 32-long chunk of K on the tensor cores).
  * 2. GELU epilogues ("gelu_epilogue" lines), bfloat16: the MLP's first product with its
  *    bias then a GELU kernel, against CUBLASLT_EPILOGUE_GELU_AUX_BIAS (the output and the
  *    pre-activation written by the product); the product giving the GELU's output gradient
@@ -30,6 +35,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "backends/cuda/cuda_gemm_tf32x3.cuh"
 
 namespace
 {
@@ -264,6 +271,50 @@ void fp32_modes(cublasHandle_t h)
             CHECK(gemm(a3, lda3, b3, ldb3, 3 * p.k, CUBLAS_COMPUTE_32F_FAST_TF32));
         });
         report("3xtf32", ms, ref);
+        /* awl's own kernel (backends/cuda/cuda_gemm_tf32x3.cu): D^T row-major = op(B)^T op(A)^T */
+        auto awl_args = [&](const float *x, const float *y, int passes) {
+            awlc_tf32x3_args g = {};
+            g.out = d, g.ldo = p.m, g.M = p.n, g.N = p.m, g.K = p.k;
+            g.x = x, g.y = y, g.passes = passes;
+            if (p.tb == CUBLAS_OP_N)
+                g.xs_m = p.ldb(), g.xs_k = 1;
+            else
+                g.xs_m = 1, g.xs_k = p.ldb();
+            if (p.ta == CUBLAS_OP_N)
+                g.ys_k = p.lda(), g.ys_n = 1;
+            else
+                g.ys_k = 1, g.ys_n = p.lda();
+            return g;
+        };
+        int sms = 0;
+        CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        float *ws = NULL;
+        auto awl_gemm = [&](const awlc_tf32x3_args &g, int splits) {
+            CHECK(awlc_tf32x3_gemm(&g, splits, ws, 0));
+        };
+        for (int passes : {3, 1})
+            for (int sliced = 0; sliced <= 1; sliced++) {
+                awlc_tf32x3_args g = awl_args(b, a, passes);
+                if (!awlc_tf32x3_takes(&g)) continue;
+                int splits = sliced ? awlc_tf32x3_splits(&g, sms) : 1;
+                if (sliced && splits == 1) continue;
+                if (sliced && passes == 3) /* other slice counts */
+                    for (int s2 : {2, 4, 8, 12, 16}) {
+                        CHECK(cudaMalloc(&ws, awlc_tf32x3_workspace_bytes(&g, s2) + 16));
+                        double t2 = time_ms([&] { awl_gemm(g, s2); });
+                        CHECK(cudaFree(ws));
+                        char nm[64];
+                        snprintf(nm, sizeof nm, "awl_3xtf32_try_splits%d", s2);
+                        report(nm, t2, ref);
+                    }
+                CHECK(cudaMalloc(&ws, awlc_tf32x3_workspace_bytes(&g, splits) + 16));
+                double t = time_ms([&] { awl_gemm(g, splits); });
+                CHECK(cudaFree(ws));
+                char name[64];
+                snprintf(name, sizeof name, "awl_%s_splits%d", passes == 3 ? "3xtf32" : "tf32",
+                         splits);
+                report(name, t, ref);
+            }
         free(ref);
         /* the big parts alone: each product exact in float32, the error the sum's */
         round_tf32<<<blocks(p.a_elems()), 256>>>(abig, a, p.a_elems());
@@ -273,6 +324,14 @@ void fp32_modes(cublasHandle_t h)
         report("bigs_sgemm", -1, ref);
         CHECK(gemm(abig, p.lda(), bbig, p.ldb(), p.k, CUBLAS_COMPUTE_32F_FAST_TF32));
         report("bigs_tf32", -1, ref);
+        {
+            awlc_tf32x3_args g = awl_args(bbig, abig, 1);
+            if (awlc_tf32x3_takes(&g)) {
+                ws = NULL;
+                awl_gemm(g, 1);
+                report("bigs_awl_mma", -1, ref);
+            }
+        }
         free(ref);
     }
     for (float *p : {a, b, d, a3, b3, abig, bbig}) cudaFree(p);

@@ -251,8 +251,8 @@ stage_kernels() {
 stage_cublas() {
     echo "== cublas: float32 modes and GELU epilogues (bench/bench_cublas.cu)"
     local t0=$(date +%s)
-    nvcc -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror bench/bench_cublas.cu \
-        -L"$CUBLAS_DIR" -lcublas -lcublasLt -o "$B/bench_cublas" &&
+    nvcc -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -I. bench/bench_cublas.cu \
+        backends/cuda/cuda_gemm_tf32x3.cu -L"$CUBLAS_DIR" -lcublas -lcublasLt -o "$B/bench_cublas" &&
         timeout 120 "$B/bench_cublas" > "$OUT/cublas.jsonl" 2>&1
     cat "$OUT/cublas.jsonl"
     row "cublas: $(( $(date +%s) - t0 )) s (cublas.jsonl)"

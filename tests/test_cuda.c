@@ -2,8 +2,9 @@
  * tests/test_cuda.c - the CUDA backend: every kernel through awl-check's
  * harness (tools/awl-check), on every rung of the attention ladder and in
  * TF32 mode, plus what is particular to the device: its memory cache and
- * out-of-memory message, refusals, and TF32 products that really use the
- * tensor cores.
+ * out-of-memory message, refusals, TF32 products that really use the
+ * tensor cores, and float32 products on awl's 3xTF32 kernel as accurate as
+ * cuBLAS's sgemm.
  *
  * The harness checks each kernel against the float64 reference over its
  * grid of dtypes and layouts (bfloat16 included: CUDA computes in it),
@@ -173,8 +174,19 @@ START_TEST(test_matmul_tf32)
     ck_assert_int_eq(awl_set_float32_matmul_precision("high"), AWL_OK);
     double fast = product_error();
     ck_assert_int_eq(awl_set_float32_matmul_precision("highest"), AWL_OK);
-    printf("test_cuda: matmul 256x1024x256 relative error: fp32 %.2e, tf32 %.2e\n", exact, fast);
+    ck_assert_int_eq(cuda->set_option("fp32_matmul", "sgemm"), AWL_OK);
+    double sgemm = product_error();
+    ck_assert_int_eq(cuda->set_option("fp32_matmul", "3xtf32"), AWL_OK);
+    printf("test_cuda: matmul 256x1024x256 relative error: fp32 %.2e (cuBLAS sgemm %.2e), "
+           "tf32 %.2e\n",
+           exact, sgemm, fast);
     ck_assert_msg(exact < 1e-6, "float32 product error %.2e", exact);
+    ck_assert_msg(sgemm < 1e-6, "cuBLAS sgemm product error %.2e", sgemm);
+    /* the sides suit awl's 3xTF32 kernel: sgemm's sums round differently */
+    ck_assert_msg(exact != sgemm, "3xTF32 and sgemm gave the same product (%.3e)", exact);
+    awl_clear_error();
+    ck_assert_int_eq(cuda->set_option("fp32_matmul", "fast"), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "3xtf32 or sgemm"));
     /* TF32 keeps 10 mantissa bits: if the error did not grow, TF32 was not used. */
     ck_assert_msg(fast > 10 * exact && fast < 5e-3, "TF32 mode: %.2e vs %.2e", fast, exact);
     ck_assert_msg(cuda->matmul_bias != NULL, "the CUDA backend has a bias epilogue");

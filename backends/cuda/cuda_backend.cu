@@ -165,7 +165,9 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
 static int cuda_set_option(const char *name, const char *value)
 {
     if (name && strcmp(name, "attention") == 0) return awlc_attention_set_rung(value);
-    return awl_error(AWL_ERR_INVALID, "awl_cuda: no setting named '%s' (there is: attention)",
+    if (name && strcmp(name, "fp32_matmul") == 0) return awlc_matmul_set_fp32(value);
+    return awl_error(AWL_ERR_INVALID,
+                     "awl_cuda: no setting named '%s' (there are: attention, fp32_matmul)",
                      name ? name : "(null)");
 }
 
@@ -177,6 +179,8 @@ static awl_backend make_table(void)
      * benchmark switch it with the setting instead) */
     const char *rung = getenv("AWL_CUDA_ATTENTION");
     if (rung && rung[0] && awlc_attention_set_rung(rung) < 0) awl_clear_error();
+    const char *fp32 = getenv("AWL_CUDA_FP32_MATMUL");
+    if (fp32 && fp32[0] && awlc_matmul_set_fp32(fp32) < 0) awl_clear_error();
     awl_backend t = {};
     t.name = "cuda";
     t.device_count = awlc_device_count;

@@ -519,6 +519,11 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
                             const awl_view *mean, const awl_view *rstd,
                             const awl_view *dx_add);
 
+/* cuda_matmul.cu; the "fp32_matmul" setting: "3xtf32" (the default: awl's
+ * tensor-core kernel where it takes the product) or "sgemm" (cuBLAS's
+ * float32 product always). */
+int awlc_matmul_set_fp32(const char *value);
+
 /* cuda_attention.cu; the "attention" setting: "auto" (the default: tensor
  * cores), "simt" (the CUDA-core kernels) or "split" (float32's backward in
  * two kernels). */

@@ -15,8 +15,13 @@
  * the host. Only a view that cuBLAS cannot describe at all (a zero or odd
  * stride inside a matrix) is first copied into a contiguous scratch buffer.
  *
- * float32 uses CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 (tensor
- * cores with TF32 inputs) once set_matmul_fast_fp32(true) asked for it;
+ * A float32 product that is one matrix (no batch) with sides the kernel
+ * takes (M and N multiples of 128, K of 32, 16-byte aligned rows) runs on
+ * awl's own tensor-core kernel instead (cuda_gemm_tf32x3.cu: 3xTF32, at
+ * least as accurate as sgemm and faster), unless the "fp32_matmul" setting
+ * is "sgemm". Other float32 products use CUBLAS_COMPUTE_32F, or
+ * CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores with TF32 inputs) once
+ * set_matmul_fast_fp32(true) asked for it;
  * bfloat16 multiplies on tensor cores and accumulates in float32; float64
  * uses CUBLAS_COMPUTE_64F. `accumulate` is beta = 1. One cuBLAS handle per
  * device, created on first use, works on the default stream like the rest of
@@ -44,6 +49,7 @@
 #include <mutex>
 
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/cuda_gemm_tf32x3.cuh"
 
 namespace
 {
@@ -84,6 +90,7 @@ bool api_loaded;
 std::mutex handle_mu;
 cublasHandle_t handles[AWLC_MAX_DEVICES];
 bool fast_fp32 = false;
+bool use_tf32x3 = true; /* the "fp32_matmul" setting: "3xtf32" (true) or "sgemm" */
 
 #define BLAS_STR2(x) #x
 #define BLAS_STR(x) BLAS_STR2(x)
@@ -226,10 +233,56 @@ int plan_for(awl_dtype dt, gemm_plan *p)
     }
 }
 
+/* A float32 out (M, N) = a (M, K) @ b (K, N) [+ out] [+ bias (N)] on the
+ * 3xTF32 kernel, out row-major or (without a bias) column-major, batch
+ * dimensions all 1; AWL_ERR_UNSUPPORTED where the kernel does not take it
+ * (the caller then goes to cuBLAS). */
+int tf32x3_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate,
+                  const awl_view *bias)
+{
+    int nd = out->ndim;
+    if (out->dtype != AWL_F32 || fast_fp32 || !use_tf32x3 || (bias && bias->ndim != 1))
+        return AWL_ERR_UNSUPPORTED;
+    for (int d = 0; d < nd - 2; d++)
+        if (out->shape[d] != 1) return AWL_ERR_UNSUPPORTED;
+    const float *pa = (const float *)a->data + a->offset, *pb = (const float *)b->data + b->offset;
+    const int64_t *so = out->strides + nd - 2, *sa = a->strides + nd - 2, *sb = b->strides + nd - 2;
+    awlc_tf32x3_args g = {};
+    g.out = (float *)out->data + out->offset;
+    g.K = a->shape[nd - 1];
+    g.accumulate = accumulate;
+    g.passes = 3;
+    if (so[1] == 1) { /* row-major: out = a b */
+        g.ldo = so[0], g.M = out->shape[nd - 2], g.N = out->shape[nd - 1];
+        g.x = pa, g.xs_m = sa[0], g.xs_k = sa[1];
+        g.y = pb, g.ys_k = sb[0], g.ys_n = sb[1];
+        if (bias) {
+            if (bias->strides[0] != 1 && g.N > 1) return AWL_ERR_UNSUPPORTED;
+            g.bias = (const float *)bias->data + bias->offset;
+        }
+    } else if (so[0] == 1 && !bias) { /* column-major: out^T = b^T a^T, row-major */
+        g.ldo = so[1], g.M = out->shape[nd - 1], g.N = out->shape[nd - 2];
+        g.x = pb, g.xs_m = sb[1], g.xs_k = sb[0];
+        g.y = pa, g.ys_k = sa[1], g.ys_n = sa[0];
+    } else {
+        return AWL_ERR_UNSUPPORTED;
+    }
+    if (!awlc_tf32x3_takes(&g)) return AWL_ERR_UNSUPPORTED;
+    int splits = awlc_tf32x3_splits(&g, awlc_sm_count());
+    size_t bytes = awlc_tf32x3_workspace_bytes(&g, splits);
+    float *ws = bytes ? (float *)awlc_scratch_alloc(bytes) : NULL;
+    if (bytes && !ws) return AWL_ERR_OOM;
+    cudaError_t e = awlc_tf32x3_gemm(&g, splits, ws, 0);
+    if (ws) awlc_scratch_free(ws, bytes);
+    return e == cudaSuccess ? AWL_OK : awlc_fail(e, "matmul (3xTF32 kernel)");
+}
+
 /* out, a, b all representable: runs the products, looping outer batch dims. */
 int run_gemm(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate)
 {
     int nd = out->ndim;
+    int own = tf32x3_matmul(out, a, b, accumulate, NULL);
+    if (own != AWL_ERR_UNSUPPORTED) return own;
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
     gemm_plan plan = {CUDA_R_32F, CUBLAS_COMPUTE_32F, 4};
     AWLC_TRY_STATUS(plan_for(out->dtype, &plan));
@@ -301,6 +354,16 @@ bool representable(const awl_view *v, int64_t rows, int64_t cols)
 } // namespace
 
 void awlc_set_matmul_fast_fp32(bool on) { fast_fp32 = on; }
+
+int awlc_matmul_set_fp32(const char *value)
+{
+    if (value && (strcmp(value, "3xtf32") == 0 || strcmp(value, "sgemm") == 0)) {
+        use_tf32x3 = strcmp(value, "3xtf32") == 0;
+        return AWL_OK;
+    }
+    return awl_error(AWL_ERR_INVALID, "awl_cuda: fp32_matmul setting '%s' is not 3xtf32 or sgemm",
+                     value ? value : "(null)");
+}
 
 bool awlc_matmul_fast_fp32(void) { return fast_fp32; }
 
@@ -576,6 +639,11 @@ int lt_matmul(const awl_view *out, const awl_view *a, const awl_view *b, const a
 int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,
                      const awl_view *bias)
 {
+    if (out->ndim == 2 && a->ndim == 2 && b->ndim == 2) {
+        AWLC_TRY_STATUS(awlc_enter(out->data));
+        int own = tf32x3_matmul(out, a, b, false, bias);
+        if (own != AWL_ERR_UNSUPPORTED) return own;
+    }
     return lt_matmul(out, a, b, bias, NULL, CUBLASLT_EPILOGUE_BIAS);
 }
 

@@ -170,7 +170,8 @@ static int ref_ln_bwd(const ac_case *c, double *const *in, double **ref)
     awl_backward_options opts = {.grad = ac_cpu_tensor(c, in, 1)};
     if (!y || awl_grad(y, affine ? 3 : 1, inputs, grads, &opts) < 0) return AWL_ERR_INVALID;
     int64_t n = ac_numel(2, c->op[0].shape), C = c->op[0].shape[1];
-    awl_tensor *dx = c->args.extra ? awl_add(grads[0], ac_cpu_tensor(c, in, c->args.extra)) : grads[0];
+    awl_tensor *dx =
+        c->args.extra ? awl_add(grads[0], ac_cpu_tensor(c, in, c->args.extra)) : grads[0];
     int rc = ac_values(dx, ref[0], n);
     if (affine && rc == 0) rc = ac_values(grads[1], ref[6], C);
     if (affine && rc == 0) rc = ac_values(grads[2], ref[7], C);
@@ -927,23 +928,29 @@ static void cast_many_cases(ac_list *l)
     ac_push(l, &c);
 }
 
+/* out (M, N) = a (M, K) @ b (K, N) + bias, b read through the transpose of a
+ * (N, K) weight, as a linear layer does. */
+static void linear_case(ac_list *l, awl_dtype dt, int64_t M, int64_t K, int64_t N, const char *what)
+{
+    const int64_t o2[2] = {M, N}, a2[2] = {M, K}, w2[2] = {N, K}, bias[1] = {N};
+    ac_case c =
+        ac_case_new(AWL_KERNEL_MATMUL_BIAS, "", dt, what, call_matmul_bias, ref_matmul_bias);
+    c.tol = tol_of(dt, 1e-5, 1e-2);
+    ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, o2, AC_CONTIG));
+    ac_add(&c, ac_operand_new("a", AC_IN, dt, 2, a2, AC_CONTIG));
+    ac_operand b = ac_operand_new("b", AC_IN, dt, 2, w2, AC_CONTIG);
+    b.shape[0] = K, b.shape[1] = N, b.strides[0] = 1, b.strides[1] = K;
+    ac_add(&c, b);
+    ac_add(&c, ac_operand_new("bias", AC_IN, dt, 1, bias, AC_CONTIG));
+    ac_push(l, &c);
+}
+
 static void other_cases(ac_list *l)
 {
-    static const int64_t o2[2] = {300, 96}, a2[2] = {300, 48}, w2[2] = {96, 48}, bias[1] = {96};
-    for (int t = 0; t < 3; t++) {
-        awl_dtype dt = FLOATS[t];
-        ac_case c = ac_case_new(AWL_KERNEL_MATMUL_BIAS, "", dt, "a linear layer's weight^T",
-                                call_matmul_bias, ref_matmul_bias);
-        c.tol = tol_of(dt, 1e-5, 1e-2);
-        ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, o2, AC_CONTIG));
-        ac_add(&c, ac_operand_new("a", AC_IN, dt, 2, a2, AC_CONTIG));
-        /* b (48, 96) read through the transpose of a (96, 48) weight */
-        ac_operand b = ac_operand_new("b", AC_IN, dt, 2, w2, AC_CONTIG);
-        b.shape[0] = 48, b.shape[1] = 96, b.strides[0] = 1, b.strides[1] = 48;
-        ac_add(&c, b);
-        ac_add(&c, ac_operand_new("bias", AC_IN, dt, 1, bias, AC_CONTIG));
-        ac_push(l, &c);
-    }
+    for (int t = 0; t < 3; t++) linear_case(l, FLOATS[t], 300, 48, 96, "a linear layer's weight^T");
+    /* sides the CUDA backend's float32 tensor-core kernel takes (M and N
+     * multiples of 128, K of 32) */
+    linear_case(l, AWL_F32, 256, 96, 128, "a linear layer's weight^T, 256x96x128");
     static const int64_t sizes[2][1] = {{37}, {50000}};
     for (int t = 0; t < 3; t++)
         for (int s = 0; s < 2; s++) {

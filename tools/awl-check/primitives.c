@@ -421,7 +421,8 @@ static void matmul_case(ac_list *l, awl_dtype dt, int nb, const int64_t *batch, 
                         int64_t K, int64_t N, ac_layout la, ac_layout lb, ac_layout lo,
                         bool a_bcast, bool accumulate, const char *what)
 {
-    static const char *const ln[] = {"c", "t", "r", "s"}; /* contiguous, transposed, ... */
+    /* contiguous, transposed, reversed, sliced, broadcast 0, 1, all, offset */
+    static const char *const ln[] = {"c", "t", "r", "s", "b0", "b1", "ball", "o"};
     int nd = nb + 2;
     int64_t sa[AWL_MAX_DIMS], sb[AWL_MAX_DIMS], so[AWL_MAX_DIMS];
     for (int d = 0; d < nb; d++) sa[d] = sb[d] = so[d] = batch[d];
@@ -495,6 +496,19 @@ static void matmul_cases(ac_list *l)
         matmul_case(l, dt, 0, none, 256, 768, 384, AC_CONTIG, AC_CONTIG, AC_CONTIG, false, false,
                     "256x768x384 ");
     }
+    /* float32 sides that the CUDA backend's tensor-core kernel takes (M and
+     * N multiples of 128, K of 32): every transposition, outputs row- and
+     * column-major, accumulated, and one 20 bytes off alignment (which the
+     * kernel leaves to cuBLAS); and a long K that the kernel cuts into
+     * three slices (a weight gradient's shape) */
+    static const ac_layout outs[3] = {AC_CONTIG, AC_TRANSPOSED, AC_OFFSET};
+    for (int la = 0; la < 2; la++)
+        for (int lb = 0; lb < 2; lb++)
+            for (int lo = 0; lo < 3; lo++)
+                matmul_case(l, AWL_F32, 0, none, 128, 96, 256, ls[la], ls[lb], outs[lo], false,
+                            la == lb, "128x96x256 ");
+    matmul_case(l, AWL_F32, 0, none, 128, 2048, 128, AC_TRANSPOSED, AC_CONTIG, AC_CONTIG, false,
+                true, "128x2048x128 ");
 }
 
 /* ---- milestone 6: indexing ------------------------------------------------------------------ */
