@@ -6,14 +6,16 @@
  * TFLOP/s), and its TF32 kernels keep only 10 bits of each input and sum
  * with less than float32's precision (docs/performance.md, "What cuBLAS
  * offers a float32 product"). This kernel splits each input x into two
- * TF32 values, big = tf32(x) and small = tf32(x - big), and takes
+ * TF32 values, big = tf32(x) (rounded) and small = x - big (which the
+ * tensor core reads to its top 11 bits), and takes
  *
  *     x y ~ small_x big_y + big_x small_y + big_x big_y
  *
  * with three mma.sync.m16n8k8 (TF32 inputs, float32 accumulators) per
- * product (Ootomo and Yokota, 2022; the attention kernels' "3xTF32"): 21 of
- * the 24 bits of each input take part, and the only term left out,
- * small_x small_y, is 2^-22 of the product.
+ * product (Ootomo and Yokota, 2022; the attention kernels' "3xTF32"): about
+ * 21 of the 24 bits of each input take part, and the term left out,
+ * small_x small_y, is at most 2^-22 of the product. The tensor cores'
+ * sums are the other half of accuracy: see gemm_kernel.
  *
  * The blocking is the classic one for mma.sync GEMMs:
  *
@@ -24,18 +26,28 @@
  *            memory by cp.async, three stages deep, so the loads of the
  *            next two tiles run while the warps multiply this one;
  *   tiles    kept in the orientation they have in global memory (so that
- *            every copy is whole 16-byte chunks): K-major rows padded by 4
- *            floats (lane (g, t) of a fragment reads bank 4g + t), M- or
- *            N-major rows padded by 8 (bank 8t + g): no bank conflicts;
+ *            every copy is whole 16-byte chunks): K-major rows padded by 8
+ *            floats (a lane's two k of a step are neighbours, one 8-byte
+ *            load; banks 8g + 2t), M- or N-major rows padded by 4 (banks
+ *            8t + g): no bank conflicts;
  *   splits   each fragment is split into big and small as it is loaded
  *            from shared memory (two integer instructions and a subtraction
- *            an element).
+ *            an element);
+ *   sums     each 32-long chunk of K summed by the tensor cores from zero,
+ *            then added to the running sum in float32 (gemm_kernel says
+ *            why).
+ *
+ * Infinities: an infinite input's small part is inf - inf, so a product
+ * that sgemm makes infinite comes out NaN here (a non-finite result stays
+ * non-finite, which is what the trainer's checks look for).
  *
  * When the output has too few 128 x 128 blocks to fill the GPU (a weight
  * gradient: 768 x 3072 outputs summed over 16,384 tokens), K is cut into
  * slices whose partial products go to a workspace, and a second kernel adds
  * them in slice order: every result is the same bits on every run.
  */
+#include <atomic>
+
 #include "backends/cuda/cuda_gemm_tf32x3.cuh"
 #include "backends/cuda/cuda_mma.cuh"
 
@@ -255,12 +267,18 @@ __global__ void add_slices(awlc_tf32x3_args a, const float *ws, int splits)
 template <bool XK, bool YK, int P>
 cudaError_t launch(const awlc_tf32x3_args *a, int splits, float *ws, cudaStream_t stream)
 {
-    static bool sized = false; /* the same value from every thread: a benign race */
-    if (!sized) {
-        cudaError_t e = cudaFuncSetAttribute(
-            gemm_kernel<XK, YK, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    /* the kernel's shared memory is over the default 48 KB: allowed once
+     * per device (a bit per device; two threads may both set it) */
+    static std::atomic<uint64_t> sized{0};
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e != cudaSuccess) return e;
+    const uint64_t bit = 1ull << (device & 63);
+    if (!(sized.load() & bit)) {
+        e = cudaFuncSetAttribute(gemm_kernel<XK, YK, P>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
         if (e != cudaSuccess) return e;
-        sized = true;
+        sized.fetch_or(bit);
     }
     int64_t ktiles = a->K / BK, per = (ktiles + splits - 1) / splits;
     dim3 grid((unsigned)(a->N / BM), (unsigned)(a->M / BM), (unsigned)splits);
