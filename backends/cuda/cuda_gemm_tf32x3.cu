@@ -92,7 +92,8 @@ __device__ __forceinline__ void mma1688_first(float c[4], const uint32_t a[4], u
 
 /* The two TF32 halves of a float32 input: big = tf32(x) (rounded), small =
  * x - big (exact in float32; the tensor core reads its top 10 fraction bits,
- * so the part of x both leave out is below 2^-21 of x). */
+ * so the part of x both leave out is below 2^-21 of x). The attention's
+ * tf32_split also rounds small, two instructions more an element. */
 template <int P> struct split {
     uint32_t big, small;
     __device__ __forceinline__ explicit split(float x)
@@ -134,11 +135,12 @@ __device__ __forceinline__ void load_pair(const float *tile, int i, int s, int t
  * partial sums to ws.
  *
  * The tensor cores add a product into its accumulator with less than
- * float32's precision (they truncate to the larger addend's exponent:
- * bench/bench_cublas.cu's "bigs_awl_mma" lines, 46 times sgemm's error at K
- * = 16,384). So each tile of 32 k is summed by the tensor cores from zero,
- * and that chunk is added to the running sum by an ordinary float32
- * addition. */
+ * float32's precision: summed straight along K, products exact in float32
+ * came out with 3 to 46 times sgemm's error, the larger the longer K
+ * (bench/bench_cublas.cu's "bigs_tf32" lines; this kernel's own first
+ * build did the same). So each tile of 32 k is summed by the tensor cores
+ * from zero, and that chunk is added to the running sum by an ordinary
+ * float32 addition. */
 template <bool XK, bool YK, int P>
 __global__ void __launch_bounds__(THREADS, 1)
     gemm_kernel(awlc_tf32x3_args a, int64_t k_slice, float *ws)
