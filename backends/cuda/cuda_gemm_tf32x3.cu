@@ -94,9 +94,9 @@ __device__ __forceinline__ void mma1688_first(float c[4], const uint32_t a[4], u
  * x - big (exact in float32; the tensor core reads its top 10 fraction bits,
  * so the part of x both leave out is below 2^-21 of x). The attention's
  * tf32_split also rounds small, two instructions more an element: here that
- * gave the same largest errors on all five of bench_cublas's products and
- * ran 3-9% slower (0.99 against 0.96 ms on qkv, 1.40 against 1.33-1.34 on
- * the MLP's weight gradient; two rounds alternated in one call). */
+ * gave the same largest errors on all five of bench_cublas's products, ran
+ * level on two and 3-11% slower on three (the MLP's dx 1.49 against 1.34
+ * ms; two rounds alternated in one call). */
 template <int P> struct split {
     uint32_t big, small;
     __device__ __forceinline__ explicit split(float x)
