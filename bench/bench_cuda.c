@@ -4,15 +4,16 @@
  *   ./bench_cuda            JSON lines on stdout, one per measurement
  *
  * First the two ceilings, measured in this process (METHOD.md): a large
- * device-to-device copy (bytes read + written per second) and cuBLAS matrix
- * products in float32, TF32 and bfloat16 on random data. Then every fused
+ * device-to-device copy (bytes read + written per second) and the backend's
+ * matrix products in float32 (awl's 3xTF32 kernel), TF32 and bfloat16
+ * (cuBLAS) on random data. Then every fused
  * kernel, and the element-wise and reduction paths a GPT step leans on, at
  * the reference shapes of DESIGN.md (shakespeare-char: B=64, T=256, C=384,
  * H=6, V=65; gpt2-124m: B=16, T=1024, C=768, H=12, V=50304). Each line gives
  * the median time of 20 launches (CUDA events, after 3 warm-ups), the fewest
  * bytes the kernel must move (each input read once, each output written
  * once) and that over the time as a fraction of the copy ceiling, or, for
- * matrix-bound kernels, FLOP/s as a fraction of the matching cuBLAS rate.
+ * matrix-bound kernels, FLOP/s as a fraction of the matching product rate.
  * Without a GPU it prints one "skipped" line and exits 0.
  */
 #include <math.h>
@@ -241,8 +242,11 @@ static void ceilings(void)
     drop(&a);
     drop(&b);
 
+    /* the backend's own products: float32 on awl's 3xTF32 kernel
+     * (cuda_gemm_tf32x3.cu; cuBLAS's sgemm with the fp32_matmul setting
+     * "sgemm"), TF32 mode and bf16 on cuBLAS */
     const awl_dtype types[3] = {AWL_F32, AWL_F32, AWL_BF16};
-    const char *names[3] = {"sgemm", "tf32_gemm", "bf16_gemm"};
+    const char *names[3] = {"f32_gemm", "tf32_gemm", "bf16_gemm"};
     for (int t = 0; t < 3; t++) {
         int64_t m = t == 0 ? 4096 : 8192;
         dbuf A = MAKE(types[t], -1, 1, m, m), B = MAKE(types[t], -1, 1, m, m),
@@ -365,11 +369,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         drop(&d);
     }
     /* causal attention on every rung: tensor cores (f32 as 3xTF32, TF32
-     * mode, bf16), f32's backward in two kernels (split: dK/dV, then dQ),
-     * bf16's in one pass (one-pass; it takes two kernels without dropout)
-     * and CUDA cores (simt); the tensor-core rungs again with dropout 0.1
-     * (the mask drawn in the kernels; bf16 in two kernels as well);
-     * ceiling: the matching GEMM rate */
+     * mode, bf16) with the backward's dS stored by its first kernel for its
+     * second (the default), the backward in two kernels that recompute it
+     * (split) and in one pass with dQ in slices (one-pass), and CUDA cores
+     * (simt); the tensor-core rungs again with dropout 0.1 (the mask drawn
+     * in the kernels); ceiling: the matching GEMM rate */
     const awl_dropout_args att_drop = {0.1, 1, 0};
     static const struct {
         awl_dtype dt;
@@ -379,16 +383,22 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         const char *suffix;
     } rungs[] = {{AWL_F32, NULL, false, false, 0, "f32"},
                  {AWL_F32, "split", false, false, 0, "f32 split"},
+                 {AWL_F32, "one-pass", false, false, 0, "f32 one-pass"},
                  {AWL_F32, NULL, true, false, 1, "f32 tf32"},
                  {AWL_F32, "split", true, false, 1, "f32 tf32 split"},
+                 {AWL_F32, "one-pass", true, false, 1, "f32 tf32 one-pass"},
                  {AWL_F32, "simt", false, false, 0, "f32 simt"},
                  {AWL_BF16, NULL, false, false, 2, "bf16"},
+                 {AWL_BF16, "split", false, false, 2, "bf16 split"},
                  {AWL_BF16, "one-pass", false, false, 2, "bf16 one-pass"},
                  {AWL_BF16, "simt", false, false, 2, "bf16 simt"},
                  {AWL_F32, NULL, false, true, 0, "f32 dropout"},
+                 {AWL_F32, "one-pass", false, true, 0, "f32 dropout one-pass"},
                  {AWL_F32, NULL, true, true, 1, "f32 tf32 dropout"},
+                 {AWL_F32, "one-pass", true, true, 1, "f32 tf32 dropout one-pass"},
                  {AWL_BF16, NULL, false, true, 2, "bf16 dropout"},
-                 {AWL_BF16, "split", false, true, 2, "bf16 dropout split"}};
+                 {AWL_BF16, "split", false, true, 2, "bf16 dropout split"},
+                 {AWL_BF16, "one-pass", false, true, 2, "bf16 dropout one-pass"}};
     for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
         awl_dtype dt = rungs[t].dt;
         be->set_option("attention", rungs[t].env ? rungs[t].env : "auto");

@@ -85,15 +85,17 @@ int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
 int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, const heads<float> &q,
                                const heads<float> &k, const heads<float> &v, const att_dims &a);
 
-/* Whether the "attention" setting (awlc_attention_set_rung) is "split": the
- * float32 backward in two kernels (dK/dV, then dQ) where the one-pass kernel
- * would run (tests and the benchmark compare them). */
+/* Whether the "attention" setting (awlc_attention_set_rung) is "split" (the
+ * backward in two kernels, the dQ kernel recomputing S and dP) or
+ * "one-pass" (one kernel, dQ in slices, D <= 64) instead of the default
+ * (tests and the benchmark compare them). */
 bool awlc_attention_split(void);
 bool awlc_attention_one_pass(void);
 
 /* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).
- * float32 with D <= 64 takes one pass (dK, dV and slices of dQ) and a sum;
- * the rest a dK/dV kernel and a dQ kernel. */
+ * By default a dK/dV kernel that also stores dS^T, then a dQ kernel that
+ * reads it back (scratch of B H T^2 / 2 elements under the causal mask, up
+ * to 1 GiB); beyond that, as the "split" and "one-pass" settings choose. */
 int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk,
                                 const heads<awl_bf16> &dv, const heads<awl_bf16> &dout,
                                 const heads<awl_bf16> &q, const heads<awl_bf16> &k,

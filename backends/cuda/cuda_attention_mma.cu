@@ -6,9 +6,12 @@
  * softmax forward; backward split into a dK/dV kernel and a dQ kernel so
  * that nothing is added with atomics), but every tile product is a warp-wide
  * mma.sync issued by one warp on its own 16 rows, as in FlashAttention-2
- * (Dao, 2023). With D <= 64 the backward is a third kernel instead,
- * bwd_fused_kernel: one pass, dQ in slices summed in order (see there; the
- * two kernels remain for D up to 128 and as the `split` rung). One algorithm, two
+ * (Dao, 2023). By default the dK/dV kernel stores the dS^T tiles it
+ * computes and the dQ kernel reads them back (dq_stored_kernel) instead of
+ * recomputing them (dq_kernel: the `split` rung, and the way where the
+ * stored tiles would not fit); with D <= 64 a third way is one pass,
+ * bwd_fused_kernel, dQ in slices summed in order (the `one-pass` rung; see
+ * there). One algorithm, two
  * instruction families, chosen by a policy type that the kernels take as a
  * template parameter:
  *
@@ -78,6 +81,7 @@
 
 #include "backends/cuda/cuda_attention.cuh"
 #include "backends/cuda/cuda_mma.cuh"
+#include "common/error.h"
 
 namespace
 {
@@ -655,14 +659,34 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
     M::template accumulate<DP>(gk, dst, Qs, lane);
 }
 
+/* The dS^T tiles of the stored-dS backward (the default): for each head (b H +
+ * h), one 64 x 64 tile (keys x queries, row-major, in the tiles' word: bf16
+ * or float32) per (key tile, query tile) pair that the mask lets through,
+ * ordered by query tile and then key tile, so that dq_stored_kernel reads
+ * a query tile's tiles one after the other. */
+__host__ __device__ __forceinline__ int64_t ds_pairs(const att_dims &a, int ntiles)
+{
+    return a.causal ? (int64_t)ntiles * (ntiles + 1) / 2 : (int64_t)ntiles * ntiles;
+}
+
+template <typename W>
+__device__ __forceinline__ W *ds_tile(W *ds, const att_dims &a, int ntiles, int bh, int qt, int kt)
+{
+    int64_t pair = a.causal ? (int64_t)qt * (qt + 1) / 2 + kt : (int64_t)qt * ntiles + kt;
+    return ds + (bh * ds_pairs(a, ntiles) + pair) * (BR * BR);
+}
+
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
  * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
- * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
-template <typename M, int DP, bool DROP>
+ * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. With STORE it also
+ * writes each dS^T tile, rounded as the products use it, to `ds_out` (ds_tile)
+ * for dq_stored_kernel. */
+template <typename M, int DP, bool DROP, bool STORE = false>
 __global__ void __launch_bounds__(THREADS)
     dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
                 heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
-                heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a)
+                heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a,
+                typename M::word *ds_out = nullptr)
 {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
@@ -709,6 +733,14 @@ __global__ void __launch_bounds__(THREADS)
         }
         float ds_t[8][4];
         dkdv_pair<M, DP, DROP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, k0, r0, a, lane);
+        if (STORE) {
+            W *tile = ds_tile(ds_out, a, ntiles, blockIdx.y, qt, kt) + (r0 + g) * BR + 2 * t;
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    M::store_pair(tile + 8 * i * BR + nb * 8, ds_t[nb][2 * i], ds_t[nb][2 * i + 1]);
+        }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
@@ -782,6 +814,59 @@ __global__ void __launch_bounds__(THREADS)
                 dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
             }
         M::template accumulate<DP>(gq, dp, Ks, lane);
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+    const float sc[2] = {a.scale, a.scale};
+    store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
+}
+
+/* Starts loading a stored 64 x 64 dS^T tile (ds_tile) into shared memory,
+ * row stride 64 + PAD: whole 16-byte chunks by cp.async, all aligned. */
+template <typename M> __device__ void load_ds_tile(typename M::word *dst, const typename M::word *src)
+{
+    const int V = 16 / sizeof(typename M::word), CH = BR / V;
+    for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
+        int r = idx / CH, c = (idx % CH) * V;
+        cp_async16(dst + r * (BR + M::PAD) + c, src + r * BR + c);
+    }
+}
+
+/* dQ for 64 queries from the dS^T tiles that dkdv_kernel stored: dQ =
+ * scale * (sum over key tiles of dS K), the key tiles added in order. One
+ * tile product a pair of tiles, where dq_kernel recomputes S and dP for
+ * it (three). Shared memory: two buffers of [K dS^T], the next pair
+ * loading while this one is used; dS^T's columns are the warps' query rows,
+ * which accumulate_t reads transposed. */
+template <typename M, int DP>
+__global__ void __launch_bounds__(THREADS)
+    dq_stored_kernel(heads<typename M::elem> dq, heads<typename M::elem> k,
+                     const typename M::word *ds, att_dims a)
+{
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    typedef typename M::word W;
+    W *smem = reinterpret_cast<W *>(smem_bytes);
+    const int TS = BR * (DP + M::PAD), PS = TS + BR * (BR + M::PAD); /* K, then K and dS^T */
+    int ntiles = (a.T + BR - 1) / BR;
+    int qt = a.causal ? ntiles - 1 - blockIdx.x : blockIdx.x;
+    int b = blockIdx.y / a.H, h = blockIdx.y % a.H, q0 = qt * BR;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int r0 = warp * 16, last = a.causal ? qt : ntiles - 1;
+    load_tile<M, DP>(smem, k, b, h, 0, a);
+    load_ds_tile<M>(smem + TS, ds_tile(ds, a, ntiles, blockIdx.y, qt, 0));
+    cp_async_commit();
+    float gq[DP / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < DP / 8; nb++) gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
+    for (int kt = 0; kt <= last; kt++) {
+        W *Ks = smem + (kt & 1) * PS, *next = smem + ((kt + 1) & 1) * PS;
+        if (kt < last) {
+            load_tile<M, DP>(next, k, b, h, (kt + 1) * BR, a);
+            load_ds_tile<M>(next + TS, ds_tile(ds, a, ntiles, blockIdx.y, qt, kt + 1));
+        }
+        cp_async_commit();
+        cp_async_wait<1>(); /* all but the prefetch: this pair has arrived */
+        __syncthreads();
+        M::template accumulate_t<DP>(gq, Ks + TS, r0, Ks, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float sc[2] = {a.scale, a.scale};
@@ -973,6 +1058,40 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     return awlc_check_launch("attention_backward dq (tensor cores)");
 }
 
+/* The stored-dS backward: dkdv_kernel as in backward() but writing its
+ * dS^T tiles to `ds` (stored_ds_bytes), then dq_stored_kernel: 5 tile
+ * products a pair of tiles instead of 7, for a round trip of dS^T through
+ * memory (bf16: half of B H T^2 x 2 bytes under the causal mask, 214 MB a
+ * gpt2-124m layer). */
+template <typename M, int DP, bool DROP>
+int backward_stored(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
+                    const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
+                    const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+                    const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
+                    const att_dims &a, typename M::word *ds)
+{
+    dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
+    size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
+    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
+    dkdv_kernel<M, DP, DROP, true><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv, dS stored (tensor cores)"));
+    size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2);
+    AWLC_TRY_STATUS(allow(dq_stored_kernel<M, DP>, s2));
+    dq_stored_kernel<M, DP><<<grid, THREADS, s2>>>(dq, k, ds, a);
+    return awlc_check_launch("attention_backward dq from stored dS (tensor cores)");
+}
+
+/* The most scratch the stored-dS backward takes; beyond it (long
+ * sequences: the tiles grow as T^2), or when the allocation fails, the
+ * backward takes one of the other two ways (awlc_attention_mma_backward). */
+const size_t STORED_DS_MAX = (size_t)1 << 30;
+
+template <typename M> size_t stored_ds_bytes(const att_dims &a)
+{
+    int ntiles = (a.T + BR - 1) / BR;
+    return (size_t)a.B * a.H * (size_t)ds_pairs(a, ntiles) * BR * BR * sizeof(typename M::word);
+}
+
 /* How many slices the one-pass backward uses. Its blocks all do about the
  * same work (the snake), so they run in waves of `slots` (the blocks that
  * fit on the GPU at once), and a last wave that is mostly empty wastes the
@@ -1059,6 +1178,40 @@ int backward_d(const heads<typename M::elem> &dq, const heads<typename M::elem> 
                      : backward<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
 
+/* The stored-dS backward's scratch for policy M, or nullptr where it would
+ * take more than STORED_DS_MAX or cannot be had (the caller then
+ * recomputes instead; the failed allocation's error is cleared). */
+template <typename M> typename M::word *stored_ds_scratch(const att_dims &a, size_t *bytes)
+{
+    *bytes = stored_ds_bytes<M>(a);
+    if (a.D > 128 || *bytes > STORED_DS_MAX) return nullptr;
+    void *p = awlc_scratch_alloc(*bytes);
+    if (!p) awl_clear_error();
+    return (typename M::word *)p;
+}
+
+/* The stored-dS backward of policy M, dropout compiled in or out, where
+ * its scratch can be had (returns true and sets *st); false otherwise. */
+template <typename M>
+bool backward_stored_m(int *st, const heads<typename M::elem> &dq,
+                       const heads<typename M::elem> &dk, const heads<typename M::elem> &dv,
+                       const heads<typename M::elem> &dout, const heads<typename M::elem> &q,
+                       const heads<typename M::elem> &k, const heads<typename M::elem> &v,
+                       const lse_ref &lse, const float *Dv, const att_dims &a)
+{
+    size_t bytes = 0;
+    typename M::word *ds = stored_ds_scratch<M>(a, &bytes);
+    if (!ds) return false;
+    if (a.dropout)
+        *st = a.D <= 64 ? backward_stored<M, 64, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds)
+                        : backward_stored<M, 128, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    else
+        *st = a.D <= 64 ? backward_stored<M, 64, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds)
+                        : backward_stored<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    awlc_scratch_free(ds, bytes);
+    return true;
+}
+
 /* The one-pass backward of policy M, dropout compiled in or out. */
 template <typename M>
 int backward_fused_m(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
@@ -1086,10 +1239,17 @@ int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16>
                                 const heads<awl_bf16> &v, const lse_ref &lse, const float *Dv,
                                 const att_dims &a)
 {
-    /* One pass with dropout, where drawing the mask once instead of twice
-     * pays for the slices; without, the two kernels are as fast or faster
-     * (docs/cuda.md). */
-    if (a.D <= 64 && !awlc_attention_split() && (a.dropout || awlc_attention_one_pass()))
+    /* By default dS stored by the first kernel for the second, which is
+     * faster than every other rung, with dropout or without (docs/cuda.md);
+     * where its scratch is too large, one pass with dropout (drawing the
+     * mask once instead of twice pays for the slices), and without it the
+     * two kernels, which are as fast or faster. */
+    bool split = awlc_attention_split(), one_pass = awlc_attention_one_pass();
+    int st = AWL_OK;
+    if (!split && !one_pass &&
+        backward_stored_m<bf16_mma>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a))
+        return st;
+    if (a.D <= 64 && !split && (a.dropout || one_pass))
         return backward_fused_m<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     return backward_d<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
@@ -1106,8 +1266,13 @@ int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
                                 const heads<float> &q, const heads<float> &k, const heads<float> &v,
                                 const lse_ref &lse, const float *Dv, const att_dims &a)
 {
-    bool fast = awlc_matmul_fast_fp32();
-    if (a.D <= 64 && !awlc_attention_split()) {
+    bool fast = awlc_matmul_fast_fp32(), split = awlc_attention_split();
+    int st = AWL_OK;
+    if (!split && !awlc_attention_one_pass() &&
+        (fast ? backward_stored_m<tf32_mma<1>>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a)
+              : backward_stored_m<tf32_mma<3>>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a)))
+        return st;
+    if (a.D <= 64 && !split) {
         return fast ? backward_fused_m<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
                     : backward_fused_m<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     }
