@@ -659,11 +659,12 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
     M::template accumulate<DP>(gk, dst, Qs, lane);
 }
 
-/* The dS^T tiles of the stored-dS backward (the default): for each head (b H +
- * h), one 64 x 64 tile (keys x queries, row-major, in the tiles' word: bf16
- * or float32) per (key tile, query tile) pair that the mask lets through,
- * ordered by query tile and then key tile, so that dq_stored_kernel reads
- * a query tile's tiles one after the other. */
+/* The dS^T tiles of the stored-dS backward (backward() given `ds`, the
+ * default): for each head (b H + h), one 64 x 64 tile (keys x queries,
+ * row-major, in the tiles' word: bf16 or float32) per (key tile, query
+ * tile) pair that the mask lets through, ordered by query tile and then key
+ * tile, so that dq_stored_kernel reads a query tile's tiles one after the
+ * other. */
 __host__ __device__ __forceinline__ int64_t ds_pairs(const att_dims &a, int ntiles)
 {
     return a.causal ? (int64_t)ntiles * (ntiles + 1) / 2 : (int64_t)ntiles * ntiles;
@@ -822,7 +823,8 @@ __global__ void __launch_bounds__(THREADS)
 
 /* Starts loading a stored 64 x 64 dS^T tile (ds_tile) into shared memory,
  * row stride 64 + PAD: whole 16-byte chunks by cp.async, all aligned. */
-template <typename M> __device__ void load_ds_tile(typename M::word *dst, const typename M::word *src)
+template <typename M>
+__device__ void load_ds_tile(typename M::word *dst, const typename M::word *src)
 {
     const int V = 16 / sizeof(typename M::word), CH = BR / V;
     for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
@@ -1040,45 +1042,40 @@ int forward(const heads<typename M::elem> &out, const lse_ref &lse,
     return forward_rows<M, DP, 1, DROP>(out, lse, q, k, v, a);
 }
 
+/* The backward in two kernels: dkdv_kernel, then dQ. With `ds` (scratch of
+ * stored_ds_bytes) the dK/dV kernel stores its dS^T tiles there and
+ * dq_stored_kernel reads them back: 5 tile products a pair of tiles, for a
+ * round trip of dS^T through memory (bf16: half of B H T^2 x 2 bytes under
+ * the causal mask, 214 MB a gpt2-124m layer). With ds NULL, dq_kernel
+ * recomputes S, P and dP instead (7 tile products). */
 template <typename M, int DP, bool DROP>
 int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
              const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
              const heads<typename M::elem> &q, const heads<typename M::elem> &k,
              const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
-             const att_dims &a)
+             const att_dims &a, typename M::word *ds)
 {
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
     size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
-    dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+    if (ds) {
+        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
+        dkdv_kernel<M, DP, DROP, true>
+            <<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    } else {
+        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
+        dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+    }
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
+    if (ds) {
+        size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2);
+        AWLC_TRY_STATUS(allow(dq_stored_kernel<M, DP>, s2));
+        dq_stored_kernel<M, DP><<<grid, THREADS, s2>>>(dq, k, ds, a);
+        return awlc_check_launch("attention_backward dq from stored dS (tensor cores)");
+    }
     size_t s2 = tiles<M, DP>(6);
     AWLC_TRY_STATUS(allow(dq_kernel<M, DP, DROP>, s2));
     dq_kernel<M, DP, DROP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
     return awlc_check_launch("attention_backward dq (tensor cores)");
-}
-
-/* The stored-dS backward: dkdv_kernel as in backward() but writing its
- * dS^T tiles to `ds` (stored_ds_bytes), then dq_stored_kernel: 5 tile
- * products a pair of tiles instead of 7, for a round trip of dS^T through
- * memory (bf16: half of B H T^2 x 2 bytes under the causal mask, 214 MB a
- * gpt2-124m layer). */
-template <typename M, int DP, bool DROP>
-int backward_stored(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
-                    const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
-                    const heads<typename M::elem> &q, const heads<typename M::elem> &k,
-                    const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
-                    const att_dims &a, typename M::word *ds)
-{
-    dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
-    size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
-    dkdv_kernel<M, DP, DROP, true><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
-    AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv, dS stored (tensor cores)"));
-    size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2);
-    AWLC_TRY_STATUS(allow(dq_stored_kernel<M, DP>, s2));
-    dq_stored_kernel<M, DP><<<grid, THREADS, s2>>>(dq, k, ds, a);
-    return awlc_check_launch("attention_backward dq from stored dS (tensor cores)");
 }
 
 /* The most scratch the stored-dS backward takes; beyond it (long
@@ -1163,19 +1160,20 @@ int forward_d(const heads<typename M::elem> &out, const lse_ref &lse,
                      : forward<M, 128, false>(out, lse, q, k, v, a);
 }
 
+/* The two-kernel backward (dS stored in `ds`, or recomputed when NULL). */
 template <typename M>
 int backward_d(const heads<typename M::elem> &dq, const heads<typename M::elem> &dk,
                const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
                const heads<typename M::elem> &q, const heads<typename M::elem> &k,
                const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
-               const att_dims &a)
+               const att_dims &a, typename M::word *ds = nullptr)
 {
     if (a.D > 128) return AWL_ERR_UNSUPPORTED;
     if (a.dropout)
-        return a.D <= 64 ? backward<M, 64, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                         : backward<M, 128, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
-    return a.D <= 64 ? backward<M, 64, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
-                     : backward<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
+        return a.D <= 64 ? backward<M, 64, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds)
+                         : backward<M, 128, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    return a.D <= 64 ? backward<M, 64, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds)
+                     : backward<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
 }
 
 /* The stored-dS backward's scratch for policy M, or nullptr where it would
@@ -1190,8 +1188,8 @@ template <typename M> typename M::word *stored_ds_scratch(const att_dims &a, siz
     return (typename M::word *)p;
 }
 
-/* The stored-dS backward of policy M, dropout compiled in or out, where
- * its scratch can be had (returns true and sets *st); false otherwise. */
+/* The stored-dS backward of policy M where its scratch can be had (returns
+ * true and sets *st); false otherwise. */
 template <typename M>
 bool backward_stored_m(int *st, const heads<typename M::elem> &dq,
                        const heads<typename M::elem> &dk, const heads<typename M::elem> &dv,
@@ -1202,12 +1200,7 @@ bool backward_stored_m(int *st, const heads<typename M::elem> &dq,
     size_t bytes = 0;
     typename M::word *ds = stored_ds_scratch<M>(a, &bytes);
     if (!ds) return false;
-    if (a.dropout)
-        *st = a.D <= 64 ? backward_stored<M, 64, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds)
-                        : backward_stored<M, 128, true>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
-    else
-        *st = a.D <= 64 ? backward_stored<M, 64, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds)
-                        : backward_stored<M, 128, false>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    *st = backward_d<M>(dq, dk, dv, dout, q, k, v, lse, Dv, a, ds);
     awlc_scratch_free(ds, bytes);
     return true;
 }
