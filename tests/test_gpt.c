@@ -326,7 +326,12 @@ START_TEST(test_overfit_and_generate)
         awl_tensor *l = awl_gpt_loss(model, ids(x, BATCH, BLOCK), ids(y, BATCH, BLOCK));
         ck_assert_msg(l && awl_backward(l) == 0, "%s", awl_last_error());
         awl_scope_end();
-        adam_step(ps, m, v, step, 3e-3);
+        /* 3e-3, decayed linearly to nothing over the last 100 steps: at a
+         * constant rate the loss kept spiking (between 0.008 and 0.22 at
+         * checkpoints 25 steps apart), so whether it was below the bound
+         * at step 300 hung on the last bits of the sums (the thread count,
+         * how exp was rounded) */
+        adam_step(ps, m, v, step, 3e-3 * (step <= 200 ? 1.0 : (301 - step) / 101.0));
     }
     free(m);
     free(v);
