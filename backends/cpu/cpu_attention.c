@@ -189,7 +189,7 @@ static void prefetch_rows(const heads *h, int64_t b, int64_t i, int64_t r0, int6
 /* s[k * ld + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
  * up to BLOCK, yt (D x ld). A ROWS x BLOCK tile of sums stays in registers
  * while the loop walks the D dimensions, each step a fused multiply-add
- * (fmaf: one instruction under -march with FMA, and one rounding). */
+ * (cpu_fmaf: one instruction and one rounding where the CPU has FMA). */
 static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t ld, int64_t D,
                       float *s)
 {
@@ -200,7 +200,7 @@ static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t 
             for (int k = 0; k < ROWS; k++) {
                 const float xd = x[k][d];
 #pragma omp simd
-                for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] = fmaf(xd, y[jj], acc[k][jj]);
+                for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] = cpu_fmaf(xd, y[jj], acc[k][jj]);
             }
         }
         for (int k = 0; k < ROWS; k++) memcpy(s + k * ld + j0, acc[k], sizeof acc[k]);
@@ -222,7 +222,7 @@ static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n
             for (int k = 0; k < ROWS; k++) {
                 const float wkj = w[k * wk + j * wj];
 #pragma omp simd
-                for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] = fmaf(wkj, r[dd], acc[k][dd]);
+                for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] = cpu_fmaf(wkj, r[dd], acc[k][dd]);
             }
         }
         for (int k = 0; k < ROWS; k++) memcpy(out[k] + d0, acc[k], sizeof acc[k]);
