@@ -500,7 +500,7 @@ static void matmul_cases(ac_list *l)
      * N multiples of 128, K of 32): every transposition, outputs row- and
      * column-major, accumulated, and one 20 bytes off alignment (which the
      * kernel leaves to cuBLAS); and a long K that the kernel cuts into
-     * three slices (a weight gradient's shape) */
+     * four slices of 512 (a weight gradient's shape) */
     static const ac_layout outs[3] = {AC_CONTIG, AC_TRANSPOSED, AC_OFFSET};
     for (int la = 0; la < 2; la++)
         for (int lb = 0; lb < 2; lb++)
