@@ -153,6 +153,22 @@ static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
  * with this one.) */
 static int64_t row_stride(int64_t Tp) { return (Tp / BLOCK) % 2 ? Tp : Tp + BLOCK; }
 
+/* A row's loops run over whole blocks of keys: a loop that stops at the
+ * row's own last key ends in a scalar remainder of up to BLOCK - 1 steps,
+ * each with its own e^x, which took more of the forward's time than the
+ * vector part on short rows. So the row's scores past its last key nr - 1
+ * (masked by causality, or past T) are set to -inf up to nr rounded up to
+ * BLOCK, where its loops stop: e^-inf = 0 gives them weight 0 in the
+ * softmax, P and dS, and the max skips them. The rest of the tile's n keys
+ * get weight 0 directly. Returns where the loops stop. */
+static int64_t mask_past(float *scores, int64_t nr, int64_t n)
+{
+    const int64_t nb = round_up(nr, BLOCK);
+    for (int64_t j = nr; j < nb; j++) scores[j] = -INFINITY;
+    for (int64_t j = nb; j < n; j++) scores[j] = 0.0f;
+    return nb;
+}
+
 static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, int64_t D,
                            float scale, float *dst)
 {
@@ -290,28 +306,27 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
             tile_dots(qs, kt, n, ld, D, S);
             for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
                 float *p = S + (r - r0) * ld;
-                const int64_t nr = causal ? r + 1 : T;
+                const int64_t nr = causal ? r + 1 : T, nb = mask_past(p, nr, n);
                 float m = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : m)
-                for (int64_t j = 0; j < nr; j++) m = p[j] > m ? p[j] : m;
+                for (int64_t j = 0; j < nb; j++) m = p[j] > m ? p[j] : m;
 #pragma omp simd reduction(+ : sum)
-                for (int64_t j = 0; j < nr; j++) {
+                for (int64_t j = 0; j < nb; j++) {
                     p[j] = cpu_expf(p[j] - m);
                     sum += p[j];
                 }
                 *lse_at(&hl, b, i, r) = m + logf(sum);
                 const float inv = 1.0f / sum;
                 if (drop) {
-                    awl_attention_dropout_multipliers(mrow, nr, drop->seed, drop->offset,
+                    awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
                                                       awl_attention_dropout_row(b, i, r, H, T), T,
                                                       threshold, keep_scale);
 #pragma omp simd
-                    for (int64_t j = 0; j < nr; j++) p[j] *= inv * mrow[j];
+                    for (int64_t j = 0; j < nb; j++) p[j] *= inv * mrow[j];
                 } else {
 #pragma omp simd
-                    for (int64_t j = 0; j < nr; j++) p[j] *= inv;
+                    for (int64_t j = 0; j < nb; j++) p[j] *= inv;
                 }
-                for (int64_t j = nr; j < n; j++) p[j] = 0.0f; /* masked */
             }
             tile_weighted_rows(S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
         }
@@ -381,29 +396,29 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             tile_dots(in, kt, n, ld, D, P + r0 * ld);
             tile_dots(grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
             for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
-                const int64_t nr = causal ? r + 1 : T;
-                const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
                 float *p = P + r * ld, *ds = dS + r * ld;
+                const int64_t nr = causal ? r + 1 : T, nb = mask_past(p, nr, n);
+                const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
                 if (drop) {
-                    awl_attention_dropout_multipliers(mrow, nr, drop->seed, drop->offset,
+                    awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
                                                       awl_attention_dropout_row(b, i, r, H, T), T,
                                                       threshold, keep_scale);
 #pragma omp simd
-                    for (int64_t j = 0; j < nr; j++) {
+                    for (int64_t j = 0; j < nb; j++) {
                         const float e = cpu_expf(p[j] - l);
                         ds[j] = e * (mrow[j] * ds[j] - delta) * sc;
                         p[j] = e * mrow[j];
                     }
                 } else {
 #pragma omp simd
-                    for (int64_t j = 0; j < nr; j++) {
+                    for (int64_t j = 0; j < nb; j++) {
                         p[j] = cpu_expf(p[j] - l);
                         ds[j] = p[j] * (ds[j] - delta) * sc;
                     }
                 }
-                /* masked: the column tiles below read up to ROWS - 1 past
-                 * the diagonal */
-                for (int64_t j = nr; j < Tp; j++) p[j] = ds[j] = 0.0f;
+                /* the column tiles below read up to ROWS - 1 past the
+                 * diagonal */
+                for (int64_t j = nb; j < Tp; j++) p[j] = ds[j] = 0.0f;
             }
             tile_rows(&hdq, b, i, r0, T, sink, outs);
             tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
