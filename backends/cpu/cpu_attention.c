@@ -304,7 +304,13 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
             tile_rows(&ho, b, i, r0, T, sink, os);
             prefetch_rows(&hq, b, i, r0 + ROWS, T, D);
             tile_dots(qs, kt, n, ld, D, S);
-            for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
+            /* each row's weights are left unnormalised, e^(s_j - max), and
+             * its output row is divided by their sum once it is made: D
+             * multiplies instead of one per key */
+            float inv[ROWS];
+            for (int64_t r = r0; r < r0 + ROWS; r++) {
+                inv[r - r0] = 1.0f; /* rows past T: out to the sink */
+                if (r >= T) continue;
                 float *p = S + (r - r0) * ld;
                 const int64_t nr = causal ? r + 1 : T, nb = mask_past(p, nr, n);
                 float m = -INFINITY, sum = 0.0f;
@@ -316,19 +322,19 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                     sum += p[j];
                 }
                 *lse_at(&hl, b, i, r) = m + logf(sum);
-                const float inv = 1.0f / sum;
+                inv[r - r0] = 1.0f / sum;
                 if (drop) {
                     awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
                                                       awl_attention_dropout_row(b, i, r, H, T), T,
                                                       threshold, keep_scale);
 #pragma omp simd
-                    for (int64_t j = 0; j < nb; j++) p[j] *= inv * mrow[j];
-                } else {
-#pragma omp simd
-                    for (int64_t j = 0; j < nb; j++) p[j] *= inv;
+                    for (int64_t j = 0; j < nb; j++) p[j] *= mrow[j];
                 }
             }
             tile_weighted_rows(S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
+            for (int k = 0; k < ROWS; k++)
+#pragma omp simd
+                for (int64_t d = 0; d < D; d++) os[k][d] *= inv[k];
         }
     }
     free(scratch);
