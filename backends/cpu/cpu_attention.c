@@ -10,8 +10,8 @@
  * between OpenMP threads. Within one, for each query row:
  *
  *   forward, row r:   s_j = scale q_r . k_j            for the keys j it sees
- *                     p = softmax(s), lse_r = log sum exp(s)
- *                     out_r = sum_j p_j v_j
+ *                     e_j = exp(s_j - max_j s_j),  lse_r = log sum exp(s)
+ *                     out_r = (sum_j e_j v_j) / sum_j e_j    (= sum_j p_j v_j)
  *   backward, row r:  p_j = exp(scale q_r . k_j - lse_r)   (recomputed, not saved)
  *                     dv_j += p_j dO_r,   dp_j = dO_r . v_j
  *                     ds_j = p_j (dp_j - dO_r . out_r) scale
