@@ -422,9 +422,10 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                         ds[j] = p[j] * (ds[j] - delta) * sc;
                     }
                 }
-                /* the column tiles below read up to ROWS - 1 past the
-                 * diagonal */
-                for (int64_t j = nb; j < Tp; j++) p[j] = ds[j] = 0.0f;
+                /* the column tiles below read row r up to its tile's last
+                 * column, round_up(nr, ROWS) - 1, which can lie past nb
+                 * when ROWS does not divide BLOCK */
+                for (int64_t j = nb; j < round_up(nr, ROWS); j++) p[j] = ds[j] = 0.0f;
             }
             tile_rows(&hdq, b, i, r0, T, sink, outs);
             tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
