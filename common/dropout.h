@@ -134,10 +134,10 @@ static inline AWL_HOST_DEVICE unsigned awl_attention_dropout_bits(uint64_t seed,
     return bits;
 }
 
-/* The multipliers of keys 0 .. n - 1 of row r (n <= S rounded up to 16;
- * keys S and up are those of S's last chunk, which no kernel keeps): m[j] =
- * scale where the weight is kept, 0 where it is dropped; one Philox block
- * per 16 keys.
+/* The multipliers of keys 0 .. n - 1 of row r (n <= S rounded up to 16:
+ * keys S and up, which no row has, take the rest of the last chunk's bits):
+ * m[j] = scale where the weight is kept, 0 where it is dropped; one Philox
+ * block per 16 keys.
  * (Host code: the CPU kernel's rows and the composed path's mask.) */
 static inline void awl_attention_dropout_multipliers(float *m, int64_t n, uint64_t seed,
                                                      uint64_t offset, uint64_t r, int64_t S,
