@@ -424,8 +424,11 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 }
                 /* the column tiles below read row r up to its tile's last
                  * column, round_up(nr, ROWS) - 1, which can lie past nb
-                 * when ROWS does not divide BLOCK */
-                for (int64_t j = nb; j < round_up(nr, ROWS); j++) p[j] = ds[j] = 0.0f;
+                 * when ROWS does not divide BLOCK; never past Tp, the
+                 * row's end when it has no padding (the tile's columns
+                 * there are keys past T, whose sums go to the sink) */
+                const int64_t read_to = round_up(nr, ROWS) < Tp ? round_up(nr, ROWS) : Tp;
+                for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
             }
             tile_rows(&hdq, b, i, r0, T, sink, outs);
             tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
