@@ -36,7 +36,8 @@ static inline double bench_median(double *t, int n)
 }
 
 /* Opens a JSON line with the fields every benchmark line carries: its name,
- * the BLAS library, the kernels it runs and who chose them, and the thread
+ * the BLAS library, the kernels it runs and who chose them, what runs the
+ * float32 products (awl's own code on AVX-512, cpu_gemm.h), and the thread
  * count. The caller prints the rest of the object: bench_json_begin("matmul");
  * printf("\"M\":%d}\n", m); */
 static inline void bench_json_begin(const char *bench)
@@ -44,8 +45,8 @@ static inline void bench_json_begin(const char *bench)
     awl_blas_info b;
     awl_blas_get_info(&b);
     printf("{\"bench\":\"%s\",\"blas\":\"%s\",\"blas_kernels\":\"%s\",\"kernels_chosen_by\":\"%s\","
-           "\"threads\":%d,",
-           bench, b.library, b.kernels, b.chosen_by, awl_get_num_threads());
+           "\"gemm_f32\":\"%s\",\"threads\":%d,",
+           bench, b.library, b.kernels, b.chosen_by, b.gemm_f32, awl_get_num_threads());
 }
 
 #endif

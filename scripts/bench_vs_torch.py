@@ -148,7 +148,7 @@ def main():
                 "tokens_per_s": out["tokens_per_s"], "ms_per_step": out["ms_per_step"],
                 "peak_rss_mb": out["rss_mb"], "loss_last": out["loss_last"]}
             if rnd == 1 and out is not None:
-                kernels[label] = {k: out[k] for k in ("blas", "blas_kernels", "kernels_chosen_by", "threads")}
+                kernels[label] = {k: out.get(k) for k in ("blas", "blas_kernels", "kernels_chosen_by", "gemm_f32", "threads")}
         for label, python, env in peers:
             out = run_peer(python, env, args.config, args.threads, args.steps, args.warmup, args.data)
             row[label] = None if out is None else {

@@ -7,6 +7,7 @@
  * reports back through a pipe.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,34 @@ START_TEST(test_products)
 }
 END_TEST
 
+/* float32 products run awl's own code on a CPU with AVX-512 (cpu_gemm.h),
+ * and the library's kernels elsewhere or when AWL_CPU_GEMM=blas. */
+static void gemm_f32_named(char *msg, size_t size)
+{
+    __builtin_cpu_init();
+    const char *setting = getenv("AWL_CPU_GEMM");
+    const bool own = __builtin_cpu_supports("avx512f") && !(setting && strcmp(setting, "blas") == 0);
+    awl_blas_info b;
+    if (awl_blas_get_info(&b) < 0)
+        snprintf(msg, size, "not loaded: %s", awl_last_error());
+    else if (own ? strncmp(b.gemm_f32, "awl ", 4) != 0 : strcmp(b.gemm_f32, b.kernels) != 0)
+        snprintf(msg, size, "float32 products run '%s' on a CPU with %s (kernels %s)", b.gemm_f32,
+                 b.cpu_features, b.kernels);
+}
+
+static void gemm_f32_blas_when_asked(char *msg, size_t size)
+{
+    setenv("AWL_CPU_GEMM", "blas", 1);
+    gemm_f32_named(msg, size);
+}
+
+START_TEST(test_gemm_f32_is_named)
+{
+    in_child(gemm_f32_named);
+    in_child(gemm_f32_blas_when_asked);
+}
+END_TEST
+
 static Suite *blas_suite(void)
 {
     Suite *s = suite_create("blas");
@@ -144,6 +173,7 @@ static Suite *blas_suite(void)
     tcase_add_test(tc, test_user_setting_is_kept);
     tcase_add_test(tc, test_user_setting_too_wide_is_reported);
     tcase_add_test(tc, test_products);
+    tcase_add_test(tc, test_gemm_f32_is_named);
     suite_add_tcase(s, tc);
     return s;
 }

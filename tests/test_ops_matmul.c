@@ -9,7 +9,7 @@
  * batched activation times a weight matrix. The backend's product with a
  * bias (a linear layer's forward) against the product and an add. Products
  * with a long inner dimension, which the CPU splits along K, on 1 to 5
- * threads.
+ * threads; float32 products around the CPU's own tile sizes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -279,8 +279,73 @@ START_TEST(test_matmul_split_k)
 }
 END_TEST
 
+/* An m x k operand of float32 laid out as layout says: 0 contiguous, 1 a
+ * transposed view of a k x m tensor, 2 the first k columns of an m x
+ * (k + 3) tensor (rows farther apart than their length). */
+static awl_tensor *tile_operand(int layout, int64_t m, int64_t k)
+{
+    if (layout == 1) return awl_transpose(awl_gc_randn_dtype(2, (int64_t[]){k, m}, AWL_F32), 0, 1);
+    if (layout == 2) return awl_slice(awl_gc_randn_dtype(2, (int64_t[]){m, k + 3}, AWL_F32), 1, 0, k, 1);
+    return awl_gc_randn_dtype(2, (int64_t[]){m, k}, AWL_F32);
+}
+
+/* float32 products at the sizes where the CPU's own product on AVX-512
+ * (backends/cpu/cpu_gemm.c) changes course: rows around its 12-row tiles,
+ * columns around its 32-column panels and 384-column blocks, K around its
+ * 256-row blocks; each operand contiguous, transposed or a slice; written
+ * and accumulated; on 1 and 2 threads (two runs on 2 threads give the same
+ * bits). Against the float64 products of the same values. (Without AVX-512 these
+ * go to OpenBLAS, and the test holds just the same.) */
+START_TEST(test_matmul_tiles)
+{
+    if (strcmp(awl_gc_device(), "cpu") != 0) return;
+    awl_gc_begin(25);
+    static const int64_t shapes[][3] = {
+        {24, 32, 1}, {29, 64, 17}, {36, 30, 256}, {47, 96, 257}, {100, 400, 300}, {61, 128, 513},
+    };
+    const int threads = awl_get_num_threads();
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+        for (int la = 0; la < 3; la++)
+            for (int lb = 0; lb < 3; lb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                    awl_tensor *a = tile_operand(la, m, k), *b = tile_operand(lb, k, n);
+                    awl_tensor *start = awl_gc_randn_dtype(2, (int64_t[]){m, n}, AWL_F32);
+                    ck_assert(a && b && start);
+                    double *av = awl_gc_values(a), *bv = awl_gc_values(b), *sv = awl_gc_values(start);
+                    double *want = malloc((size_t)(m * n) * sizeof *want);
+                    reference(av, 2, (int64_t[]){m, k}, bv, 2, (int64_t[]){k, n}, want);
+                    for (int64_t i = 0; i < m * n && acc; i++) want[i] += sv[i];
+                    /* runs on 1, 2 and again 2 threads */
+                    double *got[3];
+                    for (int run = 0; run < 3; run++) {
+                        awl_set_num_threads(run ? 2 : 1);
+                        awl_tensor *out = awl_tensor_clone(start);
+                        ck_assert_msg(awl_tensor_matmul_out(out, a, b, acc) == AWL_OK, "%s",
+                                      awl_last_error());
+                        got[run] = awl_gc_values(out);
+                    }
+                    char what[96];
+                    snprintf(what, sizeof what, "(%lld, %lld) @ (%lld, %lld), layouts %d %d%s",
+                             (long long)m, (long long)k, (long long)k, (long long)n, la, lb,
+                             acc ? ", accumulated" : "");
+                    for (int run = 0; run < 2; run++)
+                        ck_assert(awl_gc_allclose(got[run], want, m * n, 2e-4, 2e-4, what));
+                    ck_assert_msg(memcmp(got[1], got[2], (size_t)(m * n) * sizeof(double)) == 0,
+                                  "%s: two runs on 2 threads differ", what);
+                    for (int run = 0; run < 3; run++) free(got[run]);
+                    free(av);
+                    free(bv);
+                    free(sv);
+                    free(want);
+                }
+    awl_set_num_threads(threads);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("ops_matmul", test_matmul_forward, test_matmul_gradcheck,
-                            test_matmul_one_side, test_matmul_bias, test_matmul_split_k);
+                            test_matmul_one_side, test_matmul_bias, test_matmul_split_k, test_matmul_tiles);
 }

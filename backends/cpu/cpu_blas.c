@@ -35,6 +35,7 @@
 #include <strings.h>
 
 #include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "common/error.h"
 
@@ -181,6 +182,11 @@ int awl_blas_get_info(awl_blas_info *out)
     int status = awl_cpu_blas_load("awl_blas_get_info");
     *out = blas.info;
     out->threads = status == AWL_OK && blas.get_num_threads ? blas.get_num_threads() : 0;
+    const char *own = awl_cpu_gemm_f32_name();
+    if (own)
+        copy_text(out->gemm_f32, sizeof out->gemm_f32, own);
+    else
+        snprintf(out->gemm_f32, sizeof out->gemm_f32, "%s", out->kernels);
     return status;
 }
 

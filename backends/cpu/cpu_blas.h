@@ -12,6 +12,10 @@
  *            info.chosen_by, info.threads);
  *     // OpenBLAS 0.3.21, SkylakeX kernels (awl, for avx512), 16 threads
  *
+ * On a CPU with AVX-512, float32 products run awl's own code instead
+ * (cpu_gemm.h; info.gemm_f32 names what runs them); the library keeps
+ * float64 products, matrix-vector products and every product elsewhere.
+ *
  * awl_blas_sgemm and awl_blas_dgemm are cblas_?gemm with the row-major
  * layout fixed, for benchmarks that compare awl's matmul with BLAS called
  * directly (linking OpenBLAS themselves would load it before awl chooses).
@@ -34,6 +38,8 @@ typedef struct awl_blas_info {
     char best_kernels[32];  /* the kernels those features allow, "" when awl has no choice */
     const char *chosen_by;  /* "user" (OPENBLAS_CORETYPE was set), "awl" or "library" */
     bool kernels_weaker;    /* the kernels in use are weaker than the CPU's features allow */
+    char gemm_f32[32];      /* what runs float32 products: "awl avx512 12x32" (cpu_gemm.h)
+                               on CPUs with AVX-512, else the library's kernels */
     char error[160];        /* why loading failed, or a warning about the user's setting */
     int threads;
 } awl_blas_info;

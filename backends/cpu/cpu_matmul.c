@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_math.h"
 
@@ -218,9 +219,11 @@ static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n
                           tb ? 1 : (int)ldb, beta, c, (int)ldc);
     else if (dtype == AWL_F32 && m <= SKINNY_ROWS && !ta && tb)
         skinny_product(m, n, k, a, lda, b, ldb, beta, c, ldc);
-    else if (dtype == AWL_F32)
-        awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta,
-                       c, (int)ldc);
+    else if (dtype == AWL_F32) {
+        if (!awl_cpu_gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, beta != 0.0, c, ldc))
+            awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
+                           (float)beta, c, (int)ldc);
+    }
     else
         awl_blas_dgemm(ta, tb, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, beta, c,
                        (int)ldc);

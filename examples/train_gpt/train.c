@@ -364,8 +364,10 @@ static void print_banner(const trainer *t, const speed *v)
     }
     awl_blas_info blas;
     if (strncmp(s->device, "cpu", 3) == 0 && awl_blas_get_info(&blas) == 0)
-        printf("blas: %s, %s kernels (chosen by %s; this CPU has %s), %d threads\n", blas.library,
-               blas.kernels, blas.chosen_by, blas.cpu_features, blas.threads);
+        printf("blas: %s, %s kernels (chosen by %s; this CPU has %s), %d threads; float32 "
+               "products: %s\n",
+               blas.library, blas.kernels, blas.chosen_by, blas.cpu_features, blas.threads,
+               blas.gemm_f32);
     if (strcmp(s->schedule, "cosine") == 0)
         printf("schedule: lr %g, warmup %lld steps, cosine to %g at step %lld%s\n", s->lr,
                (long long)s->warmup, s->min_lr, (long long)s->decay_steps,

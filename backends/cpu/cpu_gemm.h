@@ -1,0 +1,36 @@
+/*
+ * backends/cpu/cpu_gemm.h - awl's own float32 product (cpu_gemm.c), for CPUs
+ * with AVX-512; everything else goes to OpenBLAS.
+ *
+ *     if (!awl_cpu_gemm_f32(false, true, m, n, k, x, k, w, k, false, y, n))
+ *         ... call sgemm instead (no AVX-512, a shape it leaves to BLAS,
+ *             or its scratch could not be had)
+ *
+ * The environment variable AWL_CPU_GEMM=blas sends every product to
+ * OpenBLAS instead (for comparisons); it is read once, at the first product.
+ */
+#ifndef AWL_BACKENDS_CPU_GEMM_H
+#define AWL_BACKENDS_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* C (m x n, row-major, rows ldc apart) = op(A) op(B), or += when
+ * accumulating, on the calling thread. op(A) is m x k: a's rows lda apart,
+ * or a holds A^T (k x m, rows lda apart) when ta. op(B) is k x n: b's rows
+ * ldb apart, or b holds B^T when tb. Returns false, having done nothing,
+ * when the product is not one for this code (awl_cpu_gemm_f32_suits). */
+bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,
+                      int64_t ldc);
+
+/* Whether awl_cpu_gemm_f32 takes an m x n x k product: the CPU has AVX-512,
+ * AWL_CPU_GEMM is not "blas", m is at least 24 (two register tiles) and n
+ * fills its last 32-column panel to within an eighth. */
+bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k);
+
+/* "awl avx512 12x32" when awl's product is in use, NULL when every float32
+ * product goes to BLAS. */
+const char *awl_cpu_gemm_f32_name(void);
+
+#endif
