@@ -250,7 +250,11 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
     if (!awl_cpu_gemm_f32_suits(m, n, k)) return false;
     float *packed = thread_packed_b();
     if (!packed) return false;
-    const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
+    /* A row-major A whose rows are a multiple of 4 KB apart puts a tile's
+     * 12 rows in one set of the L1 cache, which holds 8: such a tile's rows
+     * are copied side by side first (to `side`, step-major). */
+    const bool copy_a = !ta && lda % 1024 == 0;
+    float side[KC * MR] __attribute__((aligned(64)));
     for (int64_t j0 = 0; j0 < n; j0 += NC) {
         const int64_t nc = n - j0 < NC ? n - j0 : NC;
         for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -258,18 +262,26 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
             const bool onto_c = accumulate || p0 > 0;
             pack_b(packed, b, ldb, tb, p0, kc, j0, nc);
             for (int64_t i0 = 0; i0 < m; i0 += MR) {
-                const float *ap = a + i0 * ars + p0 * acs;
+                const int mr = m - i0 < MR ? (int)(m - i0) : MR;
+                const float *ap = a + (ta ? i0 + p0 * lda : i0 * lda + p0);
+                int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
+                if (copy_a) {
+                    for (int r = 0; r < mr; r++)
+                        for (int64_t p = 0; p < kc; p++) side[p * MR + r] = ap[r * lda + p];
+                    ap = side;
+                    ars = 1;
+                    acs = MR;
+                }
                 float *cp = c + i0 * ldc + j0;
                 for (int64_t jp = 0; jp < nc; jp += NR) {
                     const __mmask16 m0 = columns_mask(nc - jp), m1 = columns_mask(nc - jp - 16);
                     const float *panel = packed + jp * kc;
-                    if (m - i0 < MR)
-                        tile_edge((int)(m - i0), kc, ap, ars, acs, panel, cp + jp, ldc, m0, m1,
-                                  onto_c);
-                    else if (ta)
-                        tile_neighbours(kc, ap, lda, panel, cp + jp, ldc, m0, m1, onto_c);
+                    if (mr < MR)
+                        tile_edge(mr, kc, ap, ars, acs, panel, cp + jp, ldc, m0, m1, onto_c);
+                    else if (ars == 1)
+                        tile_neighbours(kc, ap, acs, panel, cp + jp, ldc, m0, m1, onto_c);
                     else
-                        tile_rows(kc, ap, lda, panel, cp + jp, ldc, m0, m1, onto_c);
+                        tile_rows(kc, ap, ars, panel, cp + jp, ldc, m0, m1, onto_c);
                 }
             }
         }
