@@ -189,6 +189,7 @@ START_TEST(test_matmul_bias)
         {1, 64, 50, 0, 1, false, false},   {5, 0, 7, 0, 0, false, false},
         {40, 16, 30, 2, 0, true, false},   {40, 16, 30, 0, 1, false, true},
         {6, 40, 50, 0, 1, false, false},
+        {40, 64, 640, 0, 1, false, false}, /* bands of columns, each with its part of the bias */
     };
     static const awl_dtype types[] = {AWL_F32, AWL_F64};
     for (int t = 0; t < 2; t++)

@@ -75,14 +75,16 @@ static _Thread_local float *packed_b;
 static pthread_key_t packed_key;
 static bool have_packed_key;
 
-/* C's tile of R rows (ldc apart; the columns past the masks untouched)
- * (+)= the tile's A (R rows of kc, element (r, p) at a[r * ars + p * acs])
- * times a packed panel (kc rows of NR). R is a constant wherever this is
- * inlined, so the loops over rows unroll and the sums stay in registers. */
+/* C's tile of R rows (ldc apart; the columns past the masks untouched) :=
+ * the tile's A (R rows of kc, element (r, p) at a[r * ars + p * acs]) times
+ * a packed panel (kc rows of NR), plus the addend's rows (ld apart: C
+ * itself, or a bias row with ld 0; NULL: nothing). R is a constant
+ * wherever this is inlined, so the loops over rows unroll and the sums
+ * stay in registers. */
 static inline __attribute__((always_inline)) AVX512 void
 tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
      const float *restrict panel, float *c, int64_t ldc, __mmask16 mask0, __mmask16 mask1,
-     bool accumulate)
+     const float *add, int64_t ld)
 {
     __m512 sum[MR][2];
 #pragma GCC unroll 12
@@ -106,12 +108,20 @@ tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
 #pragma GCC unroll 12
     for (int r = 0; r < R; r++) {
         float *row = c + r * ldc;
-        if (accumulate) {
-            sum[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(mask0, row), sum[r][0]);
-            sum[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(mask1, row + 16), sum[r][1]);
+        if (add) {
+            sum[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(mask0, add + r * ld), sum[r][0]);
+            sum[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(mask1, add + r * ld + 16), sum[r][1]);
         }
-        _mm512_mask_storeu_ps(row, mask0, sum[r][0]);
-        _mm512_mask_storeu_ps(row + 16, mask1, sum[r][1]);
+        /* plain stores where the panel is full: a load cannot be served
+         * from a masked store still in flight (the finish reads the tile
+         * back at once), only from a plain one */
+        if (mask1 == 0xffff) {
+            _mm512_storeu_ps(row, sum[r][0]);
+            _mm512_storeu_ps(row + 16, sum[r][1]);
+        } else {
+            _mm512_mask_storeu_ps(row, mask0, sum[r][0]);
+            _mm512_mask_storeu_ps(row + 16, mask1, sum[r][1]);
+        }
     }
 }
 
@@ -119,30 +129,31 @@ tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
  * one (a tile's rows are neighbours): two copies of the loop, each with its
  * strides' constants folded in. */
 static AVX512 void tile_rows(int64_t kc, const float *a, int64_t lda, const float *panel, float *c,
-                             int64_t ldc, __mmask16 mask0, __mmask16 mask1, bool accumulate)
+                             int64_t ldc, __mmask16 mask0, __mmask16 mask1, const float *add,
+                             int64_t ld)
 {
-    tile(MR, kc, a, lda, 1, panel, c, ldc, mask0, mask1, accumulate);
+    tile(MR, kc, a, lda, 1, panel, c, ldc, mask0, mask1, add, ld);
 }
 
 static AVX512 void tile_neighbours(int64_t kc, const float *a, int64_t lda, const float *panel,
                                    float *c, int64_t ldc, __mmask16 mask0, __mmask16 mask1,
-                                   bool accumulate)
+                                   const float *add, int64_t ld)
 {
-    tile(MR, kc, a, 1, lda, panel, c, ldc, mask0, mask1, accumulate);
+    tile(MR, kc, a, 1, lda, panel, c, ldc, mask0, mask1, add, ld);
 }
 
 /* The last tile of a block whose rows do not fill one: R = mr < MR rows,
  * one copy of the loop for each R (from a row-major or a transposed A). */
 static AVX512 void tile_edge(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
                              const float *panel, float *c, int64_t ldc, __mmask16 mask0,
-                             __mmask16 mask1, bool accumulate)
+                             __mmask16 mask1, const float *add, int64_t ld)
 {
 #define EDGE(R)                                                                                    \
     case R:                                                                                        \
         if (acs == 1)                                                                              \
-            tile(R, kc, a, ars, 1, panel, c, ldc, mask0, mask1, accumulate);                       \
+            tile(R, kc, a, ars, 1, panel, c, ldc, mask0, mask1, add, ld);                          \
         else                                                                                       \
-            tile(R, kc, a, 1, acs, panel, c, ldc, mask0, mask1, accumulate);                       \
+            tile(R, kc, a, 1, acs, panel, c, ldc, mask0, mask1, add, ld);                          \
         break;
     switch (mr) {
         EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5) EDGE(6) EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11)
@@ -245,9 +256,10 @@ static float *thread_packed_b(void)
 
 bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,
-                      int64_t ldc)
+                      int64_t ldc, const float *bias)
 {
     if (!awl_cpu_gemm_f32_suits(m, n, k)) return false;
+    if (accumulate) bias = NULL;
     float *packed = thread_packed_b();
     if (!packed) return false;
     /* A row-major A whose rows are a multiple of 4 KB apart puts a tile's
@@ -276,12 +288,14 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
                 for (int64_t jp = 0; jp < nc; jp += NR) {
                     const __mmask16 m0 = columns_mask(nc - jp), m1 = columns_mask(nc - jp - 16);
                     const float *panel = packed + jp * kc;
+                    const float *add = onto_c ? cp + jp : bias ? bias + j0 + jp : NULL;
+                    const int64_t ld = onto_c ? ldc : 0;
                     if (mr < MR)
-                        tile_edge(mr, kc, ap, ars, acs, panel, cp + jp, ldc, m0, m1, onto_c);
+                        tile_edge(mr, kc, ap, ars, acs, panel, cp + jp, ldc, m0, m1, add, ld);
                     else if (ars == 1)
-                        tile_neighbours(kc, ap, acs, panel, cp + jp, ldc, m0, m1, onto_c);
+                        tile_neighbours(kc, ap, acs, panel, cp + jp, ldc, m0, m1, add, ld);
                     else
-                        tile_rows(kc, ap, ars, panel, cp + jp, ldc, m0, m1, onto_c);
+                        tile_rows(kc, ap, ars, panel, cp + jp, ldc, m0, m1, add, ld);
                 }
             }
         }
@@ -308,10 +322,10 @@ bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k)
 
 bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,
-                      int64_t ldc)
+                      int64_t ldc, const float *bias)
 {
     (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
-    (void)accumulate, (void)c, (void)ldc;
+    (void)accumulate, (void)c, (void)ldc, (void)bias;
     return false;
 }
 

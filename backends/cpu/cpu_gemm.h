@@ -2,7 +2,7 @@
  * backends/cpu/cpu_gemm.h - awl's own float32 product (cpu_gemm.c), for CPUs
  * with AVX-512; everything else goes to OpenBLAS.
  *
- *     if (!awl_cpu_gemm_f32(false, true, m, n, k, x, k, w, k, false, y, n))
+ *     if (!awl_cpu_gemm_f32(false, true, m, n, k, x, k, w, k, false, y, n, NULL))
  *         ... call sgemm instead (no AVX-512, a shape it leaves to BLAS,
  *             or its scratch could not be had)
  *
@@ -15,14 +15,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* C (m x n, row-major, rows ldc apart) = op(A) op(B), or += when
+/* C (m x n, row-major, rows ldc apart) = op(A) op(B) (+ bias), or += when
  * accumulating, on the calling thread. op(A) is m x k: a's rows lda apart,
  * or a holds A^T (k x m, rows lda apart) when ta. op(B) is k x n: b's rows
- * ldb apart, or b holds B^T when tb. Returns false, having done nothing,
+ * ldb apart, or b holds B^T when tb. bias (n floats; NULL: none) is added
+ * to every row of a product that does not accumulate, as each tile of C is
+ * stored (a linear layer's forward). Returns false, having done nothing,
  * when the product is not one for this code (awl_cpu_gemm_f32_suits). */
 bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,
-                      int64_t ldc);
+                      int64_t ldc, const float *bias);
 
 /* Whether awl_cpu_gemm_f32 takes an m x n x k product: the CPU has AVX-512,
  * AWL_CPU_GEMM is not "blas", m is at least 24 (two register tiles) and n

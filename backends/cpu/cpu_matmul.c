@@ -1,5 +1,6 @@
 /*
- * backends/cpu/cpu_matmul.c - (batched) matrix products through OpenBLAS.
+ * backends/cpu/cpu_matmul.c - (batched) matrix products, through awl's own float32
+ * product (cpu_gemm.c) and OpenBLAS.
  *
  * out (..., M, N) = a (..., M, K) @ b (..., K, N), or += when accumulating
  * (beta = 1). Every operand is passed to BLAS ?gemm (cpu_blas.c) in place whenever BLAS
@@ -20,14 +21,20 @@
  * threads never wait for each other inside the product. At a GPT's shapes
  * on 2 threads that measured 1.1-1.9x faster (bench_kernels matmul).
  *
- * A linear layer's product with its bias (matmul_bias) writes the bias into
- * each band just before the band's gemm accumulates onto it (beta = 1):
- * the same arithmetic as a copy of the bias and then the product, but in
- * one parallel region instead of two, and each thread reads back rows it
- * has just written. The MLP's GELU is applied the same way, band by band,
+ * A linear layer's product with its bias (matmul_bias): awl's own float32
+ * product (cpu_gemm.h, on CPUs with AVX-512) adds the bias as it stores
+ * each tile of C; otherwise the bias is written into each band just before
+ * the band's gemm accumulates onto it (beta = 1). Either way it is the
+ * same arithmetic as a copy of the bias and then the product, in one
+ * parallel region instead of two. The MLP's GELU is applied band by band,
  * as each band's product is done (matmul_bias_gelu writes gelu(pre) beside
- * the pre-activation; matmul_gelu_backward scales the product by gelu'(pre)),
- * while the band is still in the cache.
+ * the pre-activation; matmul_gelu_backward scales the product by gelu'(pre)).
+ * Tile by tile inside the product measured slower: the backward's tiles
+ * read gelu'(pre) from 12 rows at a time of a pre-activation that is no
+ * longer in the cache, where a band reads it row after row.
+ *
+ * Float32 products on CPUs with AVX-512 run awl's own code (cpu_gemm.c);
+ * everything else, and any product it declines, goes to BLAS.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -220,7 +227,7 @@ static void blas_product(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n
     else if (dtype == AWL_F32 && m <= SKINNY_ROWS && !ta && tb)
         skinny_product(m, n, k, a, lda, b, ldb, beta, c, ldc);
     else if (dtype == AWL_F32) {
-        if (!awl_cpu_gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, beta != 0.0, c, ldc))
+        if (!awl_cpu_gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, beta != 0.0, c, ldc, NULL))
             awl_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
                            (float)beta, c, (int)ldc);
     }
@@ -357,22 +364,37 @@ static bool gemm_split_k(int nt, int parts, awl_dtype dtype, bool ta, bool tb, i
     return true;
 }
 
+/* One band of C (m x n from cb) = the product plus the bias, in one
+ * float32 product of awl's own (cpu_gemm.h) that adds the bias as it
+ * stores each tile of C. false when that product does not take it: then
+ * the caller writes the bias over the band and multiplies onto it. */
+static bool product_with_bias(awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                              const char *a, int64_t lda, const char *b, int64_t ldb, char *cb,
+                              int64_t ldc, const char *bias)
+{
+    return dtype == AWL_F32 && bias &&
+           awl_cpu_gemm_f32(ta, tb, m, n, k, (const float *)a, lda, (const float *)b, ldb, false,
+                            (float *)cb, ldc, (const float *)bias);
+}
+
 /* gemm over nt threads, each computing a band of C with a single-threaded
  * call (nt = 1: one call on this thread), or a slice of K (k_slices says
  * when). Each thread packs its
  * own copy of the operand it does not split, so the bands run along C's
  * longer side: rows of C and of a when m >= n, else columns of C and of b.
- * With a bias (n contiguous elements; NULL: none) each band first gets its
- * part of the bias and the product is added onto it. */
+ * With a bias (n contiguous elements; NULL: none) each band is its product
+ * plus its part of the bias (product_with_bias, or the bias written first
+ * and the product added onto it). */
 static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        const char *a, int64_t lda, const char *b, int64_t ldb, double beta, char *c,
                        int64_t ldc, const char *bias, const epilogue *ep)
 {
     const int64_t es = (int64_t)awl_dtype_size(dtype);
-    if (bias) beta = 1.0;
     if (nt <= 1) {
-        if (bias) fill_bias(c, ldc, m, n, bias, es);
-        gemm(dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        if (!product_with_bias(dtype, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, bias)) {
+            if (bias) fill_bias(c, ldc, m, n, bias, es);
+            gemm(dtype, ta, tb, m, n, k, a, lda, b, ldb, bias ? 1.0 : beta, c, ldc);
+        }
         apply_epilogue(dtype, ep, c, ldc, 0, m, 0, n);
         return;
     }
@@ -382,27 +404,35 @@ static void gemm_bands(int nt, awl_dtype dtype, bool ta, bool tb, int64_t m, int
     const int parts = k_slices(nt, m, n, k, (len + band - 1) / band);
     if (parts) {
         if (bias) fill_bias(c, ldc, m, n, bias, es);
-        if (gemm_split_k(nt, parts, dtype, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
+        if (gemm_split_k(nt, parts, dtype, ta, tb, m, n, k, a, lda, b, ldb, bias ? 1.0 : beta, c,
+                         ldc)) {
             if (ep) {
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static)
                 for (int64_t r = 0; r < m; r++) apply_epilogue(dtype, ep, c, ldc, r, r + 1, 0, n);
             }
             return;
         }
-        bias = NULL; /* in place already; the bands add onto it (beta = 1) */
+        bias = NULL; /* in place already; the bands add onto it */
+        beta = 1.0;
     }
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, 1)
     for (int64_t i0 = 0; i0 < len; i0 += band) {
         const int64_t w = len - i0 < band ? len - i0 : band;
         if (rows) { /* a's row i0 is i0 rows down, or i0 columns across when transposed */
-            if (bias) fill_bias(c + i0 * ldc * es, ldc, w, n, bias, es);
-            gemm(dtype, ta, tb, w, n, k, a + (ta ? i0 : i0 * lda) * es, lda, b, ldb, beta,
-                 c + i0 * ldc * es, ldc);
+            const char *ab = a + (ta ? i0 : i0 * lda) * es;
+            char *cb = c + i0 * ldc * es;
+            if (!product_with_bias(dtype, ta, tb, w, n, k, ab, lda, b, ldb, cb, ldc, bias)) {
+                if (bias) fill_bias(cb, ldc, w, n, bias, es);
+                gemm(dtype, ta, tb, w, n, k, ab, lda, b, ldb, bias ? 1.0 : beta, cb, ldc);
+            }
             apply_epilogue(dtype, ep, c, ldc, i0, i0 + w, 0, n);
         } else { /* b's column i0 is i0 columns across, or i0 rows down when transposed */
-            if (bias) fill_bias(c + i0 * es, ldc, m, w, bias + i0 * es, es);
-            gemm(dtype, ta, tb, m, w, k, a, lda, b + (tb ? i0 * ldb : i0) * es, ldb, beta,
-                 c + i0 * es, ldc);
+            const char *bb = b + (tb ? i0 * ldb : i0) * es, *bias_b = bias ? bias + i0 * es : NULL;
+            char *cb = c + i0 * es;
+            if (!product_with_bias(dtype, ta, tb, m, w, k, a, lda, bb, ldb, cb, ldc, bias_b)) {
+                if (bias) fill_bias(cb, ldc, m, w, bias_b, es);
+                gemm(dtype, ta, tb, m, w, k, a, lda, bb, ldb, bias ? 1.0 : beta, cb, ldc);
+            }
             apply_epilogue(dtype, ep, c, ldc, 0, m, i0, i0 + w);
         }
     }
