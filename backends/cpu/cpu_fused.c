@@ -48,6 +48,22 @@ static bool vector_of(const awl_view *v, awl_dtype dtype, int64_t n, char **ptr,
 
 static int64_t last_dim(const awl_view *v) { return v->ndim ? v->shape[v->ndim - 1] : 1; }
 
+/* A vector of n floats `stride` apart as a contiguous one: p itself when
+ * stride is 1 (or p is NULL), else a copy in *copy (malloc'd; the caller
+ * frees it). false when the copy cannot be had. The row loops that read it
+ * then vectorise with unit strides. */
+static bool unit_stride(const char *p, int64_t stride, int64_t n, const float **out, float **copy)
+{
+    *copy = NULL;
+    *out = (const float *)p;
+    if (!p || stride == 1 || n <= 1) return true;
+    *copy = malloc((size_t)n * sizeof(float));
+    if (!*copy) return false;
+    for (int64_t j = 0; j < n; j++) (*copy)[j] = ((const float *)p)[j * stride];
+    *out = *copy;
+    return true;
+}
+
 /* max over x[0..n) */
 static float row_max(const float *x, int64_t n)
 {
@@ -133,9 +149,15 @@ int awl_cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const a
         (weight && !vector_of(weight, AWL_F32, C, &pw, &sw)) ||
         (bias && !vector_of(bias, AWL_F32, C, &pb, &sb)))
         return AWL_ERR_UNSUPPORTED;
-    const float *x0 = (const float *)cpu_view_ptr(x), *w = (const float *)pw,
-                *b = (const float *)pb;
-    float *y0 = (float *)cpu_view_ptr(out), *m0 = (float *)pm, *r0 = (float *)pr;
+    const float *x0 = (const float *)cpu_view_ptr(x), *w, *b;
+    float *y0 = (float *)cpu_view_ptr(out), *m0 = (float *)pm, *r0 = (float *)pr, *wcopy, *bcopy;
+    bool have_w = unit_stride(pw, sw, C, &w, &wcopy), have_b = unit_stride(pb, sb, C, &b, &bcopy);
+    if (!have_w || !have_b) {
+        free(wcopy);
+        free(bcopy);
+        return awl_error(AWL_ERR_OOM, "awl_cpu layernorm_forward: out of memory (%lld floats)",
+                         (long long)C);
+    }
     int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(rows, nt))
     for (int64_t r = 0; r < rows; r++) {
@@ -150,13 +172,23 @@ int awl_cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const a
         const float m = (float)mu, rs = (float)(1.0 / sqrt(ss / (double)C + eps));
         m0[r * sm] = m;
         r0[r * sr] = rs;
-        for (int64_t j = 0; j < C; j++) {
-            float v = (xr[j] - m) * rs;
-            if (w) v *= w[j * sw];
-            if (b) v += b[j * sb];
-            y[j] = v;
+        /* branches outside the loops, which then vectorise */
+        if (w && b) {
+#pragma omp simd
+            for (int64_t j = 0; j < C; j++) y[j] = (xr[j] - m) * rs * w[j] + b[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < C; j++) y[j] = (xr[j] - m) * rs;
+            if (w)
+#pragma omp simd
+                for (int64_t j = 0; j < C; j++) y[j] *= w[j];
+            if (b)
+#pragma omp simd
+                for (int64_t j = 0; j < C; j++) y[j] += b[j];
         }
     }
+    free(wcopy);
+    free(bcopy);
     return AWL_OK;
 }
 
@@ -189,7 +221,11 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
         (dbias && !vector_of(dbias, AWL_F32, C, &pdb, &sdb)))
         return AWL_ERR_UNSUPPORTED;
     const float *g0 = (const float *)cpu_view_ptr(dy), *x0 = (const float *)cpu_view_ptr(x);
-    const float *w = (const float *)pw, *m0 = (const float *)pm, *r0 = (const float *)pr;
+    const float *w, *m0 = (const float *)pm, *r0 = (const float *)pr;
+    float *wcopy;
+    if (!unit_stride(pw, sw, C, &w, &wcopy))
+        return awl_error(AWL_ERR_OOM, "awl_cpu layernorm_backward: out of memory (%lld floats)",
+                         (long long)C);
     float *d0 = (float *)cpu_view_ptr(dx);
     const float *add0 = dx_add ? (const float *)cpu_view_ptr(dx_add) : NULL;
 
@@ -199,9 +235,11 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
     double *part = NULL;
     if (partials && nchunks > 0) {
         part = calloc((size_t)(nchunks * 2 * C), sizeof *part);
-        if (!part)
+        if (!part) {
+            free(wcopy);
             return awl_error(AWL_ERR_OOM, "awl_cpu layernorm_backward: out of memory (%lld x %lld)",
                              (long long)nchunks, (long long)C);
+        }
     }
     int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(nchunks, nt))
@@ -213,11 +251,23 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
             float *d = d0 + r * C;
             const float m = m0[r * sm], rs = r0[r * sr];
             double sg = 0, sgx = 0;
+            /* with the weight's branch or its stride inside, GCC left this
+             * loop scalar: a chain of dependent double adds, most of the
+             * kernel's time */
+            if (w) {
 #pragma omp simd reduction(+ : sg, sgx)
-            for (int64_t j = 0; j < C; j++) {
-                float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
-                sg += gj;
-                sgx += (double)gj * xhat;
+                for (int64_t j = 0; j < C; j++) {
+                    const float xhat = (xr[j] - m) * rs, gj = g[j] * w[j];
+                    sg += gj;
+                    sgx += (double)gj * xhat;
+                }
+            } else {
+#pragma omp simd reduction(+ : sg, sgx)
+                for (int64_t j = 0; j < C; j++) {
+                    const float xhat = (xr[j] - m) * rs;
+                    sg += g[j];
+                    sgx += (double)g[j] * xhat;
+                }
             }
             /* the chunk's dweight and dbias partials: a loop of their own,
              * which vectorises (inside the reduction above it did not) */
@@ -229,10 +279,17 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                     pb_sum[j] += g[j];
                 }
             const float a = (float)(sg / (double)C), bb = (float)(sgx / (double)C);
-            const float *add = add0 ? add0 + r * C : NULL;
-            for (int64_t j = 0; j < C; j++) {
-                float xhat = (xr[j] - m) * rs, gj = w ? g[j] * w[j * sw] : g[j];
-                d[j] = rs * (gj - a - xhat * bb) + (add ? add[j] : 0.0f);
+            if (w)
+#pragma omp simd
+                for (int64_t j = 0; j < C; j++)
+                    d[j] = rs * (g[j] * w[j] - a - (xr[j] - m) * rs * bb);
+            else
+#pragma omp simd
+                for (int64_t j = 0; j < C; j++) d[j] = rs * (g[j] - a - (xr[j] - m) * rs * bb);
+            if (add0) {
+                const float *add = add0 + r * C;
+#pragma omp simd
+                for (int64_t j = 0; j < C; j++) d[j] += add[j];
             }
         }
     }
@@ -250,6 +307,7 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
         }
         free(part);
     }
+    free(wcopy);
     return AWL_OK;
 }
 
