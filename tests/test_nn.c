@@ -303,6 +303,51 @@ START_TEST(test_embedding_layernorm_gelu)
 }
 END_TEST
 
+static awl_tensor *call_layer_norm(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    return awl_layer_norm(in[0], in[1], in[2], 1e-5);
+}
+
+/* The same with the weight and bias every second element of in[1], in[2]. */
+static awl_tensor *call_layer_norm_strided(awl_tensor *const *in, void *user)
+{
+    (void)user;
+    const int64_t n = in[1]->shape[0];
+    return awl_layer_norm(in[0], awl_slice(in[1], 0, 0, n, 2), awl_slice(in[2], 0, 0, n, 2), 1e-5);
+}
+
+/* A weight and bias that are strided views give the same bits, forward and
+ * backward, as contiguous ones (the CPU kernels copy them to unit stride). */
+START_TEST(test_layer_norm_strided_params)
+{
+    awl_gc_begin(30);
+    const int64_t C = 40;
+    awl_tensor *x = awl_gc_randn_dtype(2, (int64_t[]){8, C}, AWL_F32);
+    awl_tensor *wide_w = awl_gc_randn_dtype(1, (int64_t[]){2 * C}, AWL_F32);
+    awl_tensor *wide_b = awl_gc_randn_dtype(1, (int64_t[]){2 * C}, AWL_F32);
+    awl_tensor *w = awl_contiguous(awl_slice(wide_w, 0, 0, 2 * C, 2));
+    awl_tensor *b = awl_contiguous(awl_slice(wide_b, 0, 0, 2 * C, 2));
+    double *plain[4], *strided[4];
+    run_with_grads(call_layer_norm, NULL, 3, (awl_tensor *const[]){x, w, b}, plain);
+    run_with_grads(call_layer_norm_strided, NULL, 3, (awl_tensor *const[]){x, wide_w, wide_b},
+                   strided);
+    for (int64_t i = 0; i < 8 * C; i++) {
+        ck_assert_msg(plain[0][i] == strided[0][i], "out[%lld] differs", (long long)i);
+        ck_assert_msg(plain[1][i] == strided[1][i], "dx[%lld] differs", (long long)i);
+    }
+    for (int64_t j = 0; j < C; j++)
+        for (int t = 2; t < 4; t++)
+            ck_assert_msg(plain[t][j] == strided[t][2 * j] && strided[t][2 * j + 1] == 0.0,
+                          "%s[%lld] differs", t == 2 ? "dweight" : "dbias", (long long)j);
+    for (int t = 0; t < 4; t++) {
+        free(plain[t]);
+        free(strided[t]);
+    }
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 static awl_tensor *call_sdpa(awl_tensor *const *in, void *user)
 {
     return awl_scaled_dot_product_attention(in[0], in[1], in[2], *(bool *)user, 0.0);
@@ -801,7 +846,7 @@ END_TEST
 int main(void)
 {
     return AWL_GC_RUN_SUITE("nn", test_module_names, test_module_errors_and_ties, test_linear,
-                            test_embedding_layernorm_gelu, test_attention, test_block_mlp,
+                            test_embedding_layernorm_gelu, test_layer_norm_strided_params, test_attention, test_block_mlp,
                             test_fused_vs_composed, test_cross_entropy_values, test_dropout,
                             test_init);
 }
