@@ -225,10 +225,12 @@ static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t 
 
 /* out[k] = sum_{j<n} w[k * wk + j * wj] rows[j] for k < ROWS, rows[j] = base
  * + j * stride (D floats each): ROWS weighted sums of the same rows, BLOCK
- * dimensions at a time. The weights are a ROWS-row tile of P or dS
- * (wk = ld, wj = 1) or a ROWS-column one (wk = 1, wj = ld). */
+ * dimensions at a time, each times scale[k] as it is stored (scale NULL:
+ * 1). The weights are a ROWS-row tile of P or dS (wk = ld, wj = 1) or a
+ * ROWS-column one (wk = 1, wj = ld). */
 static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n, const float *base,
-                               int64_t stride, int64_t D, float *const out[ROWS])
+                               int64_t stride, int64_t D, const float *scale,
+                               float *const out[ROWS])
 {
     int64_t d0 = 0;
     for (; d0 + BLOCK <= D; d0 += BLOCK) {
@@ -241,13 +243,19 @@ static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n
                 for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] = cpu_fmaf(wkj, r[dd], acc[k][dd]);
             }
         }
-        for (int k = 0; k < ROWS; k++) memcpy(out[k] + d0, acc[k], sizeof acc[k]);
+        for (int k = 0; k < ROWS; k++) {
+            if (scale)
+#pragma omp simd
+                for (int dd = 0; dd < BLOCK; dd++) out[k][d0 + dd] = acc[k][dd] * scale[k];
+            else
+                memcpy(out[k] + d0, acc[k], sizeof acc[k]);
+        }
     }
     for (; d0 < D; d0++)
         for (int k = 0; k < ROWS; k++) {
             float acc = 0.0f;
             for (int64_t j = 0; j < n; j++) acc += w[k * wk + j * wj] * base[j * stride + d0];
-            out[k][d0] = acc;
+            out[k][d0] = scale ? acc * scale[k] : acc;
         }
 }
 
@@ -331,10 +339,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                     for (int64_t j = 0; j < nb; j++) p[j] *= mrow[j];
                 }
             }
-            tile_weighted_rows(S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, os);
-            for (int k = 0; k < ROWS; k++)
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) os[k][d] *= inv[k];
+            tile_weighted_rows(S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, inv, os);
         }
     }
     free(scratch);
@@ -431,7 +436,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
             }
             tile_rows(&hdq, b, i, r0, T, sink, outs);
-            tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, outs);
+            tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, NULL, outs);
         }
         /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r (P
          * dropped) over
@@ -440,10 +445,10 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             const int64_t r0 = causal ? j0 : 0;
             tile_rows(&hdk, b, i, j0, T, sink, outs);
             tile_weighted_rows(dS + r0 * ld + j0, 1, ld, T - r0, row_of(&hq, b, i, r0), hq.st, D,
-                               outs);
+                               NULL, outs);
             tile_rows(&hdv, b, i, j0, T, sink, outs);
             tile_weighted_rows(P + r0 * ld + j0, 1, ld, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
-                               outs);
+                               NULL, outs);
         }
     }
     free(scratch);
