@@ -293,18 +293,27 @@ static awl_tensor *tile_operand(int layout, int64_t m, int64_t k)
 /* float32 products at the sizes where the CPU's own product on AVX-512
  * (backends/cpu/cpu_gemm.c) changes course: rows around its 12-row tiles
  * and in more than one block of rows, columns around its 32-column panels
- * and 384-column blocks, K around its 256-row blocks; each operand
- * contiguous, transposed or a slice; written and accumulated; on 1 and 2
- * threads (two runs on 2 threads give the same bits). Against the float64
- * products of the same values. (Without AVX-512 these go to OpenBLAS, and
- * the test holds just the same.) */
+ * and 384-column blocks, K around its 256-row blocks, rows of A 4 KB
+ * apart; each operand contiguous, transposed or a slice; written and
+ * accumulated; on 1 and 2 threads (two runs on 2 threads give the same
+ * bits). Against the float64 products of the same values. (Without
+ * AVX-512 these go to OpenBLAS, and the test holds just the same.) */
 START_TEST(test_matmul_tiles)
 {
     if (strcmp(awl_gc_device(), "cpu") != 0) return;
     awl_gc_begin(25);
     static const int64_t shapes[][3] = {
-        {24, 32, 1}, {29, 64, 17}, {36, 30, 256}, {47, 96, 257}, {100, 400, 300}, {61, 128, 513},
-        {1601, 64, 40}, /* on one thread, two blocks of rows */
+        {24, 32, 1},
+        {29, 64, 17},
+        {36, 30, 256},
+        {47, 96, 257},
+        {100, 400, 300},
+        {61, 128, 513},
+        /* on one thread, two blocks of rows */
+        {1601, 64, 40},
+        /* a contiguous A's rows 4 KB apart, copied tile by tile; then in two blocks of rows */
+        {40, 64, 1024},
+        {1560, 32, 1024},
     };
     const int threads = awl_get_num_threads();
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
