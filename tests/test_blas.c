@@ -138,16 +138,21 @@ START_TEST(test_products)
 END_TEST
 
 /* float32 products run awl's own code on a CPU with AVX-512 (cpu_gemm.h),
- * and the library's kernels elsewhere or when AWL_CPU_GEMM=blas. */
+ * or with AVX2 and FMA when AWL_CPU_GEMM=avx2, and the library's kernels
+ * elsewhere or when AWL_CPU_GEMM=blas. */
 static void gemm_f32_named(char *msg, size_t size)
 {
     __builtin_cpu_init();
     const char *setting = getenv("AWL_CPU_GEMM");
-    const bool own = __builtin_cpu_supports("avx512f") && !(setting && strcmp(setting, "blas") == 0);
+    const bool avx2 = setting && strcmp(setting, "avx2") == 0;
+    const bool own =
+        avx2 ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+             : __builtin_cpu_supports("avx512f") && !(setting && strcmp(setting, "blas") == 0);
     awl_blas_info b;
     if (awl_blas_get_info(&b) < 0)
         snprintf(msg, size, "not loaded: %s", awl_last_error());
-    else if (own ? strncmp(b.gemm_f32, "awl ", 4) != 0 : strcmp(b.gemm_f32, b.kernels) != 0)
+    else if (own ? strncmp(b.gemm_f32, avx2 ? "awl avx2 " : "awl avx512 ", avx2 ? 9 : 11) != 0
+                 : strcmp(b.gemm_f32, b.kernels) != 0)
         snprintf(msg, size, "float32 products run '%s' on a CPU with %s (kernels %s)", b.gemm_f32,
                  b.cpu_features, b.kernels);
 }
@@ -158,10 +163,17 @@ static void gemm_f32_blas_when_asked(char *msg, size_t size)
     gemm_f32_named(msg, size);
 }
 
+static void gemm_f32_avx2_when_asked(char *msg, size_t size)
+{
+    setenv("AWL_CPU_GEMM", "avx2", 1);
+    gemm_f32_named(msg, size);
+}
+
 START_TEST(test_gemm_f32_is_named)
 {
     in_child(gemm_f32_named);
     in_child(gemm_f32_blas_when_asked);
+    in_child(gemm_f32_avx2_when_asked);
 }
 END_TEST
 

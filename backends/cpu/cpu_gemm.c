@@ -1,5 +1,6 @@
 /*
- * backends/cpu/cpu_gemm.c - awl's own float32 product on CPUs with AVX-512.
+ * backends/cpu/cpu_gemm.c - awl's own float32 product, for CPUs with
+ * AVX-512 (and, when asked, with AVX2 and FMA).
  *
  * C (m x n, row-major) = op(A) op(B), or += when accumulating, on one
  * thread (cpu_matmul.c splits a product between threads in bands and calls
@@ -11,51 +12,58 @@
  * product that overwrites it. The kernel below runs at 97% of the peak, and
  * the product packs only one operand (docs/performance.md has the figures).
  *
- * The register tile. The innermost loop keeps a 12 x 32 block of C in 24
- * AVX-512 registers (12 rows, two 16-float vectors a row). Each step p
- * loads one row of B's block (32 floats, two vectors) and, for each of the
- * 12 rows, broadcasts A(r, p) and adds A(r, p) * B(p, 0..32) into the row:
- * 24 fused multiply-adds for 14 loads, and no other work. 24 independent
- * sums hide the FMA latency (4 cycles, two pipes) with room to spare; the
- * 32 registers hold the tile, B's two vectors and the broadcast.
+ * The register tile. With AVX-512 the innermost loop keeps a 12 x 32
+ * block of C in 24 registers (12 rows, two 16-float vectors a row). Each
+ * step p loads one row of B's block (32 floats, two vectors) and, for each
+ * of the 12 rows, broadcasts A(r, p) and adds A(r, p) * B(p, 0..32) into
+ * the row: 24 fused multiply-adds for 14 loads, and no other work. 24
+ * independent sums hide the FMA latency (4 cycles, two pipes) with room to
+ * spare; the 32 registers hold the tile, B's two vectors and the
+ * broadcast. With AVX2 there are 16 registers of 8 floats, and the tile is
+ * 6 x 16: 12 sums, 12 multiply-adds for 8 loads a step.
  *
- * Which operand is packed. The 12 values broadcast at each step are read
- * from A where it lies: 12 rows of a row-major A (one float from each row's
- * current cache line), or 12 neighbours of a transposed A's row. Packing A
- * would cost one pass over A for every 2n multiply-adds done with it; at
- * n = 128 that is as much time as it saves. The rows' next cache lines are
- * prefetched every 16 steps, which the hardware prefetcher does not do well
- * for 12 streams at once. The exception: rows a multiple of 4 KB apart
- * (K = 1024, 2048, 3072 in a row-major A) fall in one set of the L1 cache,
- * which holds 8 lines, and the tile's reads miss; then each block of A's
- * rows and KC steps is copied once, tile by tile (rows_alias; a 2048^3
- * product 93-95 GFLOP/s on one thread without the copy, 106 with it,
- * OpenBLAS 106-108). B's block is read 32 floats at a time for every
- * 12 rows of A, so it is packed: KC rows by NC columns of op(B), as panels
- * of 32 columns whose rows follow each other (a panel is one contiguous
+ * Which operand is packed. The values broadcast at each step are read
+ * from A where it lies: a tile's rows of a row-major A (one float from
+ * each row's current cache line), or neighbours in a transposed A's row.
+ * Packing A would cost one pass over A for every 2n multiply-adds done
+ * with it; at n = 128 that is as much time as it saves. The rows' next
+ * cache lines are prefetched every 16 steps, which the hardware prefetcher
+ * does not do well for 12 streams at once. The exception: rows a multiple
+ * of 4 KB apart (K = 1024, 2048, 3072 in a row-major A) fall in one set of
+ * the L1 cache, which holds 8 lines, and the tile's reads miss; then each
+ * block of A's rows and KC steps is copied once, tile by tile (rows_alias;
+ * a 2048^3 product 93-95 GFLOP/s on one thread without the copy, 106 with
+ * it, OpenBLAS 106-108). B's block is read a panel row at a time for every
+ * tile of A, so it is packed: KC rows by NC columns of op(B), as panels of
+ * the tile's width whose rows follow each other (a panel is one contiguous
  * stream for the tile), columns past n zero. From a row-major B that is a
- * copy of 32-float runs; from a transposed B (a linear layer's weight in
- * x @ w^T) a transpose, done 16 x 16 floats at a time in registers.
+ * copy of short runs; from a transposed B (a linear layer's weight in
+ * x @ w^T) a transpose, done a square block of floats at a time in
+ * registers.
  *
- * Blocking. KC = 256 rows of B (a panel is 32 KB; a tile's 12 rows of A
- * are 12 KB) and NC = 384 columns (the packed block, 384 KB, stays in the
- * L2 cache while the rows of A pass over it). A's rows are taken in blocks
- * of at most MC = 1536 (one block for a thread's band at a GPT's sizes),
- * so that a block's rows of A are still in a cache when the next block of
- * columns comes round; within one, C's columns are walked in blocks of NC,
- * then K in blocks of KC (each block after the first adds onto C), then
- * A's rows 12 at a time, then the block's panels. (The rows of a product
- * of 16,384 x 384 x 1,152, shakespeare-char's qkv, in one block: 200-207
- * GFLOP/s on 2 threads; in blocks of 1536: 213-215.)
+ * Blocking. KC = 256 rows of B (an AVX-512 panel is 32 KB; a tile's 12
+ * rows of A are 12 KB) and NC = 384 columns (the packed block, 384 KB,
+ * stays in the L2 cache while the rows of A pass over it). A's rows are
+ * taken in blocks of at most MC = 1536 (one block for a thread's band at a
+ * GPT's sizes), so that a block's rows of A are still in a cache when the
+ * next block of columns comes round; within one, C's columns are walked in
+ * blocks of NC, then K in blocks of KC (each block after the first adds
+ * onto C), then A's rows a tile at a time, then the block's panels. (The
+ * rows of a product of 16,384 x 384 x 1,152, shakespeare-char's qkv, in
+ * one block: 200-207 GFLOP/s on 2 threads; in blocks of 1536: 213-215.)
  *
  * Edges: the last panel's columns past n are masked off when C is read and
- * written (and are zero in the panel); a block's last rows, fewer than 12,
- * go to the same loop compiled for their number of rows (tile_edge).
+ * written (and are zero in the panel); a block's last rows, fewer than a
+ * tile's, go to the same loop compiled for their number of rows.
  *
  * Summation order: each element of C is sum over p in order within a KC
  * block, the blocks added onto C in order. That does not depend on where a
- * band of C starts or ends, so a product gives the same bits whatever the
- * thread count (docs/determinism in DESIGN.md).
+ * band of C starts or ends (a band too small for these tiles goes to BLAS,
+ * which has its own order).
+ *
+ * AWL_CPU_GEMM=blas sends every product to OpenBLAS; AWL_CPU_GEMM=avx2
+ * runs the AVX2 tiles (on a CPU with AVX-512 too: tests and comparisons;
+ * see `decide` for why they are not the default where AVX-512 is missing).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -64,53 +72,53 @@
 #include "backends/cpu/cpu_gemm.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_AVX512_GEMM 1
+#define HAVE_X86_GEMM 1
 #include <immintrin.h>
 #endif
 
-#ifdef HAVE_AVX512_GEMM
+#ifdef HAVE_X86_GEMM
 
-#define MR 12       /* rows of the register tile */
-#define NR 32       /* its columns: two 16-float vectors */
 #define KC 256      /* rows of B packed at a time */
-#define NC 384      /* columns of B packed at a time */
+#define NC 384      /* columns of B packed at a time (a multiple of both tiles' widths) */
 #define MC 1536     /* rows of A and C that pass over one packed block of B */
 #define PREFETCH 32 /* how many floats ahead A's rows are prefetched */
 
+/* The code of one instruction set: its tile's rows and columns, how it
+ * packs B's block into panels of nr columns, and its tile: C's mr rows
+ * (ldc apart) and first w (<= nr) columns := A's mr rows of kc steps
+ * (element (r, p) at a[r * ars + p * acs]) times a panel (kc rows of nr),
+ * plus the addend's rows (ld apart: C itself, or a bias row with ld 0;
+ * NULL: nothing). */
+typedef struct kernels {
+    const char *name;
+    int mr, nr;
+    void (*pack_b)(float *dst, const float *b, int64_t ldb, bool tb, int64_t p0, int64_t kc,
+                   int64_t j0, int64_t nc);
+    void (*tile)(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs, const float *panel,
+                 float *c, int64_t ldc, int64_t w, const float *add, int64_t ld);
+} kernels;
+
+/* ---- AVX-512: 12 x 32 ----------------------------------------------------------- */
+
 #define AVX512 __attribute__((target("avx512f")))
 
-/* Each thread's scratch, made on its first product and freed when the
- * thread ends (scratch_key's destructor; libgomp ends threads when the
- * thread count falls): the packed block of B, KC x NC floats, and, made
- * when first needed, a block of A's rows copied tile by tile, MC x KC. */
-typedef struct scratch {
-    float *b, *a;
-} scratch;
-
-static _Thread_local scratch *mine;
-static pthread_key_t scratch_key;
-static bool have_scratch_key;
-
-static void scratch_free(void *p)
+/* The mask of a 16-float vector's first w lanes. */
+static AVX512 __mmask16 mask16(int64_t w)
 {
-    scratch *s = p;
-    free(s->b);
-    free(s->a);
-    free(s);
+    return w >= 16 ? (__mmask16)0xffff : w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
 }
 
-/* C's tile of R rows (ldc apart; the columns past the masks untouched) :=
+/* C's tile of R rows (ldc apart; its columns past w untouched) :=
  * the tile's A (R rows of kc, element (r, p) at a[r * ars + p * acs]) times
- * a packed panel (kc rows of NR), plus the addend's rows (ld apart: C
+ * a packed panel (kc rows of 32), plus the addend's rows (ld apart: C
  * itself, or a bias row with ld 0; NULL: nothing). R is a constant
  * wherever this is inlined, so the loops over rows unroll and the sums
  * stay in registers. */
 static inline __attribute__((always_inline)) AVX512 void
-tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-     const float *restrict panel, float *c, int64_t ldc, __mmask16 mask0, __mmask16 mask1,
-     const float *add, int64_t ld)
+tile512(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+        const float *restrict panel, float *c, int64_t ldc, int64_t w, const float *add, int64_t ld)
 {
-    __m512 sum[MR][2];
+    __m512 sum[12][2];
 #pragma GCC unroll 12
     for (int r = 0; r < R; r++) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kc; p++) {
@@ -127,8 +135,9 @@ tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
             sum[r][1] = _mm512_fmadd_ps(ar, b1, sum[r][1]);
         }
         a += acs;
-        panel += NR;
+        panel += 32;
     }
+    const __mmask16 mask0 = mask16(w), mask1 = mask16(w - 16);
 #pragma GCC unroll 12
     for (int r = 0; r < R; r++) {
         float *row = c + r * ldc;
@@ -136,9 +145,8 @@ tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
             sum[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(mask0, add + r * ld), sum[r][0]);
             sum[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(mask1, add + r * ld + 16), sum[r][1]);
         }
-        /* plain stores where the panel is full: a load cannot be served
-         * from a masked store still in flight (the finish reads the tile
-         * back at once), only from a plain one */
+        /* plain stores where the panel is full: a later load of these
+         * floats cannot take them from a masked store still in flight */
         if (mask1 == 0xffff) {
             _mm512_storeu_ps(row, sum[r][0]);
             _mm512_storeu_ps(row + 16, sum[r][1]);
@@ -150,34 +158,34 @@ tile(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
 }
 
 /* The full tile, for a row-major A (rows lda apart) and for a transposed
- * one (a tile's rows are neighbours): two copies of the loop, each with its
- * strides' constants folded in. */
-static AVX512 void tile_rows(int64_t kc, const float *a, int64_t lda, const float *panel, float *c,
-                             int64_t ldc, __mmask16 mask0, __mmask16 mask1, const float *add,
-                             int64_t ld)
+ * one (a tile's rows are neighbours), each a copy of the loop with its
+ * strides' constants folded in; then any tile, the last rows of a block
+ * (fewer than 12) each with a copy of the loop for their number. */
+static AVX512 void tile512_rows(int64_t kc, const float *a, int64_t lda, const float *panel,
+                                float *c, int64_t ldc, int64_t w, const float *add, int64_t ld)
 {
-    tile(MR, kc, a, lda, 1, panel, c, ldc, mask0, mask1, add, ld);
+    tile512(12, kc, a, lda, 1, panel, c, ldc, w, add, ld);
 }
 
-static AVX512 void tile_neighbours(int64_t kc, const float *a, int64_t lda, const float *panel,
-                                   float *c, int64_t ldc, __mmask16 mask0, __mmask16 mask1,
-                                   const float *add, int64_t ld)
+static AVX512 void tile512_neighbours(int64_t kc, const float *a, int64_t lda, const float *panel,
+                                      float *c, int64_t ldc, int64_t w, const float *add,
+                                      int64_t ld)
 {
-    tile(MR, kc, a, 1, lda, panel, c, ldc, mask0, mask1, add, ld);
+    tile512(12, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-/* The last tile of a block whose rows do not fill one: R = mr < MR rows,
- * one copy of the loop for each R (from a row-major or a transposed A). */
-static AVX512 void tile_edge(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                             const float *panel, float *c, int64_t ldc, __mmask16 mask0,
-                             __mmask16 mask1, const float *add, int64_t ld)
+static AVX512 void tile512_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                               const float *panel, float *c, int64_t ldc, int64_t w,
+                               const float *add, int64_t ld)
 {
+    if (mr == 12 && ars == 1) return tile512_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
+    if (mr == 12) return tile512_rows(kc, a, ars, panel, c, ldc, w, add, ld);
 #define EDGE(R)                                                                                    \
     case R:                                                                                        \
         if (acs == 1)                                                                              \
-            tile(R, kc, a, ars, 1, panel, c, ldc, mask0, mask1, add, ld);                          \
+            tile512(R, kc, a, ars, 1, panel, c, ldc, w, add, ld);                                  \
         else                                                                                       \
-            tile(R, kc, a, 1, acs, panel, c, ldc, mask0, mask1, add, ld);                          \
+            tile512(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
         break;
     switch (mr) {
         EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5) EDGE(6) EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11)
@@ -215,53 +223,224 @@ static AVX512 void transpose16(const float *src, int64_t lds, float *dst, int64_
     }
 }
 
-/* The masks of a panel's two vectors for w valid columns. */
-static __mmask16 columns_mask(int64_t w)
-{
-    return w >= 16 ? (__mmask16)0xffff : w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
-}
-
 /* Packs op(B)'s rows [p0, p0 + kc) and columns [j0, j0 + nc) into panels of
- * NR columns (kc x NR each, one after the other), columns past nc zero.
+ * 32 columns (kc x 32 each, one after the other), columns past nc zero.
  * op(B)(p, j) is b[p * ldb + j], or b[j * ldb + p] when transposed. */
-static AVX512 void pack_b(float *restrict dst, const float *b, int64_t ldb, bool tb, int64_t p0,
-                          int64_t kc, int64_t j0, int64_t nc)
+static AVX512 void pack_b512(float *restrict dst, const float *b, int64_t ldb, bool tb, int64_t p0,
+                             int64_t kc, int64_t j0, int64_t nc)
 {
-    for (int64_t jp = 0; jp < nc; jp += NR) {
-        const int64_t w = nc - jp < NR ? nc - jp : NR;
+    for (int64_t jp = 0; jp < nc; jp += 32) {
+        const int64_t w = nc - jp < 32 ? nc - jp : 32;
         float *panel = dst + jp * kc;
         if (!tb) { /* B's rows, 32 floats at a time (masked past n) */
-            const __mmask16 m0 = columns_mask(w), m1 = columns_mask(w - 16);
+            const __mmask16 m0 = mask16(w), m1 = mask16(w - 16);
             for (int64_t p = 0; p < kc; p++) {
                 const float *src = b + (p0 + p) * ldb + j0 + jp;
-                _mm512_store_ps(panel + p * NR, _mm512_maskz_loadu_ps(m0, src));
-                _mm512_store_ps(panel + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+                _mm512_store_ps(panel + p * 32, _mm512_maskz_loadu_ps(m0, src));
+                _mm512_store_ps(panel + p * 32 + 16, _mm512_maskz_loadu_ps(m1, src + 16));
             }
             continue;
         }
         const float *src = b + (j0 + jp) * ldb + p0; /* column j0 + jp of op(B), from row p0 */
         int64_t p = 0;
-        if (w == NR)
+        if (w == 32)
             for (; p + 16 <= kc; p += 16) {
-                transpose16(src + p, ldb, panel + p * NR, NR);
-                transpose16(src + 16 * ldb + p, ldb, panel + p * NR + 16, NR);
+                transpose16(src + p, ldb, panel + p * 32, 32);
+                transpose16(src + 16 * ldb + p, ldb, panel + p * 32 + 16, 32);
             }
         for (; p < kc; p++)
-            for (int64_t q = 0; q < NR; q++) panel[p * NR + q] = q < w ? src[q * ldb + p] : 0.0f;
+            for (int64_t q = 0; q < 32; q++) panel[p * 32 + q] = q < w ? src[q * ldb + p] : 0.0f;
     }
 }
 
-/* Whether awl's product runs: the CPU has AVX-512 and AWL_CPU_GEMM is not
- * "blas". Decided once, at the first product. */
+static const kernels avx512_kernels = {"awl avx512 12x32", 12, 32, pack_b512, tile512_any};
+
+/* ---- AVX2 and FMA: 6 x 16 ------------------------------------------------------- */
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+/* The mask of an 8-float vector's first w lanes (all bits of a lane set). */
+static AVX2 __m256i mask8(int64_t w)
+{
+    const int n = w <= 0 ? 0 : w >= 8 ? 8 : (int)w;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* tile512 with 8-float vectors: R (<= 6) rows of 16 columns. */
+static inline __attribute__((always_inline)) AVX2 void
+tile256(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+        const float *restrict panel, float *c, int64_t ldc, int64_t w, const float *add, int64_t ld)
+{
+    __m256 sum[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) sum[r][0] = sum[r][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < kc; p++) {
+        if (acs == 1 && (p & 15) == 0) {
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++)
+                _mm_prefetch((const char *)(a + r * ars + PREFETCH), _MM_HINT_T0);
+        }
+        const __m256 b0 = _mm256_load_ps(panel), b1 = _mm256_load_ps(panel + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 ar = _mm256_broadcast_ss(a + r * ars);
+            sum[r][0] = _mm256_fmadd_ps(ar, b0, sum[r][0]);
+            sum[r][1] = _mm256_fmadd_ps(ar, b1, sum[r][1]);
+        }
+        a += acs;
+        panel += 16;
+    }
+    const bool full = w >= 16;
+    const __m256i mask0 = mask8(w), mask1 = mask8(w - 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        float *row = c + r * ldc;
+        if (add) {
+            const float *x = add + r * ld;
+            sum[r][0] =
+                _mm256_add_ps(full ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, mask0), sum[r][0]);
+            sum[r][1] = _mm256_add_ps(
+                full ? _mm256_loadu_ps(x + 8) : _mm256_maskload_ps(x + 8, mask1), sum[r][1]);
+        }
+        if (full) {
+            _mm256_storeu_ps(row, sum[r][0]);
+            _mm256_storeu_ps(row + 8, sum[r][1]);
+        } else {
+            _mm256_maskstore_ps(row, mask0, sum[r][0]);
+            _mm256_maskstore_ps(row + 8, mask1, sum[r][1]);
+        }
+    }
+}
+
+static AVX2 void tile256_rows(int64_t kc, const float *a, int64_t lda, const float *panel, float *c,
+                              int64_t ldc, int64_t w, const float *add, int64_t ld)
+{
+    tile256(6, kc, a, lda, 1, panel, c, ldc, w, add, ld);
+}
+
+static AVX2 void tile256_neighbours(int64_t kc, const float *a, int64_t lda, const float *panel,
+                                    float *c, int64_t ldc, int64_t w, const float *add, int64_t ld)
+{
+    tile256(6, kc, a, 1, lda, panel, c, ldc, w, add, ld);
+}
+
+static AVX2 void tile256_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                             const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
+                             int64_t ld)
+{
+    if (mr == 6 && ars == 1) return tile256_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
+    if (mr == 6) return tile256_rows(kc, a, ars, panel, c, ldc, w, add, ld);
+#define EDGE(R)                                                                                    \
+    case R:                                                                                        \
+        if (acs == 1)                                                                              \
+            tile256(R, kc, a, ars, 1, panel, c, ldc, w, add, ld);                                  \
+        else                                                                                       \
+            tile256(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
+        break;
+    switch (mr) {
+        EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5)
+    }
+#undef EDGE
+}
+
+/* dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 block: pairs of floats,
+ * pairs of pairs, then 128-bit halves. */
+static AVX2 void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd)
+{
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* r[i + c]: column c of each half, rows i..i+3 */
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) { /* columns c and 4 + c: the low and high halves */
+        _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
+        _mm256_storeu_ps(dst + (4 + c) * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
+    }
+}
+
+/* pack_b512 with panels of 16 columns. */
+static AVX2 void pack_b256(float *restrict dst, const float *b, int64_t ldb, bool tb, int64_t p0,
+                           int64_t kc, int64_t j0, int64_t nc)
+{
+    for (int64_t jp = 0; jp < nc; jp += 16) {
+        const int64_t w = nc - jp < 16 ? nc - jp : 16;
+        float *panel = dst + jp * kc;
+        if (!tb) {
+            const __m256i m0 = mask8(w), m1 = mask8(w - 8);
+            for (int64_t p = 0; p < kc; p++) {
+                const float *src = b + (p0 + p) * ldb + j0 + jp;
+                _mm256_store_ps(panel + p * 16, _mm256_maskload_ps(src, m0));
+                _mm256_store_ps(panel + p * 16 + 8, _mm256_maskload_ps(src + 8, m1));
+            }
+            continue;
+        }
+        const float *src = b + (j0 + jp) * ldb + p0;
+        int64_t p = 0;
+        if (w == 16)
+            for (; p + 8 <= kc; p += 8) {
+                transpose8(src + p, ldb, panel + p * 16, 16);
+                transpose8(src + 8 * ldb + p, ldb, panel + p * 16 + 8, 16);
+            }
+        for (; p < kc; p++)
+            for (int64_t q = 0; q < 16; q++) panel[p * 16 + q] = q < w ? src[q * ldb + p] : 0.0f;
+    }
+}
+
+static const kernels avx2_kernels = {"awl avx2 6x16", 6, 16, pack_b256, tile256_any};
+
+/* ---- the product, over either set ------------------------------------------------ */
+
+/* Each thread's scratch, made on its first product and freed when the
+ * thread ends (scratch_key's destructor; libgomp ends threads when the
+ * thread count falls): the packed block of B, KC x NC floats, and, made
+ * when first needed, a block of A's rows copied tile by tile, MC x KC. */
+typedef struct scratch {
+    float *b, *a;
+} scratch;
+
+static _Thread_local scratch *mine;
+static pthread_key_t scratch_key;
+static bool have_scratch_key;
+
+static void scratch_free(void *p)
+{
+    scratch *s = p;
+    free(s->b);
+    free(s->a);
+    free(s);
+}
+
+/* Which set runs the products (NULL: none, BLAS does): AVX-512 where the
+ * CPU has it; AWL_CPU_GEMM=blas for none, =avx2 for the AVX2 set (on any
+ * CPU with AVX2 and FMA). A CPU with AVX2 but not AVX-512 keeps OpenBLAS
+ * unless asked: on the AVX-512 machine, whose cores run 8-float FMAs at
+ * the same rate, the AVX2 tiles were level with OpenBLAS's Haswell and Zen
+ * kernels in a training step (docs/performance.md), and they have not
+ * been measured on a CPU that has AVX2 alone. Decided once, at the first
+ * product. */
 static pthread_once_t decided = PTHREAD_ONCE_INIT;
-static bool use_awl_gemm;
+static const kernels *chosen;
 
 static void decide(void)
 {
     const char *setting = getenv("AWL_CPU_GEMM");
+    const bool blas = setting && strcmp(setting, "blas") == 0;
+    const bool avx2 = setting && strcmp(setting, "avx2") == 0;
     __builtin_cpu_init();
-    use_awl_gemm = __builtin_cpu_supports("avx512f") && !(setting && strcmp(setting, "blas") == 0);
-    have_scratch_key = use_awl_gemm && pthread_key_create(&scratch_key, scratch_free) == 0;
+    if (blas)
+        chosen = NULL;
+    else if (avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        chosen = &avx2_kernels;
+    else if (__builtin_cpu_supports("avx512f") && !avx2)
+        chosen = &avx512_kernels;
+    have_scratch_key = chosen && pthread_key_create(&scratch_key, scratch_free) == 0;
 }
 
 /* This thread's scratch, with room for a block of A when with_a; NULL
@@ -284,47 +463,44 @@ static scratch *thread_scratch(bool with_a)
 
 /* One product's operands, as awl_cpu_gemm_f32 got them. */
 typedef struct product {
+    const kernels *kn;
     bool ta, tb, accumulate;
     int64_t m, n, k, lda, ldb, ldc;
     const float *a, *b, *bias;
     float *c;
 } product;
 
-/* A row-major A whose rows are a multiple of 4 KB apart puts a tile's 12
- * rows in one set of the L1 cache, which holds 8, and its reads miss:
- * such an A is copied a block of rows and steps at a time, tile by tile,
- * each tile step-major (its rows neighbours), before the block's products. */
+/* A row-major A whose rows are a multiple of 4 KB apart puts a tile's
+ * rows (and their prefetched next lines) in one set of the L1 cache, which
+ * holds 8, and its reads miss: such an A is copied a block of rows and
+ * steps at a time, tile by tile, each tile step-major (its rows
+ * neighbours), before the block's products. */
 static bool rows_alias(const product *g) { return !g->ta && g->lda % 1024 == 0; }
 
 /* Every tile of rows [i1, i2) over the packed block of B: steps [p0, p0 +
  * kc), columns [j0, j0 + nc). a_block: those rows' steps copied tile by
  * tile (rows_alias), or NULL to read A where it lies. */
-static AVX512 void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int64_t kc,
-                              int64_t j0, int64_t nc, const float *packed, const float *a_block)
+static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int64_t kc, int64_t j0,
+                       int64_t nc, const float *packed, const float *a_block)
 {
+    const int tile_m = g->kn->mr, tile_n = g->kn->nr;
     const int64_t lda = g->lda, ldc = g->ldc;
     const bool onto_c = g->accumulate || p0 > 0;
-    for (int64_t i0 = i1; i0 < i2; i0 += MR) {
-        const int mr = i2 - i0 < MR ? (int)(i2 - i0) : MR;
+    for (int64_t i0 = i1; i0 < i2; i0 += tile_m) {
+        const int mr = i2 - i0 < tile_m ? (int)(i2 - i0) : tile_m;
         const float *ap = g->a + (g->ta ? i0 + p0 * lda : i0 * lda + p0);
         int64_t ars = g->ta ? 1 : lda, acs = g->ta ? lda : 1;
         if (a_block) {
             ap = a_block + (i0 - i1) * kc;
             ars = 1;
-            acs = MR;
+            acs = tile_m;
         }
         float *cp = g->c + i0 * ldc + j0;
-        for (int64_t jp = 0; jp < nc; jp += NR) {
-            const __mmask16 m0 = columns_mask(nc - jp), m1 = columns_mask(nc - jp - 16);
-            const float *panel = packed + jp * kc;
+        for (int64_t jp = 0; jp < nc; jp += tile_n) {
             const float *add = onto_c ? cp + jp : g->bias ? g->bias + j0 + jp : NULL;
-            const int64_t ld = onto_c ? ldc : 0;
-            if (mr < MR)
-                tile_edge(mr, kc, ap, ars, acs, panel, cp + jp, ldc, m0, m1, add, ld);
-            else if (ars == 1)
-                tile_neighbours(kc, ap, acs, panel, cp + jp, ldc, m0, m1, add, ld);
-            else
-                tile_rows(kc, ap, ars, panel, cp + jp, ldc, m0, m1, add, ld);
+            const int64_t w = nc - jp < tile_n ? nc - jp : tile_n;
+            g->kn->tile(mr, kc, ap, ars, acs, packed + jp * kc, cp + jp, ldc, w, add,
+                        onto_c ? ldc : 0);
         }
     }
 }
@@ -333,30 +509,31 @@ static AVX512 void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t 
  * is packed and every tile of these rows passes over it. With rows_alias,
  * the steps come first, so that each block of A is copied once for all
  * the columns (C's elements still sum their KC blocks in order). */
-static AVX512 void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
+static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
 {
+    const int tile_m = g->kn->mr;
     const int64_t n = g->n, k = g->k;
     if (!rows_alias(g)) {
         for (int64_t j0 = 0; j0 < n; j0 += NC)
             for (int64_t p0 = 0; p0 < k; p0 += KC) {
                 const int64_t nc = n - j0 < NC ? n - j0 : NC, kc = k - p0 < KC ? k - p0 : KC;
-                pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
+                g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
                 pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, NULL);
             }
         return;
     }
     for (int64_t p0 = 0; p0 < k; p0 += KC) {
         const int64_t kc = k - p0 < KC ? k - p0 : KC;
-        for (int64_t i0 = i1; i0 < i2; i0 += MR) {
-            const int mr = i2 - i0 < MR ? (int)(i2 - i0) : MR;
+        for (int64_t i0 = i1; i0 < i2; i0 += tile_m) {
+            const int mr = i2 - i0 < tile_m ? (int)(i2 - i0) : tile_m;
             const float *ap = g->a + i0 * g->lda + p0;
             float *tile_a = s->a + (i0 - i1) * kc;
             for (int r = 0; r < mr; r++)
-                for (int64_t p = 0; p < kc; p++) tile_a[p * MR + r] = ap[r * g->lda + p];
+                for (int64_t p = 0; p < kc; p++) tile_a[p * tile_m + r] = ap[r * g->lda + p];
         }
         for (int64_t j0 = 0; j0 < n; j0 += NC) {
             const int64_t nc = n - j0 < NC ? n - j0 : NC;
-            pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
+            g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
             pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, s->a);
         }
     }
@@ -367,14 +544,15 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
                       int64_t ldc, const float *bias)
 {
     if (!awl_cpu_gemm_f32_suits(m, n, k)) return false;
-    const product g = {ta, tb, accumulate, m, n, k, lda, ldb, ldc, a, b, accumulate ? NULL : bias,
-                       c};
+    const product g = {
+        chosen, ta, tb, accumulate, m, n, k, lda, ldb, ldc, a, b, accumulate ? NULL : bias, c};
     scratch *s = thread_scratch(rows_alias(&g));
     if (!s) return false;
     /* Rows in blocks of at most MC, all the same size but the last, each a
-     * multiple of MR (a band of one thread is one block at a GPT's sizes) */
-    const int64_t blocks = (m + MC - 1) / MC;
-    const int64_t rows = ((m + blocks - 1) / blocks + MR - 1) / MR * MR;
+     * multiple of the tile's rows (a band of one thread is one block at a
+     * GPT's sizes) */
+    const int64_t blocks = (m + MC - 1) / MC, mr = chosen->mr;
+    const int64_t rows = ((m + blocks - 1) / blocks + mr - 1) / mr * mr;
     for (int64_t i1 = 0; i1 < m; i1 += rows)
         block_of_rows(&g, i1, m - i1 < rows ? m : i1 + rows, s);
     return true;
@@ -383,19 +561,20 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
 const char *awl_cpu_gemm_f32_name(void)
 {
     pthread_once(&decided, decide);
-    return use_awl_gemm ? "awl avx512 12x32" : NULL;
+    return chosen ? chosen->name : NULL;
 }
 
 bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k)
 {
     /* Enough rows to fill tiles, and columns that fill the last panel to
-     * within an eighth (n = 65 would compute 96 columns: BLAS's narrower
-     * tiles do better there). */
-    const int64_t padded = (n + NR - 1) / NR * NR;
-    return awl_cpu_gemm_f32_name() && m >= 2 * MR && k >= 1 && n >= 16 && 8 * padded <= 9 * n;
+     * within an eighth (n = 65 would compute 96 columns with AVX-512: BLAS's
+     * narrower tiles do better there). */
+    if (!awl_cpu_gemm_f32_name()) return false;
+    const int64_t padded = (n + chosen->nr - 1) / chosen->nr * chosen->nr;
+    return m >= 2 * chosen->mr && k >= 1 && n >= 16 && 8 * padded <= 9 * n;
 }
 
-#else /* no AVX-512 build: every product goes to BLAS */
+#else /* not x86-64: every product goes to BLAS */
 
 bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,

@@ -7,7 +7,9 @@
  *             or its scratch could not be had)
  *
  * The environment variable AWL_CPU_GEMM=blas sends every product to
- * OpenBLAS instead (for comparisons); it is read once, at the first product.
+ * OpenBLAS instead, and AWL_CPU_GEMM=avx2 runs the AVX2 tiles (6 x 16) in
+ * place of the AVX-512 ones, or on a CPU that has AVX2 and FMA but not
+ * AVX-512 (for comparisons); it is read once, at the first product.
  */
 #ifndef AWL_BACKENDS_CPU_GEMM_H
 #define AWL_BACKENDS_CPU_GEMM_H
@@ -26,13 +28,13 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
                       int64_t lda, const float *b, int64_t ldb, bool accumulate, float *c,
                       int64_t ldc, const float *bias);
 
-/* Whether awl_cpu_gemm_f32 takes an m x n x k product: the CPU has AVX-512,
- * AWL_CPU_GEMM is not "blas", m is at least 24 (two register tiles) and n
- * fills its last 32-column panel to within an eighth. */
+/* Whether awl_cpu_gemm_f32 takes an m x n x k product: the CPU has AVX-512
+ * (or AWL_CPU_GEMM=avx2 and AVX2), AWL_CPU_GEMM is not "blas", m is at
+ * least two register tiles and n fills its last panel to within an eighth. */
 bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k);
 
-/* "awl avx512 12x32" when awl's product is in use, NULL when every float32
- * product goes to BLAS. */
+/* "awl avx512 12x32" (or "awl avx2 6x16") when awl's product is in use,
+ * NULL when every float32 product goes to BLAS. */
 const char *awl_cpu_gemm_f32_name(void);
 
 #endif
