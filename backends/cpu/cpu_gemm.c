@@ -6,11 +6,13 @@
  * thread (cpu_matmul.c splits a product between threads in bands and calls
  * this for each). Float64, and CPUs without AVX-512, go to OpenBLAS.
  *
- * Why not OpenBLAS here too: at a GPT's shapes its SkylakeX kernel runs at
- * 92-95% of the core's FMA peak, and around it the product spends another
- * 6-8% packing both operands into its own layouts and zeroing C before a
- * product that overwrites it. The kernel below runs at 97% of the peak, and
- * the product packs only one operand (docs/performance.md has the figures).
+ * Why not OpenBLAS here too: at a GPT's shapes its product spends about
+ * 6% of its time outside its kernel, packing both operands into its own
+ * layouts and zeroing C before a product that overwrites it. The product
+ * below packs one operand and writes C directly: on one core of the
+ * AVX-512 dev machine it runs a GPT's products at 107-112 GFLOP/s where
+ * OpenBLAS 0.3.21's SkylakeX kernels run them at 101-105 (FMA peak 118;
+ * docs/performance.md, "awl's own float32 product").
  *
  * The register tile. With AVX-512 the innermost loop keeps a 12 x 32
  * block of C in 24 registers (12 rows, two 16-float vectors a row). Each
