@@ -176,12 +176,8 @@ static AVX512 void tile512_neighbours(int64_t kc, const float *a, int64_t lda, c
     tile512(12, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-static AVX512 void tile512_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                               const float *panel, float *c, int64_t ldc, int64_t w,
-                               const float *add, int64_t ld)
-{
-    if (mr == 12 && ars == 1) return tile512_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
-    if (mr == 12) return tile512_rows(kc, a, ars, panel, c, ldc, w, add, ld);
+/* A case of tile512_any's switch: R rows, from a row-major A (acs = 1) or
+ * a transposed one. */
 #define EDGE(R)                                                                                    \
     case R:                                                                                        \
         if (acs == 1)                                                                              \
@@ -189,11 +185,26 @@ static AVX512 void tile512_any(int mr, int64_t kc, const float *a, int64_t ars, 
         else                                                                                       \
             tile512(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
         break;
+
+static AVX512 void tile512_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                               const float *panel, float *c, int64_t ldc, int64_t w,
+                               const float *add, int64_t ld)
+{
+    if (mr == 12 && ars == 1) {
+        tile512_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
+        return;
+    }
+    if (mr == 12) {
+        tile512_rows(kc, a, ars, panel, c, ldc, w, add, ld);
+        return;
+    }
+    /* clang-format off */
     switch (mr) {
         EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5) EDGE(6) EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11)
     }
-#undef EDGE
+    /* clang-format on */
 }
+#undef EDGE
 
 /* dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 block: three rounds of
  * shuffles, pairs of floats, then pairs of pairs, then 128-bit lanes. */
@@ -326,12 +337,8 @@ static AVX2 void tile256_neighbours(int64_t kc, const float *a, int64_t lda, con
     tile256(6, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-static AVX2 void tile256_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                             const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
-                             int64_t ld)
-{
-    if (mr == 6 && ars == 1) return tile256_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
-    if (mr == 6) return tile256_rows(kc, a, ars, panel, c, ldc, w, add, ld);
+/* A case of tile256_any's switch: R rows, from a row-major A (acs = 1) or
+ * a transposed one. */
 #define EDGE(R)                                                                                    \
     case R:                                                                                        \
         if (acs == 1)                                                                              \
@@ -339,11 +346,26 @@ static AVX2 void tile256_any(int mr, int64_t kc, const float *a, int64_t ars, in
         else                                                                                       \
             tile256(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
         break;
+
+static AVX2 void tile256_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                             const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
+                             int64_t ld)
+{
+    if (mr == 6 && ars == 1) {
+        tile256_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
+        return;
+    }
+    if (mr == 6) {
+        tile256_rows(kc, a, ars, panel, c, ldc, w, add, ld);
+        return;
+    }
+    /* clang-format off */
     switch (mr) {
         EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5)
     }
-#undef EDGE
+    /* clang-format on */
 }
+#undef EDGE
 
 /* dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 block: pairs of floats,
  * pairs of pairs, then 128-bit halves. */
