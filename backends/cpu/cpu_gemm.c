@@ -87,18 +87,24 @@
 #define PREFETCH 32 /* how many floats ahead A's rows are prefetched */
 
 /* The code of one instruction set: its tile's rows and columns, how it
- * packs B's block into panels of nr columns, and its tile: C's mr rows
- * (ldc apart) and first w (<= nr) columns := A's mr rows of kc steps
- * (element (r, p) at a[r * ars + p * acs]) times a panel (kc rows of nr),
- * plus the addend's rows (ld apart: C itself, or a bias row with ld 0;
- * NULL: nothing). */
+ * packs B's block into panels of nr columns, and its tiles. A tile is C's
+ * rows (ldc apart) and first w (<= nr) columns := A's rows of kc steps
+ * times a panel (kc rows of nr), plus the addend's rows (ld apart: C
+ * itself, or a bias row with ld 0; NULL: nothing). tile_rows takes mr rows
+ * of a row-major A (lda apart), tile_neighbours mr neighbours in the rows
+ * of a transposed A (lda apart), tile_edge a block's last rows, fewer than
+ * mr, element (r, p) at a[r * ars + p * acs]. */
+typedef void tile_fn(int64_t kc, const float *a, int64_t lda, const float *panel, float *c,
+                     int64_t ldc, int64_t w, const float *add, int64_t ld);
 typedef struct kernels {
     const char *name;
     int mr, nr;
     void (*pack_b)(float *dst, const float *b, int64_t ldb, bool tb, int64_t p0, int64_t kc,
                    int64_t j0, int64_t nc);
-    void (*tile)(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs, const float *panel,
-                 float *c, int64_t ldc, int64_t w, const float *add, int64_t ld);
+    tile_fn *tile_rows, *tile_neighbours;
+    void (*tile_edge)(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                      const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
+                      int64_t ld);
 } kernels;
 
 /* ---- AVX-512: 12 x 32 ----------------------------------------------------------- */
@@ -162,8 +168,8 @@ tile512(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
 
 /* The full tile, for a row-major A (rows lda apart) and for a transposed
  * one (a tile's rows are neighbours), each a copy of the loop with its
- * strides' constants folded in; then any tile, the last rows of a block
- * (fewer than 12) each with a copy of the loop for their number. */
+ * strides' constants folded in; then the last rows of a block (fewer than
+ * 12), each number of rows with a copy of the loop of its own. */
 static AVX512 void tile512_rows(int64_t kc, const float *a, int64_t lda, const float *panel,
                                 float *c, int64_t ldc, int64_t w, const float *add, int64_t ld)
 {
@@ -177,7 +183,7 @@ static AVX512 void tile512_neighbours(int64_t kc, const float *a, int64_t lda, c
     tile512(12, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-/* A case of tile512_any's switch: R rows, from a row-major A (acs = 1) or
+/* A case of tile512_edge's switch: R rows, from a row-major A (acs = 1) or
  * a transposed one. */
 #define EDGE(R)                                                                                    \
     case R:                                                                                        \
@@ -187,18 +193,10 @@ static AVX512 void tile512_neighbours(int64_t kc, const float *a, int64_t lda, c
             tile512(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
         break;
 
-static AVX512 void tile512_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                               const float *panel, float *c, int64_t ldc, int64_t w,
-                               const float *add, int64_t ld)
+static AVX512 void tile512_edge(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                                const float *panel, float *c, int64_t ldc, int64_t w,
+                                const float *add, int64_t ld)
 {
-    if (mr == 12 && ars == 1) {
-        tile512_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
-        return;
-    }
-    if (mr == 12) {
-        tile512_rows(kc, a, ars, panel, c, ldc, w, add, ld);
-        return;
-    }
     /* clang-format off */
     switch (mr) {
         EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5) EDGE(6) EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11)
@@ -267,7 +265,8 @@ static AVX512 void pack_b512(float *restrict dst, const float *b, int64_t ldb, b
     }
 }
 
-static const kernels avx512_kernels = {"awl avx512 12x32", 12, 32, pack_b512, tile512_any};
+static const kernels avx512_kernels = {"awl avx512 12x32", 12,          32, pack_b512, tile512_rows,
+                                       tile512_neighbours, tile512_edge};
 
 /* ---- AVX2 and FMA: 6 x 16 ------------------------------------------------------- */
 
@@ -338,7 +337,7 @@ static AVX2 void tile256_neighbours(int64_t kc, const float *a, int64_t lda, con
     tile256(6, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-/* A case of tile256_any's switch: R rows, from a row-major A (acs = 1) or
+/* A case of tile256_edge's switch: R rows, from a row-major A (acs = 1) or
  * a transposed one. */
 #define EDGE(R)                                                                                    \
     case R:                                                                                        \
@@ -348,18 +347,10 @@ static AVX2 void tile256_neighbours(int64_t kc, const float *a, int64_t lda, con
             tile256(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
         break;
 
-static AVX2 void tile256_any(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                             const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
-                             int64_t ld)
+static AVX2 void tile256_edge(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                              const float *panel, float *c, int64_t ldc, int64_t w,
+                              const float *add, int64_t ld)
 {
-    if (mr == 6 && ars == 1) {
-        tile256_neighbours(kc, a, acs, panel, c, ldc, w, add, ld);
-        return;
-    }
-    if (mr == 6) {
-        tile256_rows(kc, a, ars, panel, c, ldc, w, add, ld);
-        return;
-    }
     /* clang-format off */
     switch (mr) {
         EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5)
@@ -418,7 +409,8 @@ static AVX2 void pack_b256(float *restrict dst, const float *b, int64_t ldb, boo
     }
 }
 
-static const kernels avx2_kernels = {"awl avx2 6x16", 6, 16, pack_b256, tile256_any};
+static const kernels avx2_kernels = {"awl avx2 6x16",    6,           16, pack_b256, tile256_rows,
+                                     tile256_neighbours, tile256_edge};
 
 /* ---- the product, over either set ------------------------------------------------ */
 
@@ -524,8 +516,14 @@ static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int
         for (int64_t jp = 0; jp < nc; jp += tile_n) {
             const float *add = onto_c ? cp + jp : g->bias ? g->bias + j0 + jp : NULL;
             const int64_t w = nc - jp < tile_n ? nc - jp : tile_n;
-            g->kn->tile(mr, kc, ap, ars, acs, packed + jp * kc, cp + jp, ldc, w, add,
-                        onto_c ? ldc : 0);
+            const float *panel = packed + jp * kc;
+            const int64_t ld = onto_c ? ldc : 0;
+            if (mr < tile_m)
+                g->kn->tile_edge(mr, kc, ap, ars, acs, panel, cp + jp, ldc, w, add, ld);
+            else if (ars == 1)
+                g->kn->tile_neighbours(kc, ap, acs, panel, cp + jp, ldc, w, add, ld);
+            else
+                g->kn->tile_rows(kc, ap, ars, panel, cp + jp, ldc, w, add, ld);
         }
     }
 }
