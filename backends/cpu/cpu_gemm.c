@@ -107,6 +107,16 @@ typedef struct kernels {
                       int64_t ld);
 } kernels;
 
+/* A case of a tile_edge's switch: R rows through TILE (tile512 or
+ * tile256), from a row-major A (acs = 1) or a transposed one. */
+#define EDGE(TILE, R)                                                                              \
+    case R:                                                                                        \
+        if (acs == 1)                                                                              \
+            TILE(R, kc, a, ars, 1, panel, c, ldc, w, add, ld);                                     \
+        else                                                                                       \
+            TILE(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                     \
+        break;
+
 /* ---- AVX-512: 12 x 32 ----------------------------------------------------------- */
 
 #define AVX512 __attribute__((target("avx512f")))
@@ -183,27 +193,18 @@ static AVX512 void tile512_neighbours(int64_t kc, const float *a, int64_t lda, c
     tile512(12, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-/* A case of tile512_edge's switch: R rows, from a row-major A (acs = 1) or
- * a transposed one. */
-#define EDGE(R)                                                                                    \
-    case R:                                                                                        \
-        if (acs == 1)                                                                              \
-            tile512(R, kc, a, ars, 1, panel, c, ldc, w, add, ld);                                  \
-        else                                                                                       \
-            tile512(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
-        break;
-
 static AVX512 void tile512_edge(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
                                 const float *panel, float *c, int64_t ldc, int64_t w,
                                 const float *add, int64_t ld)
 {
     /* clang-format off */
     switch (mr) {
-        EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5) EDGE(6) EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11)
+        EDGE(tile512, 1) EDGE(tile512, 2) EDGE(tile512, 3) EDGE(tile512, 4) EDGE(tile512, 5)
+        EDGE(tile512, 6) EDGE(tile512, 7) EDGE(tile512, 8) EDGE(tile512, 9) EDGE(tile512, 10)
+        EDGE(tile512, 11)
     }
     /* clang-format on */
 }
-#undef EDGE
 
 /* dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 block: three rounds of
  * shuffles, pairs of floats, then pairs of pairs, then 128-bit lanes. */
@@ -337,27 +338,16 @@ static AVX2 void tile256_neighbours(int64_t kc, const float *a, int64_t lda, con
     tile256(6, kc, a, 1, lda, panel, c, ldc, w, add, ld);
 }
 
-/* A case of tile256_edge's switch: R rows, from a row-major A (acs = 1) or
- * a transposed one. */
-#define EDGE(R)                                                                                    \
-    case R:                                                                                        \
-        if (acs == 1)                                                                              \
-            tile256(R, kc, a, ars, 1, panel, c, ldc, w, add, ld);                                  \
-        else                                                                                       \
-            tile256(R, kc, a, 1, acs, panel, c, ldc, w, add, ld);                                  \
-        break;
-
 static AVX2 void tile256_edge(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
                               const float *panel, float *c, int64_t ldc, int64_t w,
                               const float *add, int64_t ld)
 {
     /* clang-format off */
     switch (mr) {
-        EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5)
+        EDGE(tile256, 1) EDGE(tile256, 2) EDGE(tile256, 3) EDGE(tile256, 4) EDGE(tile256, 5)
     }
     /* clang-format on */
 }
-#undef EDGE
 
 /* dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 block: pairs of floats,
  * pairs of pairs, then 128-bit halves. */
