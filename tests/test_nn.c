@@ -320,9 +320,9 @@ static awl_tensor *call_layer_norm_strided(awl_tensor *const *in, void *user)
 /* Whether a result from strided weight and bias (b) is the one from
  * contiguous ones (a): the same bits on the CPU, whose kernels copy a
  * strided weight to unit stride and run the same loops; within float32
- * rounding elsewhere (the CUDA kernel reads a strided weight through its
- * scalar path and a contiguous one through its vector path, which sum a
- * row in another order). */
+ * rounding elsewhere (the CUDA kernel keeps a row in registers, in 16-byte
+ * packs, only for a unit-stride weight, and its general path sums a row in
+ * another order). */
 static bool same_result(double a, double b, bool exact)
 {
     return exact ? a == b : fabs(a - b) <= 1e-5 * (fabs(a) + fabs(b)) + 1e-6;
