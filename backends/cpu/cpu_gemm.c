@@ -33,23 +33,33 @@
  * does not do well for 12 streams at once. The exception: rows a multiple
  * of 4 KB apart (K = 1024, 2048, 3072 in a row-major A) fall in one set of
  * the L1 cache, which holds 8 lines, and the tile's reads miss; then each
- * block of A's rows and KC steps is copied once, tile by tile (rows_alias;
- * a 2048^3 product 93-95 GFLOP/s on one thread without the copy, 106 with
- * it, OpenBLAS 106-108). B's block is read a panel row at a time for every
- * tile of A, so it is packed: KC rows by NC columns of op(B), as panels of
- * the tile's width whose rows follow each other (a panel is one contiguous
- * stream for the tile), columns past n zero. From a row-major B that is a
+ * block of A's rows and K's steps is copied once, tile by tile
+ * (rows_alias; a 2048^3 product 93-95 GFLOP/s on one thread without the
+ * copy, 106 with it, OpenBLAS 106-108). B's block is read a panel row at a
+ * time for every tile of A, so it is packed: a block of K's rows by NC
+ * columns of op(B), as panels of the tile's width whose rows follow each
+ * other (a panel is one contiguous stream for the tile), columns past n
+ * zero. From a row-major B that is a
  * copy of short runs; from a transposed B (a linear layer's weight in
  * x @ w^T) a transpose, done a square block of floats at a time in
  * registers.
  *
- * Blocking. KC = 256 rows of B (an AVX-512 panel is 32 KB; a tile's 12
- * rows of A are 12 KB) and NC = 384 columns (the packed block, 384 KB,
- * stays in the L2 cache while the rows of A pass over it). A's rows are
- * taken in blocks of at most MC = 1536 (one block for a thread's band at a
- * GPT's sizes), so that a block's rows of A are still in a cache when the
- * next block of columns comes round; within one, C's columns are walked in
- * blocks of NC, then K in blocks of KC (each block after the first adds
+ * Blocking. K is taken in blocks of at most KC = 384 steps, all of one
+ * length (K = 384, a GPT's C at shakespeare-char's size, is one block; K
+ * = 512 two of 256, K = 1536 four of 384), and C's columns in blocks of
+ * NC = 480: a packed block of B is at most 720 KB and stays in the L2
+ * cache while the rows of A pass over it; a panel is 48 KB, a tile's 12
+ * rows of A 18 KB. A block of K that ends the product short (K = 384 in
+ * blocks of 256 and 128) costs a second read and write of C for a third
+ * of the multiply-adds, and a short loop: on one core of the Zen 4 dev
+ * machine the K = 384 products ran 4-5% faster in one block of 384 than
+ * in 256 + 128, the others level or up to 2% faster (blocks of 384 and
+ * 480 columns against 256 and 384, alternated product by product in one
+ * process, docs/performance.md). A's rows are taken in blocks of at most
+ * MC = 1536 (one block for a thread's band at a GPT's sizes), so that a
+ * block's rows of A are still in a cache when the next block of columns
+ * comes round; within one, C's columns are walked in
+ * blocks of NC, then K in its blocks (each block after the first adds
  * onto C), then A's rows a tile at a time, then the block's panels. (The
  * rows of a product of 16,384 x 384 x 1,152, shakespeare-char's qkv, in
  * one block: 200-207 GFLOP/s on 2 threads; in blocks of 1536: 213-215, in
@@ -59,10 +69,10 @@
  * written (and are zero in the panel); a block's last rows, fewer than a
  * tile's, go to the same loop compiled for their number of rows.
  *
- * Summation order: each element of C is sum over p in order within a KC
- * block, the blocks added onto C in order. That does not depend on where a
- * band of C starts or ends (a band too small for these tiles goes to BLAS,
- * which has its own order).
+ * Summation order: each element of C is sum over p in order within a
+ * block of K, the blocks (set by K alone) added onto C in order. That does
+ * not depend on where a band of C starts or ends (a band too small for
+ * these tiles goes to BLAS, which has its own order).
  *
  * AWL_CPU_GEMM=blas sends every product to OpenBLAS; AWL_CPU_GEMM=avx2
  * runs the AVX2 tiles (on a CPU with AVX-512 too: tests and comparisons;
@@ -81,8 +91,8 @@
 
 #ifdef HAVE_X86_GEMM
 
-#define KC 256      /* rows of B packed at a time */
-#define NC 384      /* columns of B packed at a time (a multiple of both tiles' widths) */
+#define KC 384      /* the most rows of B packed at a time */
+#define NC 480      /* columns of B packed at a time (a multiple of both tiles' widths) */
 #define MC 1536     /* rows of A and C that pass over one packed block of B */
 #define PREFETCH 32 /* how many floats ahead A's rows are prefetched */
 
@@ -518,25 +528,27 @@ static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int
     }
 }
 
-/* Rows [i1, i2) of C: for each block of NC columns and KC steps, B's block
- * is packed and every tile of these rows passes over it. With rows_alias,
- * the steps come first, so that each block of A is copied once for all
- * the columns (C's elements still sum their KC blocks in order). */
+/* Rows [i1, i2) of C: for each block of NC columns and kb steps (K in
+ * blocks of one length, at most KC), B's block is packed and every tile of
+ * these rows passes over it. With rows_alias, the steps come first, so
+ * that each block of A is copied once for all the columns (C's elements
+ * still sum their blocks of K in order). */
 static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
 {
     const int tile_m = g->kn->mr;
     const int64_t n = g->n, k = g->k;
+    const int64_t k_blocks = (k + KC - 1) / KC, kb = (k + k_blocks - 1) / k_blocks;
     if (!rows_alias(g)) {
         for (int64_t j0 = 0; j0 < n; j0 += NC)
-            for (int64_t p0 = 0; p0 < k; p0 += KC) {
-                const int64_t nc = n - j0 < NC ? n - j0 : NC, kc = k - p0 < KC ? k - p0 : KC;
+            for (int64_t p0 = 0; p0 < k; p0 += kb) {
+                const int64_t nc = n - j0 < NC ? n - j0 : NC, kc = k - p0 < kb ? k - p0 : kb;
                 g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
                 pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, NULL);
             }
         return;
     }
-    for (int64_t p0 = 0; p0 < k; p0 += KC) {
-        const int64_t kc = k - p0 < KC ? k - p0 : KC;
+    for (int64_t p0 = 0; p0 < k; p0 += kb) {
+        const int64_t kc = k - p0 < kb ? k - p0 : kb;
         for (int64_t i0 = i1; i0 < i2; i0 += tile_m) {
             const int mr = i2 - i0 < tile_m ? (int)(i2 - i0) : tile_m;
             const float *ap = g->a + i0 * g->lda + p0;
