@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_math.h"
 #include "common/dropout.h"
@@ -135,6 +136,7 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
 #pragma GCC target("prefer-vector-width=512")
 #endif
 #define ROWS 8
+#define TRANSPOSE_IN_REGISTERS 1 /* transpose_head: cpu_gemm.c's 16 x 16 blocks */
 #else
 #define ROWS 6
 #endif
@@ -174,10 +176,25 @@ static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, in
 {
     const int64_t Tp = round_up(T, BLOCK), ld = row_stride(Tp);
     const float *r = row_of(src, b, i, 0);
-    /* d outermost: the first pass reads one float of every row, so the
-     * cache misses on all T rows are in flight together */
+    int64_t t0 = 0;
+#ifdef TRANSPOSE_IN_REGISTERS
+    /* 16 x 16 blocks transposed in registers (16 rows read at once, their
+     * misses in flight together), then scaled a row of dst at a time */
+    if (D % 16 == 0) {
+        for (; t0 + 16 <= T; t0 += 16)
+            for (int64_t d = 0; d < D; d += 16)
+                awl_cpu_transpose16(r + t0 * src->st + d, src->st, dst + d * ld + t0, ld);
+        if (scale != 1.0f)
+            for (int64_t d = 0; d < D; d++)
+#pragma omp simd
+                for (int64_t t = 0; t < t0; t++) dst[d * ld + t] *= scale;
+    }
+#endif
+    /* the rest, a float at a time: d outermost, so that the first pass
+     * reads one float of every row and the misses on all of them are in
+     * flight together */
     for (int64_t d = 0; d < D; d++) {
-        for (int64_t t = 0; t < T; t++) dst[d * ld + t] = r[t * src->st + d] * scale;
+        for (int64_t t = t0; t < T; t++) dst[d * ld + t] = r[t * src->st + d] * scale;
         for (int64_t t = T; t < Tp; t++) dst[d * ld + t] = 0.0f;
     }
 }

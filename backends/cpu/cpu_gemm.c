@@ -217,8 +217,10 @@ static AVX512 void tile512_edge(int mr, int64_t kc, const float *a, int64_t ars,
 }
 
 /* dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 block: three rounds of
- * shuffles, pairs of floats, then pairs of pairs, then 128-bit lanes. */
-static AVX512 void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd)
+ * shuffles, pairs of floats, then pairs of pairs, then 128-bit lanes
+ * (cpu_gemm.h; the CPU attention transposes its keys and values with it
+ * too). */
+AVX512 void awl_cpu_transpose16(const float *src, int64_t lds, float *dst, int64_t ldd)
 {
     __m512 r[16], t[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
@@ -268,8 +270,8 @@ static AVX512 void pack_b512(float *restrict dst, const float *b, int64_t ldb, b
         int64_t p = 0;
         if (w == 32)
             for (; p + 16 <= kc; p += 16) {
-                transpose16(src + p, ldb, panel + p * 32, 32);
-                transpose16(src + 16 * ldb + p, ldb, panel + p * 32 + 16, 32);
+                awl_cpu_transpose16(src + p, ldb, panel + p * 32, 32);
+                awl_cpu_transpose16(src + 16 * ldb + p, ldb, panel + p * 32 + 16, 32);
             }
         for (; p < kc; p++)
             for (int64_t q = 0; q < 32; q++) panel[p * 32 + q] = q < w ? src[q * ldb + p] : 0.0f;

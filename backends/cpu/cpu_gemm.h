@@ -37,4 +37,11 @@ bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k);
  * NULL when every float32 product goes to BLAS. */
 const char *awl_cpu_gemm_f32_name(void);
 
+/* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 block of
+ * floats transposed in registers. Only on x86-64 CPUs with AVX-512 (call it
+ * from code compiled for them). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+void awl_cpu_transpose16(const float *src, int64_t lds, float *dst, int64_t ldd);
+#endif
+
 #endif
