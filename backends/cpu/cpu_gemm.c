@@ -60,10 +60,10 @@
  * A are still in a cache when the next block of columns comes round;
  * within one, C's columns are walked in blocks of NC, then K in its
  * blocks (each block after the first adds onto C), then A's rows a tile
- * at a time, then the block's panels. (The
- * rows of a product of 16,384 x 384 x 1,152, shakespeare-char's qkv, in
- * one block: 200-207 GFLOP/s on 2 threads; in blocks of 1536: 213-215, in
- * runs one after the other, `bench_kernels full matmul_large`.)
+ * at a time, then the block's panels. (The rows of a product of 16,384 x
+ * 384 x 1,152, shakespeare-char's qkv, in one block: 200-207 GFLOP/s on 2
+ * threads; in blocks of 1536: 213-215, in runs one after the other,
+ * `bench_kernels full matmul_large`.)
  *
  * Edges: the last panel's columns past n are masked off when C is read and
  * written (and are zero in the panel); a block's last rows, fewer than a
