@@ -150,20 +150,28 @@ tile512(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
     __m512 sum[12][2];
 #pragma GCC unroll 12
     for (int r = 0; r < R; r++) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
+    /* Row r = 4g + q of the tile's A is at four[g] + q * ars: three
+     * pointers and the offsets 0, ars, 2 ars and 3 ars, where a pointer or
+     * an offset per row would take twelve registers; then the compiler
+     * runs out of general registers, keeps one in a vector register and
+     * moves it back at every step through a port the multiply-adds need
+     * (the tile alone, its data in L1, on one Zen 4 core: 111 GFLOP/s
+     * that way, 116-117 this way; docs/performance.md). */
+    const float *four[3] = {a, a + (R > 4 ? 4 * ars : 0), a + (R > 8 ? 8 * ars : 0)};
     for (int64_t p = 0; p < kc; p++) {
         if (acs == 1 && (p & 15) == 0) { /* rows apart: each one's next cache line */
 #pragma GCC unroll 12
             for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(a + r * ars + PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)(four[r / 4] + r % 4 * ars + PREFETCH), _MM_HINT_T0);
         }
         const __m512 b0 = _mm512_load_ps(panel), b1 = _mm512_load_ps(panel + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < R; r++) {
-            const __m512 ar = _mm512_set1_ps(a[r * ars]);
+            const __m512 ar = _mm512_set1_ps(four[r / 4][r % 4 * ars]);
             sum[r][0] = _mm512_fmadd_ps(ar, b0, sum[r][0]);
             sum[r][1] = _mm512_fmadd_ps(ar, b1, sum[r][1]);
         }
-        a += acs;
+        for (int g = 0; g < 3; g++) four[g] += acs;
         panel += 32;
     }
     const __mmask16 mask0 = mask16(w), mask1 = mask16(w - 16);
