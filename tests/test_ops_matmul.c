@@ -293,8 +293,9 @@ static awl_tensor *tile_operand(int layout, int64_t m, int64_t k)
 /* float32 products at the sizes where the CPU's own product on AVX-512
  * (backends/cpu/cpu_gemm.c) changes course: rows around its 12-row tiles
  * and in more than one block of rows, columns around its 32-column panels
- * and 384-column blocks, K around its 256-row blocks, rows of A 4 KB
- * apart; each operand contiguous, transposed or a slice; written and
+ * and in more than one block of 480, K in one block of up to 384 steps and
+ * in two and three of one length, rows of A 4 KB apart; each operand
+ * contiguous, transposed or a slice; written and
  * accumulated; on 1 and 2 threads (two runs on 2 threads give the same
  * bits). Against the float64 products of the same values. (Without
  * AVX-512 these go to OpenBLAS, and the test holds just the same.) */
@@ -307,8 +308,10 @@ START_TEST(test_matmul_tiles)
         {29, 64, 17},
         {36, 30, 256},
         {47, 96, 257},
-        {100, 400, 300},
+        {100, 400, 384},
         {61, 128, 513},
+        /* columns in blocks of 480 and 40, K in three blocks of 257, 257 and 256 */
+        {29, 520, 770},
         /* on one thread, two blocks of rows */
         {1601, 64, 40},
         /* a contiguous A's rows 4 KB apart, copied tile by tile; then in two blocks of rows */
