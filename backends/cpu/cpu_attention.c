@@ -155,20 +155,107 @@ static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
  * with this one.) */
 static int64_t row_stride(int64_t Tp) { return (Tp / BLOCK) % 2 ? Tp : Tp + BLOCK; }
 
-/* A row's loops run over whole blocks of keys: a loop that stops at the
- * row's own last key ends in a scalar remainder of up to BLOCK - 1 steps,
- * each with its own e^x, which took more of the forward's time than the
- * vector part on short rows. So the row's scores past its last key nr - 1
- * (masked by causality, or past T) are set to -inf up to nr rounded up to
- * BLOCK, where its loops stop: e^-inf = 0 gives them weight 0 in the
- * softmax, P and dS, and the max skips them. The rest of the tile's n keys
- * get weight 0 directly. Returns where the loops stop. */
-static int64_t mask_past(float *scores, int64_t nr, int64_t n)
+/* The last key each row r0 + k of a tile sees: itself with the causal
+ * mask, else T - 1. A row past T (the last tile's padding) sees key 0
+ * only, so that its weights stay finite; its output goes to the sink. */
+static void tile_last_keys(int64_t r0, int64_t T, bool causal, int64_t last[ROWS])
 {
-    const int64_t nb = round_up(nr, BLOCK);
-    for (int64_t j = nr; j < nb; j++) scores[j] = -INFINITY;
-    for (int64_t j = nb; j < n; j++) scores[j] = 0.0f;
-    return nb;
+    for (int k = 0; k < ROWS; k++) last[k] = r0 + k >= T ? 0 : causal ? r0 + k : T - 1;
+}
+
+/* A tile's rows of scores (row k at S + k * ld, keys [0, nt), nt a
+ * multiple of BLOCK) := e^(s_j - top_k) for the keys j <= last[k] the row
+ * sees and 0 past them, top_k the row's largest score; sum[k] := the sum
+ * of the row's weights. The rows are walked together, a block of keys at
+ * a time, each row's largest score and sum kept in BLOCK lanes until the
+ * end: one row alone is a few blocks (72 keys on average at cpu-medium's
+ * T = 128), too short a loop for its e^x's to overlap, where eight rows'
+ * are independent (docs/performance.md, "The softmax a tile at a time").
+ * The whole blocks past a row's last key are set to 0 without an e^x. */
+static void tile_softmax(float *S, int64_t ld, int64_t nt, const int64_t last[ROWS],
+                         float top[ROWS], float sum[ROWS])
+{
+    float most[ROWS][BLOCK], total[ROWS][BLOCK];
+    for (int k = 0; k < ROWS; k++)
+        for (int jj = 0; jj < BLOCK; jj++) most[k][jj] = -INFINITY, total[k][jj] = 0.0f;
+    for (int64_t j0 = 0; j0 < nt; j0 += BLOCK)
+        for (int k = 0; k < ROWS; k++) {
+            if (j0 > last[k]) continue;
+            float *p = S + k * ld + j0;
+            const int64_t seen = last[k] - j0; /* the block's keys jj <= seen are seen */
+#pragma omp simd
+            for (int jj = 0; jj < BLOCK; jj++) {
+                const float s = jj <= seen ? p[jj] : -INFINITY;
+                p[jj] = s;
+                most[k][jj] = s > most[k][jj] ? s : most[k][jj];
+            }
+        }
+    for (int k = 0; k < ROWS; k++) {
+        top[k] = -INFINITY;
+        for (int jj = 0; jj < BLOCK; jj++) top[k] = most[k][jj] > top[k] ? most[k][jj] : top[k];
+    }
+    for (int64_t j0 = 0; j0 < nt; j0 += BLOCK)
+        for (int k = 0; k < ROWS; k++) {
+            float *p = S + k * ld + j0;
+            if (j0 > last[k]) {
+                memset(p, 0, BLOCK * sizeof *p);
+                continue;
+            }
+#pragma omp simd
+            for (int jj = 0; jj < BLOCK; jj++) {
+                p[jj] = cpu_expf(p[jj] - top[k]);
+                total[k][jj] += p[jj];
+            }
+        }
+    for (int k = 0; k < ROWS; k++) {
+        sum[k] = 0.0f;
+        for (int jj = 0; jj < BLOCK; jj++) sum[k] += total[k][jj];
+    }
+}
+
+/* The backward's tile of rows r0 .. r0 + rows - 1: row k of P (ld apart;
+ * its scores on entry) := p_j = e^(s_j - lse[k]), and row k of dS (dp_j on
+ * entry) := p_j (dp_j - delta[k]) scale, for the keys j <= last[k] the row
+ * sees; both 0 past them, as far as the column tiles read (nt: the tile's
+ * keys, a multiple of BLOCK). With dropout (drop: the rows' multipliers
+ * m_j, ld_drop apart; NULL: none) dS's is p_j (m_j dp_j - delta[k]) scale
+ * and P's p_j m_j. A row at a time: its loop runs over whole blocks of
+ * keys, the scores past its last key set to -inf first (e^-inf = 0), where
+ * a loop that stopped at the last key would end in a scalar remainder of up
+ * to BLOCK - 1 e^x's. (Walking the rows together as tile_softmax does
+ * measured no faster here, where each e^x has dS's arithmetic beside it.) */
+static void tile_gradients(float *P, float *dS, int64_t ld, int64_t nt, const int64_t last[ROWS],
+                           int rows, const float lse[ROWS], const float delta[ROWS], float scale,
+                           const float *drop, int64_t ld_drop)
+{
+    for (int k = 0; k < rows; k++) {
+        float *p = P + k * ld, *ds = dS + k * ld;
+        const float l = lse[k], dk = delta[k];
+        const int64_t nb = round_up(last[k] + 1, BLOCK);
+        for (int64_t j = last[k] + 1; j < nb; j++) p[j] = -INFINITY;
+        if (drop) {
+            const float *m = drop + k * ld_drop;
+#pragma omp simd
+            for (int64_t j = 0; j < nb; j++) {
+                const float e = cpu_expf(p[j] - l);
+                ds[j] = e * (m[j] * ds[j] - dk) * scale;
+                p[j] = e * m[j];
+            }
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < nb; j++) {
+                p[j] = cpu_expf(p[j] - l);
+                ds[j] = p[j] * (ds[j] - dk) * scale;
+            }
+        }
+        /* the column tiles read row k up to its tile's last column,
+         * round_up(last + 1, ROWS) - 1, which can lie past nb when ROWS does
+         * not divide BLOCK; never past nt (Tp where it is cut, the row's
+         * end when it has no padding: columns of keys past T, whose sums go
+         * to the sink) */
+        const int64_t read_to = round_up(last[k] + 1, ROWS) < nt ? round_up(last[k] + 1, ROWS) : nt;
+        for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
+    }
 }
 
 static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, int64_t D,
@@ -332,23 +419,18 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
             /* each row's weights are left unnormalised, e^(s_j - max), and
              * its output row is divided by their sum once it is made: D
              * multiplies instead of one per key */
-            float inv[ROWS];
-            for (int64_t r = r0; r < r0 + ROWS; r++) {
-                inv[r - r0] = 1.0f; /* rows past T: out to the sink */
-                if (r >= T) continue;
-                float *p = S + (r - r0) * ld;
-                const int64_t nr = causal ? r + 1 : T, nb = mask_past(p, nr, n);
-                float m = -INFINITY, sum = 0.0f;
-#pragma omp simd reduction(max : m)
-                for (int64_t j = 0; j < nb; j++) m = p[j] > m ? p[j] : m;
-#pragma omp simd reduction(+ : sum)
-                for (int64_t j = 0; j < nb; j++) {
-                    p[j] = cpu_expf(p[j] - m);
-                    sum += p[j];
-                }
-                *lse_at(&hl, b, i, r) = m + logf(sum);
-                inv[r - r0] = 1.0f / sum;
+            int64_t last[ROWS];
+            float top[ROWS], sum[ROWS], inv[ROWS];
+            tile_last_keys(r0, T, causal, last);
+            tile_softmax(S, ld, round_up(n, BLOCK), last, top, sum);
+            for (int k = 0; k < ROWS; k++) {
+                const int64_t r = r0 + k;
+                inv[k] = 1.0f / sum[k];
+                if (r >= T) continue; /* out to the sink */
+                *lse_at(&hl, b, i, r) = top[k] + logf(sum[k]);
                 if (drop) {
+                    const int64_t nb = round_up(last[k] + 1, BLOCK);
+                    float *p = S + k * ld;
                     awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
                                                       awl_attention_dropout_row(b, i, r, H, T), T,
                                                       threshold, keep_scale);
@@ -382,9 +464,9 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     int nt;
     /* k and v transposed; P and dS (Tr x ld each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
-     * by column after all rows are done; a zero row, a sink row and a row
-     * of dropout multipliers, and each row's dO_r . out_r */
-    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T;
+     * by column after all rows are done; a zero row, a sink row, a tile's
+     * rows of dropout multipliers, and each row's dO_r . out_r */
+    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + ROWS * Tp + T;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
@@ -398,7 +480,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * ld;
         float *P = vt + D * ld, *dS = P + Tr * ld, *zeros = dS + Tr * ld, *sink = zeros + D;
-        float *mrow = sink + D, *deltas = mrow + Tp;
+        float *mrows = sink + D, *deltas = mrows + ROWS * Tp;
         float *in[ROWS], *grads[ROWS], *outs[ROWS];
         transpose_head(&hk, b, i, T, D, sc, kt);
         transpose_head(&hv, b, i, T, D, 1.0f, vt);
@@ -423,35 +505,19 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             prefetch_rows(&hdo, b, i, r0 + ROWS, T, D);
             tile_dots(in, kt, n, ld, D, P + r0 * ld);
             tile_dots(grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
-            for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
-                float *p = P + r * ld, *ds = dS + r * ld;
-                const int64_t nr = causal ? r + 1 : T, nb = mask_past(p, nr, n);
-                const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
-                if (drop) {
-                    awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
-                                                      awl_attention_dropout_row(b, i, r, H, T), T,
-                                                      threshold, keep_scale);
-#pragma omp simd
-                    for (int64_t j = 0; j < nb; j++) {
-                        const float e = cpu_expf(p[j] - l);
-                        ds[j] = e * (mrow[j] * ds[j] - delta) * sc;
-                        p[j] = e * mrow[j];
-                    }
-                } else {
-#pragma omp simd
-                    for (int64_t j = 0; j < nb; j++) {
-                        p[j] = cpu_expf(p[j] - l);
-                        ds[j] = p[j] * (ds[j] - delta) * sc;
-                    }
-                }
-                /* the column tiles below read row r up to its tile's last
-                 * column, round_up(nr, ROWS) - 1, which can lie past nb
-                 * when ROWS does not divide BLOCK; never past Tp, the
-                 * row's end when it has no padding (the tile's columns
-                 * there are keys past T, whose sums go to the sink) */
-                const int64_t read_to = round_up(nr, ROWS) < Tp ? round_up(nr, ROWS) : Tp;
-                for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
+            int64_t last[ROWS];
+            float l[ROWS];
+            const int rows = T - r0 < ROWS ? (int)(T - r0) : ROWS;
+            tile_last_keys(r0, T, causal, last);
+            for (int k = 0; k < rows; k++) {
+                l[k] = *lse_at(&hl, b, i, r0 + k);
+                if (drop)
+                    awl_attention_dropout_multipliers(
+                        mrows + k * Tp, round_up(last[k] + 1, BLOCK), drop->seed, drop->offset,
+                        awl_attention_dropout_row(b, i, r0 + k, H, T), T, threshold, keep_scale);
             }
+            tile_gradients(P + r0 * ld, dS + r0 * ld, ld, round_up(n, BLOCK), last, rows, l,
+                           deltas + r0, sc, drop ? mrows : NULL, Tp);
             tile_rows(&hdq, b, i, r0, T, sink, outs);
             tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, NULL, outs);
         }
