@@ -10,9 +10,12 @@
  * 6% of its time outside its kernel, packing both operands into its own
  * layouts and zeroing C before a product that overwrites it. The product
  * below packs one operand and writes C directly: on one core of the
- * AVX-512 dev machine it runs a GPT's products at 107-112 GFLOP/s where
- * OpenBLAS 0.3.21's SkylakeX kernels run them at 101-105 (FMA peak 118;
- * docs/performance.md, "awl's own float32 product").
+ * AVX-512 dev machine it runs cpu-small's and cpu-medium's products 1.08x
+ * as fast as OpenBLAS 0.3.21's SkylakeX kernels, shakespeare-char's
+ * 1.01-1.06x (medians over the products, each against sgemm in the same
+ * process; FMA peak 118 GFLOP/s, the tile alone 116-117;
+ * docs/performance.md, "awl's own float32 product" and "Three pointers to
+ * a tile's rows").
  *
  * The register tile. With AVX-512 the innermost loop keeps a 12 x 32
  * block of C in 24 registers (12 rows, two 16-float vectors a row). Each
