@@ -213,51 +213,6 @@ static void tile_softmax(float *S, int64_t ld, int64_t nt, const int64_t last[RO
     }
 }
 
-/* The backward's tile of rows r0 .. r0 + rows - 1: row k of P (ld apart;
- * its scores on entry) := p_j = e^(s_j - lse[k]), and row k of dS (dp_j on
- * entry) := p_j (dp_j - delta[k]) scale, for the keys j <= last[k] the row
- * sees; both 0 past them, as far as the column tiles read (nt: the tile's
- * keys, a multiple of BLOCK). With dropout (drop: the rows' multipliers
- * m_j, ld_drop apart; NULL: none) dS's is p_j (m_j dp_j - delta[k]) scale
- * and P's p_j m_j. A row at a time: its loop runs over whole blocks of
- * keys, the scores past its last key set to -inf first (e^-inf = 0), where
- * a loop that stopped at the last key would end in a scalar remainder of up
- * to BLOCK - 1 e^x's. (Walking the rows together as tile_softmax does
- * measured no faster here, where each e^x has dS's arithmetic beside it.) */
-static void tile_gradients(float *P, float *dS, int64_t ld, int64_t nt, const int64_t last[ROWS],
-                           int rows, const float lse[ROWS], const float delta[ROWS], float scale,
-                           const float *drop, int64_t ld_drop)
-{
-    for (int k = 0; k < rows; k++) {
-        float *p = P + k * ld, *ds = dS + k * ld;
-        const float l = lse[k], dk = delta[k];
-        const int64_t nb = round_up(last[k] + 1, BLOCK);
-        for (int64_t j = last[k] + 1; j < nb; j++) p[j] = -INFINITY;
-        if (drop) {
-            const float *m = drop + k * ld_drop;
-#pragma omp simd
-            for (int64_t j = 0; j < nb; j++) {
-                const float e = cpu_expf(p[j] - l);
-                ds[j] = e * (m[j] * ds[j] - dk) * scale;
-                p[j] = e * m[j];
-            }
-        } else {
-#pragma omp simd
-            for (int64_t j = 0; j < nb; j++) {
-                p[j] = cpu_expf(p[j] - l);
-                ds[j] = p[j] * (ds[j] - dk) * scale;
-            }
-        }
-        /* the column tiles read row k up to its tile's last column,
-         * round_up(last + 1, ROWS) - 1, which can lie past nb when ROWS does
-         * not divide BLOCK; never past nt (Tp where it is cut, the row's
-         * end when it has no padding: columns of keys past T, whose sums go
-         * to the sink) */
-        const int64_t read_to = round_up(last[k] + 1, ROWS) < nt ? round_up(last[k] + 1, ROWS) : nt;
-        for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
-    }
-}
-
 static void transpose_head(const heads *src, int64_t b, int64_t i, int64_t T, int64_t D,
                            float scale, float *dst)
 {
@@ -464,9 +419,9 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     int nt;
     /* k and v transposed; P and dS (Tr x ld each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
-     * by column after all rows are done; a zero row, a sink row, a tile's
-     * rows of dropout multipliers, and each row's dO_r . out_r */
-    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + ROWS * Tp + T;
+     * by column after all rows are done; a zero row, a sink row and a row
+     * of dropout multipliers, and each row's dO_r . out_r */
+    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
@@ -480,7 +435,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * ld;
         float *P = vt + D * ld, *dS = P + Tr * ld, *zeros = dS + Tr * ld, *sink = zeros + D;
-        float *mrows = sink + D, *deltas = mrows + ROWS * Tp;
+        float *mrow = sink + D, *deltas = mrow + Tp;
         float *in[ROWS], *grads[ROWS], *outs[ROWS];
         transpose_head(&hk, b, i, T, D, sc, kt);
         transpose_head(&hv, b, i, T, D, 1.0f, vt);
@@ -505,19 +460,41 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             prefetch_rows(&hdo, b, i, r0 + ROWS, T, D);
             tile_dots(in, kt, n, ld, D, P + r0 * ld);
             tile_dots(grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
-            int64_t last[ROWS];
-            float l[ROWS];
-            const int rows = T - r0 < ROWS ? (int)(T - r0) : ROWS;
-            tile_last_keys(r0, T, causal, last);
-            for (int k = 0; k < rows; k++) {
-                l[k] = *lse_at(&hl, b, i, r0 + k);
-                if (drop)
-                    awl_attention_dropout_multipliers(
-                        mrows + k * Tp, round_up(last[k] + 1, BLOCK), drop->seed, drop->offset,
-                        awl_attention_dropout_row(b, i, r0 + k, H, T), T, threshold, keep_scale);
+            for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
+                float *p = P + r * ld, *ds = dS + r * ld;
+                /* the row's loops run over whole blocks of keys, its scores
+                 * past its last key set to -inf (e^-inf = 0), as in
+                 * tile_softmax; a row at a time here, where each e^x has
+                 * dS's arithmetic beside it (walked together, the rows
+                 * measured no faster) */
+                const int64_t nr = causal ? r + 1 : T, nb = round_up(nr, BLOCK);
+                for (int64_t j = nr; j < nb; j++) p[j] = -INFINITY;
+                const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
+                if (drop) {
+                    awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
+                                                      awl_attention_dropout_row(b, i, r, H, T), T,
+                                                      threshold, keep_scale);
+#pragma omp simd
+                    for (int64_t j = 0; j < nb; j++) {
+                        const float e = cpu_expf(p[j] - l);
+                        ds[j] = e * (mrow[j] * ds[j] - delta) * sc;
+                        p[j] = e * mrow[j];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t j = 0; j < nb; j++) {
+                        p[j] = cpu_expf(p[j] - l);
+                        ds[j] = p[j] * (ds[j] - delta) * sc;
+                    }
+                }
+                /* the column tiles below (and dq's, up to n) read row r up
+                 * to its tile's last column, round_up(nr, ROWS) - 1, which
+                 * can lie past nb when ROWS does not divide BLOCK; never past
+                 * Tp, the row's end when it has no padding (the tile's
+                 * columns there are keys past T, whose sums go to the sink) */
+                const int64_t read_to = round_up(nr, ROWS) < Tp ? round_up(nr, ROWS) : Tp;
+                for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
             }
-            tile_gradients(P + r0 * ld, dS + r0 * ld, ld, round_up(n, BLOCK), last, rows, l,
-                           deltas + r0, sc, drop ? mrows : NULL, Tp);
             tile_rows(&hdq, b, i, r0, T, sink, outs);
             tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, NULL, outs);
         }
