@@ -524,10 +524,12 @@ static void attention_cases(ac_list *l)
     /* T = 200, D = 32: several query tiles, the last part empty, and D
      * padded to 64 in the tensor-core kernels; T = 80: an odd number of
      * 16-key blocks, so the CPU kernel's scratch rows have no padding, and
-     * not a multiple of its AVX2 tiles' 6 rows */
+     * not a multiple of its AVX2 tiles' 6 rows; B H = 30: more heads than
+     * a group of the tensor-core kernels' block order (24), the last group
+     * short */
     static const int64_t shapes[][4] = {{2, 3, 7, 4},    {2, 2, 64, 16},   {1, 2, 37, 20},
                                         {2, 3, 100, 64}, {1, 2, 256, 128}, {1, 1, 130, 80},
-                                        {1, 2, 200, 32}, {2, 2, 80, 32}};
+                                        {1, 2, 200, 32}, {2, 2, 80, 32},   {5, 6, 130, 16}};
     /* dropout 0.3 from a stream starting at offset 5: with T = 7 and 37,
      * rows of weights start inside a Philox block */
     const awl_dropout_args drop = {0.3, 0x1234abcdull, 5};
