@@ -35,7 +35,7 @@ struct att_dims {
     uint32_t keep_threshold;
     float drop_scale;
     uint64_t seed, offset;
-    int group, grid_tiles; /* the tensor-core kernels' block order: att_block */
+    int group; /* the tensor-core kernels' block order: block_of */
 };
 
 template <typename T>

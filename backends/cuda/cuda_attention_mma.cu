@@ -475,19 +475,20 @@ __device__ __forceinline__ float exp2_ftz(float x)
     return y;
 }
 
-/* Which tile of which head (b H + h) a block takes. With a.group = 0 the
- * grid is (tiles, heads); else it is one row of every head's grid_tiles
- * tiles, in groups of `group` heads, each group's first tiles (the heaviest
- * under the causal mask) for all its heads before any of their next ones.
- * Blocks start in the order of their index, so a group's blocks end on the
- * lightest tiles, where (tiles, heads) ends on a last head's heaviest. */
+/* Which of its head's `tiles` tiles, and which head (b H + h), a block
+ * takes. With a.group = 0 the grid is (tiles, heads); else it is one row
+ * of every head's tiles, in groups of `group` heads, each group's first
+ * tiles (the heaviest under the causal mask) for all its heads before any
+ * of their next ones. Blocks start in the order of their index, so a
+ * group's blocks end on the lightest tiles, where (tiles, heads) ends on a
+ * last head's heaviest. */
 struct att_block {
     int tile, bh;
 };
-__device__ __forceinline__ att_block block_of(const att_dims &a)
+__device__ __forceinline__ att_block block_of(const att_dims &a, int tiles)
 {
     if (a.group == 0) return att_block{(int)blockIdx.x, (int)blockIdx.y};
-    int64_t i = blockIdx.x, per_group = (int64_t)a.group * a.grid_tiles;
+    int64_t i = blockIdx.x, per_group = (int64_t)a.group * tiles;
     int first = (int)(i / per_group) * a.group, rest = (int)(i % per_group);
     int heads = min(a.group, a.B * a.H - first); /* the last group may be short */
     return att_block{rest / heads, first + rest % heads};
@@ -507,7 +508,7 @@ __global__ void __launch_bounds__(THREADS * QW)
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
     int ntiles = (a.T + BR - 1) / BR, nblocks = (a.T + QW * BR - 1) / (QW * BR);
-    att_block at = block_of(a);
+    att_block at = block_of(a, nblocks);
     int qt = a.causal ? nblocks - 1 - at.tile : at.tile;
     int b = at.bh / a.H, h = at.bh % a.H, q0 = qt * QW * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -715,7 +716,7 @@ __global__ void __launch_bounds__(THREADS)
     float *stats = reinterpret_cast<float *>(smem + 6 * TS); /* [ls0 ds0 ls1 ds1] */
     W *stage = reinterpret_cast<W *>(stats + 4 * BR);        /* STORE: BR rows of BR + PAD */
     int ntiles = (a.T + BR - 1) / BR;
-    att_block at = block_of(a);
+    att_block at = block_of(a, ntiles);
     int kt = at.tile, b = at.bh / a.H, h = at.bh % a.H, k0 = kt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int r0 = warp * 16;
@@ -796,7 +797,7 @@ __global__ void __launch_bounds__(THREADS)
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD);
     int ntiles = (a.T + BR - 1) / BR;
-    att_block at = block_of(a);
+    att_block at = block_of(a, ntiles);
     int qt = a.causal ? ntiles - 1 - at.tile : at.tile;
     int b = at.bh / a.H, h = at.bh % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -884,7 +885,7 @@ __global__ void __launch_bounds__(THREADS)
     W *smem = reinterpret_cast<W *>(smem_bytes);
     const int TS = BR * (DP + M::PAD), PS = TS + BR * (BR + M::PAD); /* K, then K and dS^T */
     int ntiles = (a.T + BR - 1) / BR;
-    att_block at = block_of(a);
+    att_block at = block_of(a, ntiles);
     int qt = a.causal ? ntiles - 1 - at.tile : at.tile;
     int b = at.bh / a.H, h = at.bh % a.H, q0 = qt * BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -1044,7 +1045,7 @@ template <typename K> int allow(K kernel, size_t bytes)
 }
 
 /* The grid of n tiles of every head for the kernels that take their tile
- * with block_of; sets a->group and a->grid_tiles. Under the causal mask
+ * with block_of (given n); sets a->group. Under the causal mask
  * the blocks go in groups of ATT_GROUP heads, heaviest tiles first: on an
  * H100, gpt2-124m's attention took 3% less time a step than on a (tiles,
  * heads) grid in groups of 24 (12 and 48 alike), and 4-7% more as one
@@ -1056,7 +1057,6 @@ static dim3 tile_grid(int n, att_dims *a)
 {
     int bh = a->B * a->H;
     a->group = a->causal && (int64_t)bh * n <= INT32_MAX ? min(ATT_GROUP, bh) : 0;
-    a->grid_tiles = n;
     return a->group ? dim3((unsigned)((int64_t)bh * n)) : dim3(n, bh);
 }
 
