@@ -51,7 +51,7 @@ B=${AWL_CPU_BUILD:-/tmp/awl-cpu}
 STAGES=${STAGES:-dist}
 mkdir -p "$B/obj" "$B/bin" "$OUT"
 export LD_LIBRARY_PATH=$D/lib:$LD_LIBRARY_PATH
-lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c 1-200 | tee "$OUT/machine.txt"
+lscpu | grep -E "Model name|^CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|Flags" | cut -c 1-200 | tee "$OUT/machine.txt"
 
 CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -fopenmp -Wall -Wextra
         -Wno-unknown-pragmas -I$ROOT -I$ROOT/tests -I$D/include"

@@ -420,6 +420,7 @@ bool heads_of(const awl_view *v, const int64_t *shape, awl_dtype dt, heads<T> *h
     h->sb = v->strides[0];
     h->sh = v->strides[1];
     h->st = v->strides[2];
+    h->rows16 = (((uintptr_t)h->p | (uint64_t)(h->sb | h->sh | h->st) * sizeof(T)) & 15u) == 0;
     return true;
 }
 

@@ -16,6 +16,7 @@
 template <typename T> struct heads {
     T *p;
     int64_t sb, sh, st;
+    bool rows16; /* every row starts on a 16-byte boundary */
 };
 
 /* lse (B, H, T) float32. */

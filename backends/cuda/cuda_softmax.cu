@@ -78,13 +78,34 @@ template <typename A> __device__ online<A> block_online(online<A> o)
     return r;
 }
 
+/* e^(x - shift) where `fast`: 2^(x log2 e - shift log2 e) on the
+ * special-function unit (ex2.approx.ftz: one instruction after one
+ * multiply-add; results below 2^-126 flush to 0), where expf's range
+ * reduction costs several more. Its error (about 2^-22 relative, and the
+ * rounding of x log2 e) is far below what a bfloat16 logit or gradient
+ * holds (2^-8); the cross-entropy kernels take it for bfloat16 rows. */
+__device__ __forceinline__ float exp_shifted(float x, float shift, bool fast)
+{
+    if (!fast) return awlc_exp(x - shift);
+    const float L = 1.4426950408889634f;
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(fmaf(x, L, -shift * L)));
+    return y;
+}
+__device__ __forceinline__ double exp_shifted(double x, double shift, bool)
+{
+    return awlc_exp(x - shift);
+}
+
 /* The (m, s) state of one row. A thread takes its 16-byte packs whole:
  * the pack's maximum first, then one rescale of the running sum to it and
  * the pack's exponentials, where online_add would compare, branch and
  * perhaps rescale at every element (bfloat16 logits of gpt2-124m's head,
  * eight to a pack: the cross-entropy forward was bound by that, not by
- * its bytes; docs/cuda.md). */
-template <typename T, typename A> __device__ online<A> row_online(const T *row, int64_t n)
+ * its bytes; docs/cuda.md). With `fast`, the exponentials are
+ * exp_shifted's fast form. */
+template <typename T, typename A>
+__device__ online<A> row_online(const T *row, int64_t n, bool fast = false)
 {
     const int V = 16 / sizeof(T);
     online<A> o = {(A)-INFINITY, (A)0};
@@ -101,9 +122,9 @@ template <typename T, typename A> __device__ online<A> row_online(const T *row, 
             }
             /* every entry so far masked: no shift (a NaN still gets through) */
             const A shift = m == (A)-INFINITY ? (A)0 : m;
-            A sum = o.s * awlc_exp(o.m - shift);
+            A sum = o.s * exp_shifted(o.m, shift, fast);
 #pragma unroll
-            for (int j = 0; j < V; j++) sum += awlc_exp(x[j] - shift);
+            for (int j = 0; j < V; j++) sum += exp_shifted(x[j], shift, fast);
             o.m = m;
             o.s = sum;
         }
@@ -157,6 +178,7 @@ struct ce_args {
     float *lse;
     int64_t s_lse;
     int ignore_index;
+    bool fast; /* bfloat16 logits: exp_shifted's fast exponential */
 };
 
 template <typename T>
@@ -165,7 +187,7 @@ __global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args 
     typedef typename Compute<T>::type A;
     for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
         const T *x = logits + r * a.s_logits;
-        online<A> o = row_online<T, A>(x, a.V);
+        online<A> o = row_online<T, A>(x, a.V, a.fast);
         if (threadIdx.x == 0) {
             A lse = o.m + awlc_log(o.s);
             int32_t t = a.targets[r * a.s_targets];
@@ -190,7 +212,7 @@ __global__ void ce_bwd_kernel(T *dlogits, int64_t s_dlogits, const T *dloss, int
         A lse = (A)a.lse[r * a.s_lse];
         awlc_row_map(dlogits + r * s_dlogits, logits + r * a.s_logits, a.V, [&](int64_t j, T x) {
             if (skip) return awlc_cast<T>((A)0);
-            A p = awlc_exp(awlc_cast<A>(x) - lse);
+            A p = exp_shifted(awlc_cast<A>(x), lse, a.fast);
             return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
         });
     }
@@ -255,6 +277,7 @@ static int ce_setup(const awl_view *logits, const awl_view *lse, const awl_view 
     a->targets = awlc_ptr<int32_t>(targets);
     a->lse = awlc_ptr<float>(lse);
     a->ignore_index = ignore_index;
+    a->fast = logits->dtype == AWL_BF16;
     return AWL_OK;
 }
 
