@@ -348,13 +348,13 @@ template <int P> struct tf32_mma {
  * stride DP + PAD): whole aligned 16-byte chunks by cp.async, the rest (rows
  * past T and columns past D as zeros, unaligned rows) by plain stores. The
  * tile is complete once this thread's cp.async group is waited for and the
- * block has synchronised. A tile of whole aligned rows (all but a
- * sequence's last, or any with D < DP or odd strides) takes a path of its
- * own: a thread's chunks are then one column of rows NT / CH apart, one
- * address and a constant step, where the general loop spends some fifty
- * integer instructions on each chunk's row, bounds and alignment (the
- * forward's and the backward's main loops were led by the integer pipe;
- * the gpt2-124m bf16 step 3.8% shorter on an H100, docs/cuda.md). */
+ * block has synchronised. A tile of whole aligned rows (every tile but a
+ * sequence's partial last one, where D = DP and the strides keep each row
+ * on a 16-byte boundary) takes a path of its own: a thread's chunks are then one column of rows NT
+ * / CH apart, one address and a constant step, where the general loop spends some fifty integer
+ * instructions on each chunk's row, bounds and alignment (the forward's and the backward's main
+ * loops were led by the integer pipe; the gpt2-124m bf16 step 3.8% shorter on an H100,
+ * docs/cuda.md). */
 template <typename M, int DP, int NT = THREADS>
 __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> &x, int b, int h,
                           int t0, const att_dims &a)
@@ -483,17 +483,6 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* 2^x on the special-function unit, as exp2f (ex2.approx, 2 ulp) but with
- * subnormal results flushed to zero, which saves exp2f's rescaling around
- * it: one instruction a weight. A weight below 2^-126 of its row's largest
- * adds nothing to a float32 row sum anyway. */
-__device__ __forceinline__ float exp2_ftz(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* Which of its head's `tiles` tiles, and which head (b H + h), a block
  * takes. With a.group = 0 the grid is (tiles, heads); else it is one row
  * of every head's tiles, in groups of `group` heads, each group's first
@@ -586,14 +575,14 @@ __global__ void __launch_bounds__(THREADS * QW)
             for (int i = 0; i < 2; i++) {
                 float mn = quad_max(mx[i]);
                 ms[i] = mn == -INFINITY ? 0.0f : mn * sl2;
-                alpha[i] = m[i] == mn ? 1.0f : exp2_ftz(fmaf(m[i], sl2, -ms[i]));
+                alpha[i] = m[i] == mn ? 1.0f : awlc_exp2_ftz(fmaf(m[i], sl2, -ms[i]));
                 m[i] = mn;
             }
 #pragma unroll
             for (int nb = 0; nb < 8; nb++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    s[nb][e] = exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
+                    s[nb][e] = awlc_exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
                     rs[e / 2] += s[nb][e];
                 }
             if (DROP) drop_rows(s, a, b, h, qs + r0 + g, k0, lane);
@@ -690,8 +679,9 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
         for (int e = 0; e < 4; e++) {
             int key = k0 + r0 + g + 8 * (e / 2), qc = nb * 8 + 2 * t + (e & 1);
             float lse_q = e & 1 ? lq.y : lq.x, d_q = e & 1 ? dq.y : dq.x;
-            float pv = !mask || att_visible(q0 + qc, key, a) ? exp2_ftz(fmaf(p[nb][e], sl2, -lse_q))
-                                                             : 0.0f;
+            float pv = !mask || att_visible(q0 + qc, key, a)
+                           ? awlc_exp2_ftz(fmaf(p[nb][e], sl2, -lse_q))
+                           : 0.0f;
             float m = !DROP ? 1.0f : keep >> e & 1u ? a.drop_scale : 0.0f;
             p[nb][e] = pv * m;
             dst[nb][e] = pv * (m * dst[nb][e] - d_q);
@@ -881,7 +871,7 @@ __global__ void __launch_bounds__(THREADS)
             for (int e = 0; e < 4; e++) {
                 int row = q0 + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
                 float pv = !mask || att_visible(row, key, a)
-                               ? exp2_ftz(fmaf(p[nb][e], sl2, -ls[e / 2]))
+                               ? awlc_exp2_ftz(fmaf(p[nb][e], sl2, -ls[e / 2]))
                                : 0.0f;
                 dp[nb][e] = pv * (dp[nb][e] - ds[e / 2]);
             }

@@ -431,6 +431,17 @@ template <typename A> static __device__ A awlc_block_max(A v, A *scratch)
 /* Math on float or double by overload, so templates pick the right width. */
 static __device__ __forceinline__ float awlc_exp(float x) { return expf(x); }
 static __device__ __forceinline__ double awlc_exp(double x) { return exp(x); }
+/* 2^x on the special-function unit, as exp2f (ex2.approx, 2 ulp) but with
+ * subnormal results flushed to zero, which saves exp2f's rescaling around
+ * it: one instruction. The attention kernels and the bfloat16
+ * cross-entropy take their softmax weights from it: a weight below 2^-126
+ * of its row's largest adds nothing to a float32 row sum anyway. */
+static __device__ __forceinline__ float awlc_exp2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 static __device__ __forceinline__ float awlc_log(float x) { return logf(x); }
 static __device__ __forceinline__ double awlc_log(double x) { return log(x); }
 static __device__ __forceinline__ float awlc_sqrt(float x) { return sqrtf(x); }

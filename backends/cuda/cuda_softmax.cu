@@ -78,19 +78,15 @@ template <typename A> __device__ online<A> block_online(online<A> o)
     return r;
 }
 
-/* e^(x - shift) where `fast`: 2^(x log2 e - shift log2 e) on the
- * special-function unit (ex2.approx.ftz: one instruction after one
- * multiply-add; results below 2^-126 flush to 0), where expf's range
- * reduction costs several more. Its error (about 2^-22 relative, and the
- * rounding of x log2 e) is far below what a bfloat16 logit or gradient
+/* e^(x - shift) where `fast`: 2^(x log2 e - shift log2 e) by
+ * awlc_exp2_ftz (one instruction after one multiply-add), where expf's
+ * range reduction costs several more. Its error (about 2^-22 relative, and
+ * the rounding of x log2 e) is far below what a bfloat16 logit or gradient
  * holds (2^-8); the cross-entropy kernels take it for bfloat16 rows. */
 __device__ __forceinline__ float exp_shifted(float x, float shift, bool fast)
 {
-    if (!fast) return awlc_exp(x - shift);
     const float L = 1.4426950408889634f;
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(fmaf(x, L, -shift * L)));
-    return y;
+    return fast ? awlc_exp2_ftz(fmaf(x, L, -shift * L)) : awlc_exp(x - shift);
 }
 __device__ __forceinline__ double exp_shifted(double x, double shift, bool)
 {
