@@ -350,11 +350,12 @@ template <int P> struct tf32_mma {
  * tile is complete once this thread's cp.async group is waited for and the
  * block has synchronised. A tile of whole aligned rows (every tile but a
  * sequence's partial last one, where D = DP and the strides keep each row
- * on a 16-byte boundary) takes a path of its own: a thread's chunks are then one column of rows NT
- * / CH apart, one address and a constant step, where the general loop spends some fifty integer
- * instructions on each chunk's row, bounds and alignment (the forward's and the backward's main
- * loops were led by the integer pipe; the gpt2-124m bf16 step 3.8% shorter on an H100,
- * docs/cuda.md). */
+ * on a 16-byte boundary) takes a path of its own: a thread's chunks are
+ * then one column of rows NT / CH apart, one address and a constant step,
+ * where the general loop spends some fifty integer instructions on each
+ * chunk's row, bounds and alignment (the forward's and the backward's main
+ * loops were led by the integer pipe; the gpt2-124m bf16 step 3.8% shorter
+ * on an H100, docs/cuda.md). */
 template <typename M, int DP, int NT = THREADS>
 __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> &x, int b, int h,
                           int t0, const att_dims &a)

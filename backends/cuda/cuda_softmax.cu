@@ -24,6 +24,8 @@
  * the backward a zero row; awl_cross_entropy has the device check the
  * targets (check_indices), which reports it at the next synchronisation.
  */
+#include <type_traits>
+
 #include "backends/cuda/cuda_common.cuh"
 
 namespace
@@ -78,30 +80,34 @@ template <typename A> __device__ online<A> block_online(online<A> o)
     return r;
 }
 
-/* e^(x - shift) where `fast`: 2^(x log2 e - shift log2 e) by
+/* e^(x - shift); with FAST (float only), 2^(x log2 e - shift log2 e) by
  * awlc_exp2_ftz (one instruction after one multiply-add), where expf's
  * range reduction costs several more. Its error (about 2^-22 relative, and
  * the rounding of x log2 e) is far below what a bfloat16 logit or gradient
- * holds (2^-8); the cross-entropy kernels take it for bfloat16 rows. */
-__device__ __forceinline__ float exp_shifted(float x, float shift, bool fast)
+ * holds (2^-8); the cross-entropy kernels take it for bfloat16 rows
+ * (fast_exp<T>). */
+template <bool FAST, typename A> __device__ __forceinline__ A exp_shifted(A x, A shift)
 {
-    const float L = 1.4426950408889634f;
-    return fast ? awlc_exp2_ftz(fmaf(x, L, -shift * L)) : awlc_exp(x - shift);
+    if constexpr (FAST) {
+        const float L = 1.4426950408889634f;
+        return awlc_exp2_ftz(fmaf(x, L, -shift * L));
+    } else {
+        return awlc_exp(x - shift);
+    }
 }
-__device__ __forceinline__ double exp_shifted(double x, double shift, bool)
-{
-    return awlc_exp(x - shift);
-}
+
+/* Whether the cross-entropy of T rows takes the fast exponential. */
+template <typename T> constexpr bool fast_exp = std::is_same<T, awl_bf16>::value;
 
 /* The (m, s) state of one row. A thread takes its 16-byte packs whole:
  * the pack's maximum first, then one rescale of the running sum to it and
  * the pack's exponentials, where online_add would compare, branch and
  * perhaps rescale at every element (bfloat16 logits of gpt2-124m's head,
  * eight to a pack: the cross-entropy forward was bound by that, not by
- * its bytes; docs/cuda.md). With `fast`, the exponentials are
+ * its bytes; docs/cuda.md). With FAST, the exponentials are
  * exp_shifted's fast form. */
-template <typename T, typename A>
-__device__ online<A> row_online(const T *row, int64_t n, bool fast = false)
+template <typename T, typename A, bool FAST = false>
+__device__ online<A> row_online(const T *row, int64_t n)
 {
     const int V = 16 / sizeof(T);
     online<A> o = {(A)-INFINITY, (A)0};
@@ -118,9 +124,9 @@ __device__ online<A> row_online(const T *row, int64_t n, bool fast = false)
             }
             /* every entry so far masked: no shift (a NaN still gets through) */
             const A shift = m == (A)-INFINITY ? (A)0 : m;
-            A sum = o.s * exp_shifted(o.m, shift, fast);
+            A sum = o.s * exp_shifted<FAST>(o.m, shift);
 #pragma unroll
-            for (int j = 0; j < V; j++) sum += exp_shifted(x[j], shift, fast);
+            for (int j = 0; j < V; j++) sum += exp_shifted<FAST>(x[j], shift);
             o.m = m;
             o.s = sum;
         }
@@ -174,7 +180,6 @@ struct ce_args {
     float *lse;
     int64_t s_lse;
     int ignore_index;
-    bool fast; /* bfloat16 logits: exp_shifted's fast exponential */
 };
 
 template <typename T>
@@ -183,7 +188,7 @@ __global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args 
     typedef typename Compute<T>::type A;
     for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
         const T *x = logits + r * a.s_logits;
-        online<A> o = row_online<T, A>(x, a.V, a.fast);
+        online<A> o = row_online<T, A, fast_exp<T>>(x, a.V);
         if (threadIdx.x == 0) {
             A lse = o.m + awlc_log(o.s);
             int32_t t = a.targets[r * a.s_targets];
@@ -208,7 +213,7 @@ __global__ void ce_bwd_kernel(T *dlogits, int64_t s_dlogits, const T *dloss, int
         A lse = (A)a.lse[r * a.s_lse];
         awlc_row_map(dlogits + r * s_dlogits, logits + r * a.s_logits, a.V, [&](int64_t j, T x) {
             if (skip) return awlc_cast<T>((A)0);
-            A p = exp_shifted(awlc_cast<A>(x), lse, a.fast);
+            A p = exp_shifted<fast_exp<T>>(awlc_cast<A>(x), lse);
             return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
         });
     }
@@ -273,7 +278,6 @@ static int ce_setup(const awl_view *logits, const awl_view *lse, const awl_view 
     a->targets = awlc_ptr<int32_t>(targets);
     a->lse = awlc_ptr<float>(lse);
     a->ignore_index = ignore_index;
-    a->fast = logits->dtype == AWL_BF16;
     return AWL_OK;
 }
 
