@@ -124,6 +124,11 @@ typedef enum awl_random_kind {
 typedef struct awl_adamw_args {
     float lr, beta1, beta2, eps;
     int64_t step; /* 1 for the first step: bias corrections use it */
+    /* Each gradient element is multiplied by this first, g * grad_scale
+     * rounded to float32 as the scale kernel rounds it (gradient clipping's
+     * factor applied as the gradients are read: nn/optim.h's
+     * awl_optimizer_clip_grad_norm); 1 for none. The grads are not written. */
+    float grad_scale;
 } awl_adamw_args;
 
 /* ---- the table ------------------------------------------------------------ */

@@ -470,8 +470,15 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
             total += (double)sizes[i];
         }
         float wd[4] = {0.1f, 0.1f, 0.1f, 0.0f};
-        views v = {
-            .n = 4, .list = {pv, gv, mv, sv}, .wd = wd, .adam = {1e-3f, 0.9f, 0.95f, 1e-8f, 1}};
+        views v = {.n = 4,
+                   .list = {pv, gv, mv, sv},
+                   .wd = wd,
+                   .adam = {.lr = 1e-3f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.95f,
+                            .eps = 1e-8f,
+                            .step = 1,
+                            .grad_scale = 1.0f}};
         /* reads p, g, m, v; writes p, m, v */
         report_bytes(name, "adamw_step (all parameters)", time_ms(b_adamw, &v), 7.0 * 4 * total);
         for (int i = 0; i < 4; i++) {

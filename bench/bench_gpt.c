@@ -9,7 +9,8 @@
  * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
  * backward, gradient clipping when --grad-clip X > 0 (off by default: the
  * CPU peer does not clip, the GPU peer clips to 1.0, and scripts/gpu_run.sh
- * passes --grad-clip 1), AdamW step (constant LR; dropout 0 unless
+ * passes --grad-clip 1; awl_optimizer_clip_grad_norm, whose factor the
+ * AdamW step applies as it reads the gradients), AdamW step (constant LR; dropout 0 unless
  * --dropout P, which applies nanoGPT's dropout to the embeddings, the
  * attention weights and the residual branches, as the PyTorch peer's
  * --dropout does), as the PyTorch peer script
@@ -138,7 +139,7 @@ static int train_one(awl_gpt *model, awl_optimizer *opt, double grad_clip, awl_t
     awl_optimizer_zero_grad_ex(opt, true); /* set_to_none, as the PyTorch peer */
     *loss = awl_gpt_loss(model, x, y);
     if (!*loss || awl_backward(*loss) < 0) return -1;
-    if (grad_clip > 0 && awl_clip_grad_norm(awl_gpt_parameters(model), grad_clip) < 0) return -1;
+    if (grad_clip > 0 && awl_optimizer_clip_grad_norm(opt, grad_clip) < 0) return -1;
     return awl_optimizer_step(opt) < 0 ? -1 : 0;
 }
 

@@ -37,6 +37,9 @@ struct awl_optimizer {
     bool nesterov;
     bool decay_all; /* AdamW: decay 1-D parameters too */
     int64_t step_count;
+    /* The factor awl_optimizer_clip_grad_norm left for the next step to
+     * apply to the gradients as it reads them; 1 when none. */
+    double grad_scale;
 
     int n; /* parameters, without duplicates */
     char **names;
@@ -114,6 +117,7 @@ static awl_optimizer *optimizer_new(const char *op, awl_optimizer_kind kind,
     }
     awl_optimizer *o = awl_xcalloc(1, sizeof *o);
     o->kind = kind;
+    o->grad_scale = 1.0;
     size_t cap = (size_t)params->count;
     o->names = awl_xcalloc(cap, sizeof *o->names);
     o->params = awl_xcalloc(cap, sizeof *o->params);
@@ -385,8 +389,12 @@ static int adamw_fused(awl_optimizer *o, bool *done)
             decay[count] = (float)adamw_decay(o, i);
             count++;
         }
-        awl_adamw_args args = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                               o->steps[lead] + 1};
+        awl_adamw_args args = {.lr = (float)o->lr,
+                               .beta1 = (float)o->beta1,
+                               .beta2 = (float)o->beta2,
+                               .eps = (float)o->eps,
+                               .step = o->steps[lead] + 1,
+                               .grad_scale = (float)o->grad_scale};
         int s = awl_tensor_adamw_step(count, group, group + o->n, group + 2 * o->n,
                                       group + 3 * o->n, decay, &args);
         if (s == AWL_ERR_UNSUPPORTED) continue;
@@ -408,6 +416,8 @@ static int adamw_fused(awl_optimizer *o, bool *done)
 
 /* ---- stepping and gradients ------------------------------------------------------- */
 
+static int scale_grads(int n, awl_tensor **grads, double factor);
+
 int awl_optimizer_step(awl_optimizer *o)
 {
     if (!o) return AWL_ERR_INVALID;
@@ -423,6 +433,10 @@ int awl_optimizer_step(awl_optimizer *o)
         awl_tensor *g = o->params[i]->grad;
         if (done[i] || !g) continue;
         int64_t step = o->steps[i] + 1;
+        /* the composed forms apply a clipping factor as awl_clip_grad_norm
+         * does, to the grad in place (the scale kernel's bits) */
+        if (o->grad_scale != 1.0) status = scale_grads(1, &g, o->grad_scale);
+        if (status < 0) break;
         awl_scope_begin();
         status = o->kind == AWL_OPTIM_SGD ? sgd_update(o, i, g, step) : adam_update(o, i, g, step);
         awl_scope_end();
@@ -430,6 +444,7 @@ int awl_optimizer_step(awl_optimizer *o)
     }
     awl_profiler_end();
     free(done);
+    o->grad_scale = 1.0;
     if (status < 0) return status;
     o->step_count++;
     return AWL_OK;
@@ -438,6 +453,7 @@ int awl_optimizer_step(awl_optimizer *o)
 int awl_optimizer_zero_grad_ex(awl_optimizer *o, bool set_to_none)
 {
     if (!o) return AWL_ERR_INVALID;
+    o->grad_scale = 1.0;
     for (int i = 0; i < o->n; i++) {
         awl_tensor *p = o->params[i];
         if (!p->grad) continue;
@@ -603,14 +619,11 @@ static int sum_squares(awl_tensor **grads, int n, device_sum *sums, int *n_sums)
     return status;
 }
 
-double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
+/* The L2 norm of n grads together, or a negative status. */
+static double grads_norm(awl_tensor **grads, int n)
 {
-    if (!params) return AWL_ERR_INVALID;
-    if (!(max_norm >= 0))
-        return awl_error(AWL_ERR_INVALID, "awl_clip_grad_norm: max_norm %g must be >= 0", max_norm);
-    awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
-    device_sum *sums = awl_xcalloc((size_t)params->count + 1, sizeof *sums);
-    int n = distinct_grads(params, grads), n_sums = 0;
+    device_sum *sums = awl_xcalloc((size_t)n + 1, sizeof *sums);
+    int n_sums = 0;
     double total = 0;
     awl_scope_begin();
     int status = sum_squares(grads, n, sums, &n_sums);
@@ -620,24 +633,60 @@ double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
         if (awl_error_count() != errors) status = AWL_ERR_DEVICE;
     }
     awl_scope_end();
-    free(grads);
     free(sums);
-    if (status < 0) return status;
-    double norm = sqrt(total);
+    return status < 0 ? status : sqrt(total);
+}
+
+/* The factor that brings a norm down to max_norm, or 1 where it is below:
+ * written so that a NaN norm gives a NaN factor, which then scales too, as
+ * PyTorch's clamp does. */
+static double clip_factor(double max_norm, double norm)
+{
     double coef = max_norm / (norm + 1e-6);
-    /* written so that a NaN coefficient scales too, as PyTorch's clamp does */
-    if (!(coef >= 1.0) && awl_scale_grads(params, coef) < 0) return AWL_ERR_INVALID;
+    return coef >= 1.0 ? 1.0 : coef;
+}
+
+static int check_max_norm(const char *op, double max_norm)
+{
+    if (!(max_norm >= 0))
+        return awl_error(AWL_ERR_INVALID, "%s: max_norm %g must be >= 0", op, max_norm);
+    return AWL_OK;
+}
+
+double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
+{
+    if (!params) return AWL_ERR_INVALID;
+    TRY(check_max_norm("awl_clip_grad_norm", max_norm));
+    awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
+    int n = distinct_grads(params, grads);
+    double norm = grads_norm(grads, n), coef = clip_factor(max_norm, norm);
+    int status = norm < 0 ? (int)norm : coef != 1.0 ? scale_grads(n, grads, coef) : AWL_OK;
+    free(grads);
+    return status < 0 ? status : norm;
+}
+
+double awl_optimizer_clip_grad_norm(awl_optimizer *o, double max_norm)
+{
+    if (!o) return AWL_ERR_INVALID;
+    TRY(check_max_norm("awl_optimizer_clip_grad_norm", max_norm));
+    awl_tensor **grads = awl_xmalloc(((size_t)o->n + 1) * sizeof *grads);
+    int n = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->params[i]->grad) grads[n++] = o->params[i]->grad;
+    double norm = grads_norm(grads, n);
+    free(grads);
+    if (norm < 0) return norm;
+    o->grad_scale = clip_factor(max_norm, norm);
     return norm;
 }
 
-int awl_scale_grads(const awl_param_list *params, double factor)
+/* grads[i] *= factor for n grads: the backend's scale kernel over as many
+ * at once as it takes, MUL_SCALAR (the same bits) for the rest. */
+static int scale_grads(int n, awl_tensor **grads, double factor)
 {
-    if (!params) return AWL_ERR_INVALID;
-    awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
-    awl_tensor **group = awl_xmalloc(((size_t)params->count + 1) * sizeof *group);
-    int n = distinct_grads(params, grads), status = AWL_OK;
+    awl_tensor **group = awl_xmalloc(((size_t)n + 1) * sizeof *group);
     bool *taken = awl_xcalloc((size_t)n + 1, sizeof *taken);
-    /* the backend's scale kernel over as many grads at once as it takes */
+    int status = AWL_OK;
     for (int lead = 0; lead < n && status >= 0; lead++) {
         int count = fused_group(AWL_KERNEL_SCALE, grads, n, taken, lead, group);
         int fused = count ? awl_tensor_scale(count, group, factor) : AWL_OK;
@@ -650,8 +699,16 @@ int awl_scale_grads(const awl_param_list *params, double factor)
     for (int i = 0; i < n && status >= 0; i++)
         if (!taken[i])
             status = awl_tensor_unary_out(AWL_UNARY_MUL_SCALAR, grads[i], grads[i], factor);
-    free(grads);
     free(group);
     free(taken);
     return status < 0 ? status : AWL_OK;
+}
+
+int awl_scale_grads(const awl_param_list *params, double factor)
+{
+    if (!params) return AWL_ERR_INVALID;
+    awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
+    int status = scale_grads(distinct_grads(params, grads), grads, factor);
+    free(grads);
+    return status;
 }

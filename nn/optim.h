@@ -17,7 +17,7 @@
  *         for (int micro = 0; micro < 4; micro++) {    // gradient accumulation:
  *             ... loss = forward(...) / 4; awl_backward(loss); ...  // grads add up
  *         }
- *         awl_clip_grad_norm(params, 1.0);
+ *         awl_clip_grad_norm(params, 1.0);   // or awl_optimizer_clip_grad_norm(opt, 1.0)
  *         awl_optimizer_step(opt);
  *         awl_optimizer_zero_grad(opt);
  *     }
@@ -150,6 +150,18 @@ awl_tensor *awl_optimizer_state(const awl_optimizer *opt, int i, const char **na
  * 0 or NaN, as PyTorch does), or a negative value after recording an error
  * (max_norm < 0, a device fault). */
 double awl_clip_grad_norm(const awl_param_list *params, double max_norm);
+
+/* Gradient clipping fused with the optimizer's next step: the norm of the
+ * grads of the optimizer's parameters, as awl_clip_grad_norm measures it,
+ * and the factor c, which the next awl_optimizer_step applies to each
+ * gradient as it reads it instead of a pass that scales the grads first.
+ * The fused AdamW kernel takes c as an argument and leaves the grads as
+ * backward made them; the composed forms scale a grad in place before its
+ * update. Either way the parameters and the optimizer's state come out
+ * bit for bit as after awl_clip_grad_norm then awl_optimizer_step. The
+ * factor is dropped by the step and by zero_grad. Returns the norm before
+ * clipping, or a negative value after recording an error. */
+double awl_optimizer_clip_grad_norm(awl_optimizer *opt, double max_norm);
 
 /* Multiplies every existing grad by factor in place (1 / n after
  * accumulating n micro-batches). Returns 0 or a negative status. */

@@ -9,7 +9,10 @@
  * rounding (1e-13): that pins down the order of operations (bias
  * corrections, eps outside the square root, when weight decay applies);
  * float32 ones to float precision, through both the fused AdamW kernel and
- * the composed form.
+ * the composed form. Clipping fused with the step
+ * (awl_optimizer_clip_grad_norm) must give the bits of clipping then
+ * stepping; those tests run on AWL_TEST_DEVICE (cpu when unset), the others
+ * on the CPU.
  */
 #include <check.h>
 #include <math.h>
@@ -573,6 +576,166 @@ START_TEST(test_clip_fused_kernels)
 }
 END_TEST
 
+/* ---- clipping fused with the step ------------------------------------------------------- */
+
+/* Three parameters on AWL_TEST_DEVICE (cpu when unset): "w" (1000) and "e"
+ * (4, 37) decayed by AdamW, "b" (5) not; grads drawn from a seeded stream,
+ * fresh each step. */
+enum { FUSED_CLIP_PARAMS = 3 };
+static const int64_t FUSED_CLIP_SIZES[FUSED_CLIP_PARAMS][2] = {{1000, 1}, {4, 37}, {5, 1}};
+static const int FUSED_CLIP_NDIM[FUSED_CLIP_PARAMS] = {1, 2, 1};
+
+static const char *test_device(void)
+{
+    const char *d = getenv("AWL_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
+
+static awl_optimizer *clip_optimizer(int kind, awl_dtype dtype, awl_param_list *params)
+{
+    memset(params, 0, sizeof *params);
+    static const char *const names[FUSED_CLIP_PARAMS] = {"w", "e", "b"};
+    awl_manual_seed(11);
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+        awl_scope_begin();
+        awl_tensor *t =
+            awl_keep(awl_randn(FUSED_CLIP_NDIM[i], FUSED_CLIP_SIZES[i], dtype, test_device()));
+        awl_scope_end();
+        ck_assert_ptr_nonnull(t);
+        awl_requires_grad_(t, true);
+        ck_assert_int_eq(awl_param_list_add(params, names[i], t), 0);
+        awl_release(t);
+    }
+    awl_optimizer *opt = kind == 0   ? awl_adamw_new(params, 0.02, 0.9, 0.95, 1e-8, 0.1)
+                         : kind == 1 ? awl_adam_new(params, 0.01, 0.9, 0.999, 1e-8, 0.05)
+                                     : awl_sgd_new(params, 0.05, 0.9, 0.01);
+    ck_assert_ptr_nonnull(opt);
+    return opt;
+}
+
+/* N_STEPS steps with seeded grads, each clipped to max_norm before the step
+ * by awl_clip_grad_norm (fused_clip false) or awl_optimizer_clip_grad_norm;
+ * the parameters, the optimizer's states and the norms come back in out
+ * (as float64), their count is returned. */
+static int clip_steps(int kind, awl_dtype dtype, bool fused_clip, double max_norm, double *out)
+{
+    awl_param_list params;
+    awl_optimizer *opt = clip_optimizer(kind, dtype, &params);
+    int at = 0;
+    for (int step = 0; step < N_STEPS; step++) {
+        awl_manual_seed(100 + (uint64_t)step);
+        for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+            awl_tensor *p = params.items[i].tensor;
+            awl_scope_begin();
+            awl_tensor *g = awl_keep(
+                awl_mul_scalar(awl_randn(p->ndim, p->shape, p->dtype, test_device()), 0.5));
+            awl_scope_end();
+            ck_assert_ptr_nonnull(g);
+            awl_release(p->grad);
+            p->grad = g;
+        }
+        double norm = fused_clip ? awl_optimizer_clip_grad_norm(opt, max_norm)
+                                 : awl_clip_grad_norm(&params, max_norm);
+        ck_assert(norm >= 0);
+        out[at++] = norm;
+        ck_assert_int_eq(awl_optimizer_step(opt), 0);
+    }
+    awl_tensor *list[FUSED_CLIP_PARAMS + 8];
+    int n = 0;
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) list[n++] = params.items[i].tensor;
+    for (int i = 0; i < awl_optimizer_num_states(opt); i++)
+        list[n++] = awl_optimizer_state(opt, i, NULL);
+    for (int i = 0; i < n; i++) {
+        int64_t count = awl_numel(list[i]);
+        awl_scope_begin();
+        ck_assert_int_eq(
+            awl_to_host(awl_tensor_cast(list[i], AWL_F64), out + at, (size_t)count * sizeof *out),
+            0);
+        awl_scope_end();
+        at += (int)count;
+    }
+    awl_optimizer_free(opt);
+    awl_param_list_clear(&params);
+    return at;
+}
+
+/* awl_optimizer_clip_grad_norm then a step gives the bits of
+ * awl_clip_grad_norm then a step: AdamW through its fused kernel (the
+ * factor an argument) and composed, Adam and SGD (composed), float32 and
+ * float64, with the factor below 1 (clipping) and at 1 (max_norm above
+ * the norm). */
+START_TEST(test_optimizer_clip_fused)
+{
+    enum { MOST = N_STEPS + 4 * (1000 + 4 * 37 + 5) };
+    double *want = malloc(MOST * sizeof *want), *got = malloc(MOST * sizeof *got);
+    static const char *const kinds[3] = {"adamw", "adam", "sgd"};
+    for (int kind = 0; kind < 3; kind++)
+        for (int d = 0; d < 2; d++)
+            for (int fused = 0; fused < 2; fused++)
+                for (int c = 0; c < 2; c++) {
+                    if (dtypes[d] == AWL_F64 && strncmp(test_device(), "cuda", 4) == 0 && fused)
+                        continue; /* float64 takes the composed form anyway */
+                    bool was = awl_set_fused_kernels(fused);
+                    double max_norm = c ? 1e9 : 0.3;
+                    int n = clip_steps(kind, dtypes[d], false, max_norm, want);
+                    int m = clip_steps(kind, dtypes[d], true, max_norm, got);
+                    awl_set_fused_kernels(was);
+                    ck_assert_int_eq(n, m);
+                    if (!c) ck_assert(want[0] > max_norm); /* so the factor applied */
+                    ck_assert_msg(memcmp(want, got, (size_t)n * sizeof *want) == 0,
+                                  "%s, %s, fused kernels %s, max_norm %g: the fused clipping "
+                                  "differs from clipping then stepping",
+                                  kinds[kind], awl_dtype_name(dtypes[d]), fused ? "on" : "off",
+                                  max_norm);
+                }
+    free(want);
+    free(got);
+}
+END_TEST
+
+/* The factor lives until the next step or zero_grad, and only there: a
+ * step after zero_grad and fresh grads is unclipped. Bad input is an error
+ * naming the function. */
+START_TEST(test_optimizer_clip_lifetime)
+{
+    awl_param_list a, b;
+    awl_optimizer *oa = clip_optimizer(0, AWL_F32, &a), *ob = clip_optimizer(0, AWL_F32, &b);
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+        awl_scope_begin();
+        a.items[i].tensor->grad = awl_keep(awl_ones_like(a.items[i].tensor));
+        b.items[i].tensor->grad = awl_keep(awl_ones_like(b.items[i].tensor));
+        awl_scope_end();
+    }
+    ck_assert(awl_optimizer_clip_grad_norm(oa, 1e-3) > 1); /* a factor for oa only */
+    ck_assert_int_eq(awl_optimizer_zero_grad(oa), 0);      /* and gone */
+    ck_assert_int_eq(awl_optimizer_zero_grad(ob), 0);
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+        ck_assert_int_eq(awl_tensor_fill_(a.items[i].tensor->grad, 1.0), 0);
+        ck_assert_int_eq(awl_tensor_fill_(b.items[i].tensor->grad, 1.0), 0);
+    }
+    ck_assert_int_eq(awl_optimizer_step(oa), 0);
+    ck_assert_int_eq(awl_optimizer_step(ob), 0);
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+        int64_t n = awl_numel(a.items[i].tensor);
+        float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+        ck_assert_int_eq(awl_to_host(a.items[i].tensor, x, (size_t)n * sizeof *x), 0);
+        ck_assert_int_eq(awl_to_host(b.items[i].tensor, y, (size_t)n * sizeof *y), 0);
+        ck_assert_int_eq(memcmp(x, y, (size_t)n * sizeof *x), 0);
+        free(x);
+        free(y);
+    }
+    ck_assert(awl_optimizer_clip_grad_norm(oa, -1.0) < 0);
+    ck_assert_ptr_nonnull(
+        strstr(awl_last_error(), "awl_optimizer_clip_grad_norm: max_norm -1 must be >= 0"));
+    awl_clear_error();
+    ck_assert(awl_optimizer_clip_grad_norm(NULL, 1.0) < 0);
+    awl_optimizer_free(oa);
+    awl_optimizer_free(ob);
+    awl_param_list_clear(&a);
+    awl_param_list_clear(&b);
+}
+END_TEST
+
 /* Bad input to the clipping kernels' entry points: an error naming the op
  * and what is wrong, nothing written. */
 START_TEST(test_clip_kernels_bad_input)
@@ -613,6 +776,8 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, test_clip_grad_norm);
     tcase_add_test(tc, test_clip_fused_kernels);
     tcase_add_test(tc, test_clip_kernels_bad_input);
+    tcase_add_test(tc, test_optimizer_clip_fused);
+    tcase_add_test(tc, test_optimizer_clip_lifetime);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -529,7 +529,8 @@ static bool flat_part(const int64_t *start, int i, int64_t lo, int64_t hi, int64
 /* ---- AdamW ------------------------------------------------------------------------ */
 
 /* n parameters, each with grads, m, v of its shape, all contiguous float32;
- * in place: p -= lr wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * in place, with g = grad * grad_scale: p -= lr wd p; m = b1 m + (1 - b1) g;
+ * v = b2 v + (1 - b2) g^2;
  * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
  * arrangement). All parameters form one flat range split evenly between
  * threads, so many small tensors cost one parallel region. */
@@ -544,7 +545,8 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
     if (!start) return status;
     const int64_t total = start[n];
     const double t = (double)args->step;
-    const float b1 = args->beta1, b2 = args->beta2, eps = args->eps, lr = args->lr;
+    const float b1 = args->beta1, b2 = args->beta2, eps = args->eps, lr = args->lr,
+                gs = args->grad_scale;
     const float step_size = (float)(lr / (1.0 - pow(b1, t)));
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
     int nt = awl_cpu_threads_for(total, CPU_GRAIN_CHEAP);
@@ -560,7 +562,7 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
             const float decay = 1.0f - lr * weight_decay[i];
 #pragma omp simd
             for (int64_t e = a; e < b; e++) {
-                float pe = p[e] * decay, ge = g[e];
+                float pe = p[e] * decay, ge = g[e] * gs;
                 float me = b1 * mm[e] + (1.0f - b1) * ge;
                 float ve = b2 * vv[e] + (1.0f - b2) * ge * ge;
                 mm[e] = me;

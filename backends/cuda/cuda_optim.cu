@@ -15,7 +15,7 @@
  * The arithmetic is the CPU backend's, operation for operation, with every
  * product and sum explicitly rounded (__fmul_rn, __fadd_rn) so the compiler
  * cannot contract them into FMAs: the same inputs give bit-identical updates
- * on both backends. With t = args->step:
+ * on both backends. With t = args->step and g = grad * args->grad_scale:
  *   p = p (1 - lr wd);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
  */
@@ -37,11 +37,13 @@ struct adam_table {
     int64_t numel[ADAM_MAX];
     float decay[ADAM_MAX];
     float b1, b2, step_size, inv_bc2_sqrt, eps;
+    float grad_scale; /* awl_adamw_args's: each gradient times this first */
 };
 
-__device__ __forceinline__ void adam_one(const adam_table &t, float decay, float &p, float g,
+__device__ __forceinline__ void adam_one(const adam_table &t, float decay, float &p, float grad,
                                          float &m, float &v)
 {
+    float g = __fmul_rn(grad, t.grad_scale);
     float pe = __fmul_rn(p, decay);
     float me = __fadd_rn(__fmul_rn(t.b1, m), __fmul_rn(1.0f - t.b1, g));
     float ve = __fadd_rn(__fmul_rn(t.b2, v), __fmul_rn(__fmul_rn(1.0f - t.b2, g), g));
@@ -321,6 +323,7 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
     tab.b1 = args->beta1;
     tab.b2 = args->beta2;
     tab.eps = args->eps;
+    tab.grad_scale = args->grad_scale;
     tab.step_size = (float)(args->lr / (1.0 - pow(args->beta1, t)));
     tab.inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(args->beta2, t)));
     for (int start = 0; start < n; start += ADAM_MAX) {

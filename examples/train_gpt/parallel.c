@@ -52,7 +52,9 @@ double clip_gradients(trainer *t, double max_norm)
 {
     if (t->zero) return awl_zero_clip_grad_norm(t->zero, max_norm);
     if (t->tp_model) return awl_tp_gpt_clip_grad_norm(t->tp_model, max_norm);
-    return awl_clip_grad_norm(trained_params(t), max_norm);
+    /* the clipping factor goes to the next step, which applies it as the
+     * fused AdamW kernel reads the gradients: no pass that scales them */
+    return awl_optimizer_clip_grad_norm(t->opt, max_norm);
 }
 
 int optimizer_step(trainer *t)

@@ -820,7 +820,8 @@ static int call_adamw(const awl_backend *b, awl_view *const *v, const ac_args *a
     return b->adamw_step(a->count, p, g, m, s, a->wd, &a->adam);
 }
 
-/* PyTorch's AdamW, in float64. */
+/* PyTorch's AdamW, in float64, on the gradient scaled in float32 (as
+ * clip_grad_norm_ scales it: the exact product of two floats, rounded). */
 static int ref_adamw(const ac_case *c, double *const *in, double **ref)
 {
     const awl_adamw_args *a = &c->args.adam;
@@ -828,7 +829,7 @@ static int ref_adamw(const ac_case *c, double *const *in, double **ref)
     for (int i = 0; i < c->args.count; i++) {
         int64_t n = ac_numel(c->op[4 * i].ndim, c->op[4 * i].shape);
         for (int64_t e = 0; e < n; e++) {
-            double p = in[4 * i][e], g = in[4 * i + 1][e];
+            double p = in[4 * i][e], g = (float)(in[4 * i + 1][e] * a->grad_scale);
             double m = a->beta1 * in[4 * i + 2][e] + (1 - a->beta1) * g;
             double v = a->beta2 * in[4 * i + 3][e] + (1 - a->beta2) * g * g;
             p *= 1 - (double)a->lr * c->args.wd[i];
@@ -968,19 +969,31 @@ static void other_cases(ac_list *l)
             ac_push(l, &c);
         }
     static const int64_t psizes[3][1] = {{5}, {1000}, {40003}};
-    ac_case c =
-        ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, "3 tensors, step 3", call_adamw, ref_adamw);
-    c.args.count = 3;
-    c.args.adam = (awl_adamw_args){1e-2f, 0.9f, 0.95f, 1e-8f, 3};
-    c.args.wd[0] = 0.1f, c.args.wd[1] = 0.0f, c.args.wd[2] = 0.1f;
-    const char *names[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
-    for (int i = 0; i < 3; i++)
-        for (int k = 0; k < 4; k++) {
-            ac_operand o = ac_operand_new(names[k], k == 1 ? AC_IN : AC_INOUT, AWL_F32, 1,
-                                          psizes[i], AC_CONTIG);
-            ac_add(&c, k == 3 ? ac_domain(o, AWL_DOMAIN_POSITIVE) : o);
-        }
-    ac_push(l, &c);
+    /* without a gradient scale, and with a clipping factor applied as the
+     * gradients are read */
+    static const float grad_scales[2] = {1.0f, 0.37f};
+    static const char *const adamw_names[2] = {"3 tensors, step 3",
+                                               "3 tensors, step 3, grads x 0.37"};
+    for (int s = 0; s < 2; s++) {
+        ac_case c =
+            ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, adamw_names[s], call_adamw, ref_adamw);
+        c.args.count = 3;
+        c.args.adam = (awl_adamw_args){.lr = 1e-2f,
+                                       .beta1 = 0.9f,
+                                       .beta2 = 0.95f,
+                                       .eps = 1e-8f,
+                                       .step = 3,
+                                       .grad_scale = grad_scales[s]};
+        c.args.wd[0] = 0.1f, c.args.wd[1] = 0.0f, c.args.wd[2] = 0.1f;
+        const char *names[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < 4; k++) {
+                ac_operand o = ac_operand_new(names[k], k == 1 ? AC_IN : AC_INOUT, AWL_F32, 1,
+                                              psizes[i], AC_CONTIG);
+                ac_add(&c, k == 3 ? ac_domain(o, AWL_DOMAIN_POSITIVE) : o);
+            }
+        ac_push(l, &c);
+    }
     clipping_cases(l);
     cast_many_cases(l);
     mlp_cases(l);
