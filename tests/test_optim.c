@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "helpers/gradcheck.h"
 #include "nn/optim.h"
 #include "nn/param.h"
 
@@ -585,12 +586,6 @@ enum { FUSED_CLIP_PARAMS = 3 };
 static const int64_t FUSED_CLIP_SIZES[FUSED_CLIP_PARAMS][2] = {{1000, 1}, {4, 37}, {5, 1}};
 static const int FUSED_CLIP_NDIM[FUSED_CLIP_PARAMS] = {1, 2, 1};
 
-static const char *test_device(void)
-{
-    const char *d = getenv("AWL_TEST_DEVICE");
-    return d && *d ? d : "cpu";
-}
-
 static awl_optimizer *clip_optimizer(int kind, awl_dtype dtype, awl_param_list *params)
 {
     memset(params, 0, sizeof *params);
@@ -599,7 +594,7 @@ static awl_optimizer *clip_optimizer(int kind, awl_dtype dtype, awl_param_list *
     for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
         awl_scope_begin();
         awl_tensor *t =
-            awl_keep(awl_randn(FUSED_CLIP_NDIM[i], FUSED_CLIP_SIZES[i], dtype, test_device()));
+            awl_keep(awl_randn(FUSED_CLIP_NDIM[i], FUSED_CLIP_SIZES[i], dtype, awl_gc_device()));
         awl_scope_end();
         ck_assert_ptr_nonnull(t);
         awl_requires_grad_(t, true);
@@ -628,7 +623,7 @@ static int clip_steps(int kind, awl_dtype dtype, bool fused_clip, double max_nor
             awl_tensor *p = params.items[i].tensor;
             awl_scope_begin();
             awl_tensor *g = awl_keep(
-                awl_mul_scalar(awl_randn(p->ndim, p->shape, p->dtype, test_device()), 0.5));
+                awl_mul_scalar(awl_randn(p->ndim, p->shape, p->dtype, awl_gc_device()), 0.5));
             awl_scope_end();
             ck_assert_ptr_nonnull(g);
             awl_release(p->grad);
@@ -673,7 +668,7 @@ START_TEST(test_optimizer_clip_fused)
         for (int d = 0; d < 2; d++)
             for (int fused = 0; fused < 2; fused++)
                 for (int c = 0; c < 2; c++) {
-                    if (dtypes[d] == AWL_F64 && strncmp(test_device(), "cuda", 4) == 0 && fused)
+                    if (dtypes[d] == AWL_F64 && strncmp(awl_gc_device(), "cuda", 4) == 0 && fused)
                         continue; /* float64 takes the composed form anyway */
                     bool was = awl_set_fused_kernels(fused);
                     double max_norm = c ? 1e9 : 0.3;
