@@ -668,8 +668,6 @@ START_TEST(test_optimizer_clip_fused)
         for (int d = 0; d < 2; d++)
             for (int fused = 0; fused < 2; fused++)
                 for (int c = 0; c < 2; c++) {
-                    if (dtypes[d] == AWL_F64 && strncmp(awl_gc_device(), "cuda", 4) == 0 && fused)
-                        continue; /* float64 takes the composed form anyway */
                     bool was = awl_set_fused_kernels(fused);
                     double max_norm = c ? 1e9 : 0.3;
                     int n = clip_steps(kind, dtypes[d], false, max_norm, want);
