@@ -25,7 +25,12 @@
  *     node, which then calls the leaf's hooks (gradient-ready hooks, for
  *     data-parallel training);
  *   - create_graph: the backward functions are ordinary differentiable ops,
- *     so running them with grad mode on records the gradient's own graph.
+ *     so running them with grad mode on records the gradient's own graph;
+ *   - dtypes: a gradient has its input's dtype, with one exception: the
+ *     output of a cast from float32 to bfloat16 (autocast's weights) may
+ *     get a float32 gradient (awl_node_input_widens), which the cast then
+ *     passes on as it is; where it meets a bfloat16 one, they are summed in
+ *     float32.
  *
  * The engine is re-entrant: activation checkpointing runs a nested backward
  * from inside a node's backward function.
@@ -200,6 +205,17 @@ static int accumulate_into_node(pass *p, awl_node *target, awl_tensor *g)
         return AWL_OK;
     }
     awl_tensor *have = target->grad;
+    if (have->dtype != g->dtype) {
+        /* a gradient widened past a cast (awl_node_input_widens) meets one
+         * of the cast's own dtype: their sum in the wider one */
+        bool wider = awl_dtype_size(g->dtype) > awl_dtype_size(have->dtype);
+        awl_tensor *sum =
+            wider ? awl_add(awl_cast(have, g->dtype), g) : awl_add(have, awl_cast(g, have->dtype));
+        if (!sum) return AWL_ERR_INVALID;
+        target->grad = awl_retain(sum);
+        awl_release(have);
+        return AWL_OK;
+    }
     /* in place when nothing else can see the buffer (saves an allocation per
      * residual connection); out of place when the sum must be recorded */
     if (!p->create_graph && have->refcount == 1 && have->storage->refcount == 1 &&

@@ -107,6 +107,13 @@ bool awl_node_needs_grad(const awl_node *node, int i);
  * x + f(layer_norm(x)) gives x the add's gradient before layer_norm's
  * backward runs. */
 awl_tensor *awl_node_take_pending_grad(awl_node *node, int i);
+/* During a backward that is not recorded: whether input i is a bfloat16
+ * cast of a float32 tensor (awl_cast's output, as autocast's weights are),
+ * so that the backward function may return its gradient in float32, wider
+ * than the input: the cast's backward would widen it anyway, and a product
+ * that keeps its float32 sums (awl_tensor_matmul_wide) skips both the
+ * rounding to bfloat16 and the cast. */
+bool awl_node_input_widens(const awl_node *node, int i);
 
 static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
 

@@ -17,6 +17,14 @@ static int cast_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     return AWL_OK;
 }
 
+bool awl_node_input_widens(const awl_node *node, int i)
+{
+    if (awl_is_grad_enabled() || !awl_node_needs_grad(node, i)) return false;
+    const awl_node *producer = node->inputs[i].node;
+    return producer->backward == cast_backward && node->inputs[i].dtype == AWL_BF16 &&
+           producer->inputs[0].dtype == AWL_F32;
+}
+
 awl_tensor *awl_cast(awl_tensor *x, awl_dtype dtype)
 {
     awl_tensor *out = awl_tensor_cast(x, dtype);

@@ -421,6 +421,15 @@ typedef struct awl_backend {
      * (nn/autocast.c), a kernel for all of a model's Linear weights and
      * biases instead of one per tensor. */
     int (*cast_many)(int n, const awl_view *outs, const awl_view *xs);
+
+    /* out (M, N) float32 = a (M, K) @ b (K, N), a and b bfloat16 (the
+     * kernel's dtype): the float32 sums of the products kept as they are,
+     * not rounded to bfloat16. Mixed precision's weight gradients, which
+     * go to float32 parameters (autograd/engine.c: a gradient may arrive
+     * wider than a cast's output). 2-D views; a backend may decline
+     * layouts it cannot read in place (CUDA: a broadcast operand), and the
+     * framework then rounds instead. */
+    int (*matmul_wide)(const awl_view *out, const awl_view *a, const awl_view *b);
 } awl_backend;
 
 /* ---- registry --------------------------------------------------------------- */

@@ -213,7 +213,8 @@ typedef enum awl_reduce_op {
     X(ADAMW_STEP,              adamw_step,              0,         AWL_DT(AWL_F32),     0) \
     X(SUM_SQUARES,             sum_squares,             0,         AWL_DT(AWL_F32),     0) \
     X(SCALE,                   scale,                   0,         AWL_DT(AWL_F32),     0) \
-    X(CAST_MANY,               cast_many,               0,         AWL_DTYPES_FLOAT,    0)
+    X(CAST_MANY,               cast_many,               0,         AWL_DTYPES_FLOAT,    0) \
+    X(MATMUL_WIDE,             matmul_wide,             0,         AWL_DT(AWL_BF16),    0)
 /* clang-format on */
 
 /* The milestones of a new backend, in order (docs/backend-guide.md). */

@@ -64,6 +64,23 @@ typedef struct linear_ctx {
     int x_slot, w_slot; /* saved-tensor index, -1 when not saved */
 } linear_ctx;
 
+/* The gradient of input i of `node`, a weight: a (out, rows) @ b (rows, in).
+ * Where the weight is a bfloat16 cast of a float32 parameter (autocast),
+ * the product's float32 sums are the gradient (awl_node_input_widens):
+ * float32, not rounded to bfloat16 and then cast back by the cast's
+ * backward. Elsewhere, or where the backend has no such product, the
+ * product in the operands' dtype. */
+static awl_tensor *weight_gradient(awl_node *node, int i, awl_tensor *a, awl_tensor *b)
+{
+    if (a && b && a->ndim == 2 && b->ndim == 2 && awl_node_input_widens(node, i)) {
+        awl_tensor *wide = awl_tensor_new_on(a, AWL_SHAPE(a->shape[0], b->shape[1]), AWL_F32);
+        int status = wide ? awl_tensor_matmul_wide(wide, a, b) : AWL_ERR_OOM;
+        if (status == AWL_OK) return wide;
+        if (status != AWL_ERR_UNSUPPORTED) return NULL; /* the error is recorded */
+    }
+    return awl_matmul(a, b);
+}
+
 static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const linear_ctx *c = awl_node_ctx(node);
@@ -75,7 +92,7 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     }
     if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x */
         awl_tensor *x2 = awl_reshape(awl_node_saved(node, c->x_slot), AWL_SHAPE(-1, in_f));
-        grads[1] = awl_matmul(awl_transpose(g, 0, 1), x2);
+        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2);
     }
     if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(g, AWL_DIMS(0), false);
     return AWL_OK;
@@ -161,7 +178,8 @@ static int mlp_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         act = awl_gelu(pre);
     }
     awl_tensor *g = awl_reshape(grad, AWL_SHAPE(-1, w2->shape[0]));
-    if (awl_node_needs_grad(node, 3)) grads[3] = awl_matmul(awl_transpose(g, 0, 1), act);
+    if (awl_node_needs_grad(node, 3))
+        grads[3] = weight_gradient(node, 3, awl_transpose(g, 0, 1), act);
     if (awl_node_needs_grad(node, 4)) grads[4] = awl_sum(g, AWL_DIMS(0), false);
     if (!awl_node_needs_grad(node, 0) && !awl_node_needs_grad(node, 1) &&
         !awl_node_needs_grad(node, 2))
@@ -176,7 +194,8 @@ static int mlp_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
             return status;
     }
     if (!dpre) dpre = awl_gelu_backward(awl_matmul(g, w2), pre);
-    if (awl_node_needs_grad(node, 1)) grads[1] = awl_matmul(awl_transpose(dpre, 0, 1), x2);
+    if (awl_node_needs_grad(node, 1))
+        grads[1] = weight_gradient(node, 1, awl_transpose(dpre, 0, 1), x2);
     if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(dpre, AWL_DIMS(0), false);
     if (awl_node_needs_grad(node, 0))
         grads[0] = awl_reshape(awl_matmul(dpre, w1), x->ndim, x->shape);
@@ -606,7 +625,8 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
  * masked to 0 first) and the rows not ignored are counted there, as a 0-d
  * tensor of the loss's dtype, so the step does not wait for the device to
  * hand the targets to the host. NULL after an error. */
-static awl_tensor *count_on_device(awl_tensor *targets, int64_t V, int ignore_index, awl_dtype dtype)
+static awl_tensor *count_on_device(awl_tensor *targets, int64_t V, int ignore_index,
+                                   awl_dtype dtype)
 {
     char device[32];
     awl_tensor_device_name(targets, device, sizeof device);
@@ -633,12 +653,11 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
     if (lc && rows && lse) {
         int status = awl_tensor_cross_entropy_forward(rows, lse, lc, targets, ignore_index);
         *unsupported = status == AWL_ERR_UNSUPPORTED;
-        awl_tensor *sum =
-            status != AWL_OK
-                ? NULL
-                : awl_tensor_reduce(AWL_REDUCE_SUM,
-                                    awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)), 0, NULL,
-                                    false);
+        awl_tensor *sum = status != AWL_OK
+                              ? NULL
+                              : awl_tensor_reduce(AWL_REDUCE_SUM,
+                                                  awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)),
+                                                  0, NULL, false);
         if (sum)
             loss = count < 0 ? awl_tensor_binary(AWL_BINARY_DIV, sum, count_t)
                              : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, sum, 1.0 / (double)count);
@@ -684,14 +703,14 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
     bool fused = awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD, logits);
     if (fused && awl_tensor_indices_checked_later(targets)) {
         awl_scope_begin();
-        awl_tensor *count_t = count_on_device(targets, V, ignore_index,
-                                              ce_loss_dtype(logits->dtype));
+        awl_tensor *count_t =
+            count_on_device(targets, V, ignore_index, ce_loss_dtype(logits->dtype));
         if (!count_t) {
             awl_scope_end();
             return NULL;
         }
-        loss = awl_keep(cross_entropy_fused(logits, targets, ignore_index, -1, count_t,
-                                            &unsupported));
+        loss =
+            awl_keep(cross_entropy_fused(logits, targets, ignore_index, -1, count_t, &unsupported));
         awl_scope_end();
         if (loss || !unsupported) return loss;
         fused = false; /* the kernel declined: the composed path, from the host */

@@ -215,10 +215,11 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
     const char *op = "awl_tensor_layernorm_backward";
     if (!dx || !dy || !x || !mean || !rstd) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
-    if (check_devices(op, 9,
-                      (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add}) < 0 ||
+    if (check_devices(
+            op, 9, (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add}) < 0 ||
         check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
-        check_shape(op, "dx_add", dx_add, x) < 0 || check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
+        check_shape(op, "dx_add", dx_add, x) < 0 ||
+        check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
         check_dtype(op, "dx", dx, x->dtype) < 0 || check_ln_dtype(op, "dy", dy, x) < 0 ||
         check_dtype(op, "weight", weight, x->dtype) < 0 ||
         check_dtype(op, "dweight", dweight, x->dtype) < 0 ||
@@ -234,7 +235,8 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         !vectors_of(5, (awl_tensor *[]){dweight, dbias, weight, mean, rstd}, v, p))
         return AWL_ERR_UNSUPPORTED;
     awl_scope_begin();
-    awl_tensor *dyc = awl_tensor_contiguous(dy), *addc = dx_add ? awl_tensor_contiguous(dx_add) : NULL;
+    awl_tensor *dyc = awl_tensor_contiguous(dy),
+               *addc = dx_add ? awl_tensor_contiguous(dx_add) : NULL;
     int status = AWL_ERR_INVALID;
     if (dyc && (addc || !dx_add)) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
@@ -507,6 +509,29 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
                     (const awl_view *[]){&vo, &va, &vb, &vbias});
     return kernel_status(
         op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias)));
+}
+
+int awl_tensor_matmul_wide(awl_tensor *out, awl_tensor *a, awl_tensor *b)
+{
+    const char *op = "awl_tensor_matmul_wide";
+    if (!out || !a || !b) return AWL_ERR_INVALID;
+    if (check_devices(op, 3, (awl_tensor *[]){a, b, out}) < 0 ||
+        check_dtype(op, "a", a, AWL_BF16) < 0 || check_dtype(op, "b", b, AWL_BF16) < 0 ||
+        check_dtype(op, "out", out, AWL_F32) < 0)
+        return AWL_ERR_INVALID;
+    if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2 || a->shape[1] != b->shape[0] ||
+        out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1]) {
+        char s1[160], s2[160], s3[160];
+        return awl_error(AWL_ERR_INVALID, "%s: out %s = a %s @ b %s do not fit", op,
+                         awl_shape_str(out, s1, sizeof s1), awl_shape_str(a, s2, sizeof s2),
+                         awl_shape_str(b, s3, sizeof s3));
+    }
+    if (!awl_fused_available(AWL_KERNEL_MATMUL_WIDE, a)) return AWL_ERR_UNSUPPORTED;
+    awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "matmul_wide", a, AWL_WORK(MATMUL, 0), 1, 3,
+                    (const awl_view *[]){&vo, &va, &vb});
+    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_wide(&vo, &va, &vb)));
 }
 
 int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a, awl_tensor *b,

@@ -431,6 +431,63 @@ START_TEST(test_cuda_bf16_weight_cast_cache)
 }
 END_TEST
 
+/* Under autocast a Linear's weight gradient is the float32 sums of its
+ * bfloat16 product (awl_node_input_widens, matmul_wide): with loss =
+ * sum(linear(x) * r), dW = r^T x over x's and r's bfloat16 values, which
+ * the host sums in float64. Rounded to bfloat16 and cast back, as without
+ * widening, the elements (sums of 300 products, about 17 in size) would be
+ * off by up to 2^-9 of that, and almost all of them bfloat16 values. (r
+ * makes dY a dense tensor: the gradient of a plain sum is a broadcast,
+ * which matmul_wide declines and the framework rounds.) */
+START_TEST(test_cuda_weight_gradient_float32)
+{
+    awl_gc_begin(9);
+    const int64_t rows = 300, in = 96, out = 48;
+    awl_module *lin = awl_linear_new(in, out, true, GPU);
+    ck_assert_msg(lin != NULL, "%s", awl_last_error());
+    awl_tensor *x = awl_randn(AWL_SHAPE(rows, in), AWL_F32, GPU);
+    awl_tensor *r = awl_tensor_cast(awl_randn(AWL_SHAPE(rows, out), AWL_F32, GPU), AWL_BF16);
+    awl_dtype before = awl_autocast_set(AWL_BF16);
+    awl_tensor *y = awl_module_forward(lin, x);
+    awl_autocast_set(before);
+    ck_assert_msg(y != NULL && y->dtype == AWL_BF16, "%s", awl_last_error());
+    ck_assert_int_eq(awl_backward(awl_sum_all(awl_mul(y, r))), 0);
+    awl_tensor *w = awl_module_get_param(lin, "weight");
+    ck_assert_int_eq(w->grad->dtype, AWL_F32);
+    double *g = malloc((size_t)(out * in) * sizeof *g),
+           *hx = malloc((size_t)(rows * in) * sizeof *hx),
+           *hr = malloc((size_t)(rows * out) * sizeof *hr);
+    awl_tensor *xb = awl_tensor_cast(awl_tensor_cast(x, AWL_BF16), AWL_F64);
+    ck_assert_int_eq(
+        awl_to_host(awl_tensor_cast(w->grad, AWL_F64), g, (size_t)(out * in) * sizeof *g), 0);
+    ck_assert_int_eq(awl_to_host(xb, hx, (size_t)(rows * in) * sizeof *hx), 0);
+    ck_assert_int_eq(
+        awl_to_host(awl_tensor_cast(r, AWL_F64), hr, (size_t)(rows * out) * sizeof *hr), 0);
+    int64_t narrow = 0; /* elements that bfloat16 holds exactly */
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t i = 0; i < in; i++) {
+            double want = 0;
+            for (int64_t t = 0; t < rows; t++) want += hr[t * out + o] * hx[t * in + i];
+            double got = g[o * in + i];
+            ck_assert_msg(fabs(got - want) <= 1e-5 * (1 + fabs(want)),
+                          "dW[%lld][%lld]: %.9g vs %.9g", (long long)o, (long long)i, got, want);
+            float f = (float)got;
+            uint32_t bits;
+            memcpy(&bits, &f, sizeof bits);
+            narrow += (bits & 0xffffu) == 0;
+        }
+    printf("weight gradient under autocast: float32, %lld of %lld elements bfloat16 values\n",
+           (long long)narrow, (long long)(out * in));
+    ck_assert_msg(narrow < out * in / 4, "%lld of %lld elements are bfloat16 values: not widened",
+                  (long long)narrow, (long long)(out * in));
+    free(g);
+    free(hx);
+    free(hr);
+    awl_module_free(lin);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 START_TEST(test_cuda_dropout_of_cast)
 {
     awl_gc_begin(8);
@@ -511,6 +568,7 @@ int main(void)
         tcase_add_test(cuda, test_cuda_bf16_checkpointing);
         tcase_add_test(cuda, test_cuda_bf16_weight_cast_cache);
         tcase_add_test(cuda, test_cuda_dropout_of_cast);
+        tcase_add_test(cuda, test_cuda_weight_gradient_float32);
         tcase_add_test(cuda, test_cuda_bf16_training);
         suite_add_tcase(s, cuda);
     } else {

@@ -145,6 +145,69 @@ START_TEST(test_backward_takes_pending_gradient)
 }
 END_TEST
 
+/* k times the output's gradient, returned in float32 where the input is a
+ * bfloat16 cast of a float32 tensor (awl_node_input_widens), as autocast's
+ * weight gradients are, unless ctx's narrow is set: then in bfloat16. */
+typedef struct widen_ctx {
+    double k;
+    bool narrow;
+} widen_ctx;
+static int widens_seen;
+
+static int widen_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
+{
+    const widen_ctx *c = awl_node_ctx(node);
+    bool wide = awl_node_input_widens(node, 0);
+    widens_seen += wide;
+    awl_tensor *g = awl_mul_scalar(grad, c->k);
+    grads[0] = wide && !c->narrow ? g : awl_cast(g, AWL_BF16);
+    return grads[0] ? 0 : AWL_ERR_INVALID;
+}
+
+static awl_tensor *widen_op(awl_tensor *x, double k, bool narrow)
+{
+    bool was = awl_set_grad_enabled(false);
+    awl_tensor *out = awl_cast(x, AWL_F32);
+    awl_set_grad_enabled(was);
+    awl_node *node = awl_node_record(out, "widen", widen_backward, 1, &x, sizeof(widen_ctx));
+    if (node) *(widen_ctx *)awl_node_ctx(node) = (widen_ctx){k, narrow};
+    return out;
+}
+
+START_TEST(test_gradient_widened_past_a_cast)
+{
+    /* x (float32) -> xb = cast(x, bfloat16) -> two consumers: one hands xb
+     * a float32 gradient (2), the other a bfloat16 one (3); the engine sums
+     * them in float32 and the cast passes the sum on: x.grad = 5, float32 */
+    const int64_t n = 4;
+    awl_tensor *x = awl_requires_grad_(awl_full(1, &n, 1.5, AWL_F32, "cpu"), true);
+    awl_scope_begin();
+    awl_tensor *xb = awl_cast(x, AWL_BF16);
+    widens_seen = 0;
+    awl_tensor *y = awl_add(widen_op(xb, 2, false), widen_op(xb, 3, true));
+    ck_assert_int_eq(awl_backward(awl_sum_all(y)), 0);
+    ck_assert_int_eq(widens_seen, 2);
+    ck_assert_int_eq(x->grad->dtype, AWL_F32);
+    for (int64_t i = 0; i < n; i++) ck_assert_double_eq_tol(at(x->grad, i), 5, 1e-12);
+    /* not for a bfloat16 input that is no cast of float32, nor while the
+     * backward is recorded */
+    awl_tensor *b = awl_requires_grad_(awl_full(1, &n, 1.5, AWL_BF16, "cpu"), true);
+    widens_seen = 0;
+    ck_assert_int_eq(awl_backward(awl_sum_all(widen_op(b, 2, false))), 0);
+    ck_assert_int_eq(widens_seen, 0);
+    ck_assert_int_eq(b->grad->dtype, AWL_BF16);
+    awl_clear_grad(x);
+    widens_seen = 0;
+    awl_backward_options recorded = {.create_graph = true};
+    ck_assert_int_eq(
+        awl_backward_ex(awl_sum_all(widen_op(awl_cast(x, AWL_BF16), 2, false)), &recorded), 0);
+    ck_assert_int_eq(widens_seen, 0);
+    for (int64_t i = 0; i < n; i++) ck_assert_double_eq_tol(at(x->grad, i), 2, 1e-12);
+    awl_scope_end();
+    awl_release(x);
+}
+END_TEST
+
 START_TEST(test_retain_graph)
 {
     awl_tensor *x = leaf((double[]){2}, 1);
@@ -410,6 +473,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_simple_and_accumulation);
     tcase_add_test(tc, test_shared_input_and_broadcast);
     tcase_add_test(tc, test_backward_takes_pending_gradient);
+    tcase_add_test(tc, test_gradient_widened_past_a_cast);
     tcase_add_test(tc, test_retain_graph);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_hooks_fire_once_when_complete);

@@ -149,7 +149,8 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_MATMUL_BIAS:
     case AWL_KERNEL_CROSS_ENTROPY_FORWARD:
     case AWL_KERNEL_CROSS_ENTROPY_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
-    case AWL_KERNEL_CAST_MANY: return dtype == AWL_BF16;
+    case AWL_KERNEL_CAST_MANY:
+    case AWL_KERNEL_MATMUL_WIDE: return dtype == AWL_BF16;
     /* cuBLASLt's GELU epilogues: bfloat16 only. In float32 its GELU
      * derivative is 2e-5 off AWL_GELU_GRAD (awl-check's matmul_gelu_backward
      * on the H200), more than float32's products may differ; in bfloat16 it
@@ -196,6 +197,7 @@ static awl_backend make_table(void)
     t.where = awlc_where;
     t.reduce = awlc_reduce;
     t.matmul = awlc_matmul;
+    t.matmul_wide = awlc_matmul_wide;
     t.matmul_bias = awlc_matmul_bias;
     t.matmul_bias_gelu = awlc_matmul_bias_gelu;
     t.matmul_gelu_backward = awlc_matmul_gelu_backward;

@@ -406,6 +406,39 @@ int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool 
     return st;
 }
 
+/* ---- out (float32) = a @ b (bfloat16): mixed precision's weight gradients ---------- */
+
+/* One product of 2-D views, out row-major: cuBLAS with bfloat16 inputs and a
+ * float32 C, the sums (float32 accumulators, as every bfloat16 product
+ * here) stored without rounding to bfloat16. Anything else is declined and
+ * the framework rounds instead (a bfloat16 product, then a cast). */
+int awlc_matmul_wide(const awl_view *out, const awl_view *a, const awl_view *b)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2) return AWL_ERR_UNSUPPORTED;
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
+    if (M == 0 || N == 0) return AWL_OK;
+    if (K == 0) return awlc_fill(out, 0.0);
+    /* row-major out: C^T (N x M) = B^T A^T, as run_gemm's usual case */
+    operand oc = describe(N, M, out->strides[1], out->strides[0]);
+    operand o1 = describe(N, K, b->strides[1], b->strides[0]);
+    operand o2 = describe(K, M, a->strides[1], a->strides[0]);
+    if (!oc.ok || oc.op != CUBLAS_OP_N || !o1.ok || !o2.ok || M > INT_MAX || N > INT_MAX ||
+        K > INT_MAX)
+        return AWL_ERR_UNSUPPORTED;
+    cublasHandle_t h;
+    AWLC_TRY_STATUS(get_handle(&h));
+    const float alpha = 1.0f, beta = 0.0f;
+    const char *pb = (const char *)b->data + b->offset * 2,
+               *pa = (const char *)a->data + a->offset * 2;
+    char *pc = (char *)out->data + out->offset * 4;
+    cublasStatus_t st = api.cublasGemmStridedBatchedEx(
+        h, o1.op, o2.op, (int)N, (int)M, (int)K, &alpha, pb, CUDA_R_16BF, (int)o1.ld, 0, pa,
+        CUDA_R_16BF, (int)o2.ld, 0, &beta, pc, CUDA_R_32F, (int)oc.ld, 0, 1, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? AWL_OK : blas_fail(st, "matmul_wide");
+}
+
 /* ---- out = a @ b + bias: cuBLASLt's bias epilogue --------------------------------- */
 
 namespace

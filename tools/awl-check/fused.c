@@ -933,25 +933,65 @@ static void cast_many_cases(ac_list *l)
     ac_push(l, &c);
 }
 
+/* An input of shape (cols, rows) read through the transpose of a contiguous
+ * (rows, cols) buffer: a weight (out, in) as x @ w^T reads it, or a
+ * gradient dY as dY^T X does. */
+static ac_operand transposed(const char *name, awl_dtype dt, int64_t rows, int64_t cols)
+{
+    const int64_t shape[2] = {rows, cols};
+    ac_operand o = ac_operand_new(name, AC_IN, dt, 2, shape, AC_CONTIG);
+    o.shape[0] = cols, o.shape[1] = rows, o.strides[0] = 1, o.strides[1] = cols;
+    return o;
+}
+
 /* out (M, N) = a (M, K) @ b (K, N) + bias, b read through the transpose of a
  * (N, K) weight, as a linear layer does. */
 static void linear_case(ac_list *l, awl_dtype dt, int64_t M, int64_t K, int64_t N, const char *what)
 {
-    const int64_t o2[2] = {M, N}, a2[2] = {M, K}, w2[2] = {N, K}, bias[1] = {N};
+    const int64_t o2[2] = {M, N}, a2[2] = {M, K}, bias[1] = {N};
     ac_case c =
         ac_case_new(AWL_KERNEL_MATMUL_BIAS, "", dt, what, call_matmul_bias, ref_matmul_bias);
     c.tol = tol_of(dt, 1e-5, 1e-2);
     ac_add(&c, ac_operand_new("out", AC_OUT, dt, 2, o2, AC_CONTIG));
     ac_add(&c, ac_operand_new("a", AC_IN, dt, 2, a2, AC_CONTIG));
-    ac_operand b = ac_operand_new("b", AC_IN, dt, 2, w2, AC_CONTIG);
-    b.shape[0] = K, b.shape[1] = N, b.strides[0] = 1, b.strides[1] = K;
-    ac_add(&c, b);
+    ac_add(&c, transposed("b", dt, N, K));
     ac_add(&c, ac_operand_new("bias", AC_IN, dt, 1, bias, AC_CONTIG));
+    ac_push(l, &c);
+}
+
+/* out (float32), a, b (bfloat16) */
+static int call_matmul_wide(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    (void)a;
+    return b->matmul_wide(v[0], v[1], v[2]);
+}
+
+static int ref_matmul_wide(const ac_case *c, double *const *in, double **ref)
+{
+    awl_tensor *y = awl_matmul(ac_cpu_tensor(c, in, 1), ac_cpu_tensor(c, in, 2));
+    return ac_values(y, ref[0], ac_numel(2, c->op[0].shape));
+}
+
+/* A weight's gradient under autocast: out (N, K) float32 = dY^T (N, M) @ X
+ * (M, K), dY^T read through the transpose of a (M, N) gradient. The float32
+ * output holds the exact products' sums to float32 accuracy, not
+ * bfloat16's. */
+static void matmul_wide_case(ac_list *l, int64_t M, int64_t K, int64_t N)
+{
+    const int64_t o2[2] = {N, K}, x2[2] = {M, K};
+    ac_case c =
+        ac_case_new(AWL_KERNEL_MATMUL_WIDE, "", AWL_BF16, "a weight's gradient dY^T X, float32 out",
+                    call_matmul_wide, ref_matmul_wide);
+    c.tol = 1e-5;
+    ac_add(&c, ac_operand_new("out", AC_OUT, AWL_F32, 2, o2, AC_CONTIG));
+    ac_add(&c, transposed("a", AWL_BF16, M, N));
+    ac_add(&c, ac_operand_new("b", AC_IN, AWL_BF16, 2, x2, AC_CONTIG));
     ac_push(l, &c);
 }
 
 static void other_cases(ac_list *l)
 {
+    matmul_wide_case(l, 300, 48, 96);
     for (int t = 0; t < 3; t++) linear_case(l, FLOATS[t], 300, 48, 96, "a linear layer's weight^T");
     /* sides the CUDA backend's float32 tensor-core kernel takes (M and N
      * multiples of 128, K of 32) */
