@@ -625,8 +625,7 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
  * masked to 0 first) and the rows not ignored are counted there, as a 0-d
  * tensor of the loss's dtype, so the step does not wait for the device to
  * hand the targets to the host. NULL after an error. */
-static awl_tensor *count_on_device(awl_tensor *targets, int64_t V, int ignore_index,
-                                   awl_dtype dtype)
+static awl_tensor *count_on_device(awl_tensor *targets, int64_t V, int ignore_index, awl_dtype dtype)
 {
     char device[32];
     awl_tensor_device_name(targets, device, sizeof device);
@@ -653,11 +652,12 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
     if (lc && rows && lse) {
         int status = awl_tensor_cross_entropy_forward(rows, lse, lc, targets, ignore_index);
         *unsupported = status == AWL_ERR_UNSUPPORTED;
-        awl_tensor *sum = status != AWL_OK
-                              ? NULL
-                              : awl_tensor_reduce(AWL_REDUCE_SUM,
-                                                  awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)),
-                                                  0, NULL, false);
+        awl_tensor *sum =
+            status != AWL_OK
+                ? NULL
+                : awl_tensor_reduce(AWL_REDUCE_SUM,
+                                    awl_tensor_cast(rows, ce_loss_dtype(rows->dtype)), 0, NULL,
+                                    false);
         if (sum)
             loss = count < 0 ? awl_tensor_binary(AWL_BINARY_DIV, sum, count_t)
                              : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, sum, 1.0 / (double)count);
@@ -703,14 +703,14 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
     bool fused = awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD, logits);
     if (fused && awl_tensor_indices_checked_later(targets)) {
         awl_scope_begin();
-        awl_tensor *count_t =
-            count_on_device(targets, V, ignore_index, ce_loss_dtype(logits->dtype));
+        awl_tensor *count_t = count_on_device(targets, V, ignore_index,
+                                              ce_loss_dtype(logits->dtype));
         if (!count_t) {
             awl_scope_end();
             return NULL;
         }
-        loss =
-            awl_keep(cross_entropy_fused(logits, targets, ignore_index, -1, count_t, &unsupported));
+        loss = awl_keep(cross_entropy_fused(logits, targets, ignore_index, -1, count_t,
+                                            &unsupported));
         awl_scope_end();
         if (loss || !unsupported) return loss;
         fused = false; /* the kernel declined: the composed path, from the host */

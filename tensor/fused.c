@@ -215,11 +215,10 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
     const char *op = "awl_tensor_layernorm_backward";
     if (!dx || !dy || !x || !mean || !rstd) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
-    if (check_devices(
-            op, 9, (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add}) < 0 ||
+    if (check_devices(op, 9,
+                      (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add}) < 0 ||
         check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
-        check_shape(op, "dx_add", dx_add, x) < 0 ||
-        check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
+        check_shape(op, "dx_add", dx_add, x) < 0 || check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
         check_dtype(op, "dx", dx, x->dtype) < 0 || check_ln_dtype(op, "dy", dy, x) < 0 ||
         check_dtype(op, "weight", weight, x->dtype) < 0 ||
         check_dtype(op, "dweight", dweight, x->dtype) < 0 ||
@@ -235,8 +234,7 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         !vectors_of(5, (awl_tensor *[]){dweight, dbias, weight, mean, rstd}, v, p))
         return AWL_ERR_UNSUPPORTED;
     awl_scope_begin();
-    awl_tensor *dyc = awl_tensor_contiguous(dy),
-               *addc = dx_add ? awl_tensor_contiguous(dx_add) : NULL;
+    awl_tensor *dyc = awl_tensor_contiguous(dy), *addc = dx_add ? awl_tensor_contiguous(dx_add) : NULL;
     int status = AWL_ERR_INVALID;
     if (dyc && (addc || !dx_add)) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
