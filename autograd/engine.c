@@ -448,6 +448,13 @@ int awl_grad(awl_tensor *root, int n, awl_tensor *const *inputs, awl_tensor **gr
         if (status < 0) {
             awl_release(grads[i]);
             grads[i] = NULL;
+        } else if (grads[i] && grads[i]->dtype != inputs[i]->dtype) {
+            /* a gradient widened past a cast comes back in the input's own
+             * dtype, as every gradient awl_grad returns */
+            awl_tensor *own = awl_cast(grads[i], inputs[i]->dtype);
+            awl_release(grads[i]);
+            grads[i] = own;
+            if (!own) status = AWL_ERR_INVALID;
         } else {
             awl_adopt(grads[i]);
         }

@@ -196,6 +196,11 @@ START_TEST(test_gradient_widened_past_a_cast)
     ck_assert_int_eq(awl_backward(awl_sum_all(widen_op(b, 2, false))), 0);
     ck_assert_int_eq(widens_seen, 0);
     ck_assert_int_eq(b->grad->dtype, AWL_BF16);
+    /* awl_grad at the cast's output: the input's own dtype */
+    awl_tensor *at_xb = NULL;
+    ck_assert_int_eq(awl_grad(awl_sum_all(widen_op(xb, 2, false)), 1, &xb, &at_xb, NULL), 0);
+    ck_assert_int_eq(at_xb->dtype, AWL_BF16);
+    for (int64_t i = 0; i < n; i++) ck_assert_double_eq_tol(at(at_xb, i), 2, 1e-12);
     awl_clear_grad(x);
     widens_seen = 0;
     awl_backward_options recorded = {.create_graph = true};
