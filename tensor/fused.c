@@ -469,14 +469,14 @@ int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h, const 
 /* ---- matmul with a bias, GELU backward --------------------------------------------------- */
 
 /* out (M, N) = a (M, K) @ b (K, N) (+ bias (N) where given), and the GELU
- * products' pre of out's shape where given, all of a's dtype and device:
- * the checks of the three products below. */
-static int check_product(const char *op, awl_tensor *out, awl_tensor *a, awl_tensor *b,
-                         awl_tensor *bias, awl_tensor *pre)
+ * products' pre of out's shape where given, all on a's device and of a's
+ * dtype but out, of out_dtype: the checks of the products below. */
+static int check_product(const char *op, awl_tensor *out, awl_dtype out_dtype, awl_tensor *a,
+                         awl_tensor *b, awl_tensor *bias, awl_tensor *pre)
 {
     if (check_devices(op, 5, (awl_tensor *[]){a, b, out, bias, pre}) < 0 ||
         check_dtype(op, "b", b, a->dtype) < 0 || check_dtype(op, "bias", bias, a->dtype) < 0 ||
-        check_dtype(op, "out", out, a->dtype) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
+        check_dtype(op, "out", out, out_dtype) < 0 || check_dtype(op, "pre", pre, a->dtype) < 0)
         return AWL_ERR_INVALID;
     bool ok = a->ndim == 2 && b->ndim == 2 && out->ndim == 2 && a->shape[1] == b->shape[0] &&
               out->shape[0] == a->shape[0] && out->shape[1] == b->shape[1] &&
@@ -498,7 +498,7 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
 {
     const char *op = "awl_tensor_matmul_bias";
     if (!out || !a || !b || !bias) return AWL_ERR_INVALID;
-    if (check_product(op, out, a, b, bias, NULL) < 0) return AWL_ERR_INVALID;
+    if (check_product(op, out, a->dtype, a, b, bias, NULL) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vbias = awl_tensor_view(bias);
@@ -513,17 +513,9 @@ int awl_tensor_matmul_wide(awl_tensor *out, awl_tensor *a, awl_tensor *b)
 {
     const char *op = "awl_tensor_matmul_wide";
     if (!out || !a || !b) return AWL_ERR_INVALID;
-    if (check_devices(op, 3, (awl_tensor *[]){a, b, out}) < 0 ||
-        check_dtype(op, "a", a, AWL_BF16) < 0 || check_dtype(op, "b", b, AWL_BF16) < 0 ||
-        check_dtype(op, "out", out, AWL_F32) < 0)
+    if (check_dtype(op, "a", a, AWL_BF16) < 0 ||
+        check_product(op, out, AWL_F32, a, b, NULL, NULL) < 0)
         return AWL_ERR_INVALID;
-    if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2 || a->shape[1] != b->shape[0] ||
-        out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1]) {
-        char s1[160], s2[160], s3[160];
-        return awl_error(AWL_ERR_INVALID, "%s: out %s = a %s @ b %s do not fit", op,
-                         awl_shape_str(out, s1, sizeof s1), awl_shape_str(a, s2, sizeof s2),
-                         awl_shape_str(b, s3, sizeof s3));
-    }
     if (!awl_fused_available(AWL_KERNEL_MATMUL_WIDE, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b);
     awl_trace k;
@@ -537,7 +529,7 @@ int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a,
 {
     const char *op = "awl_tensor_matmul_bias_gelu";
     if (!out || !pre || !a || !b) return AWL_ERR_INVALID;
-    if (check_product(op, out, a, b, bias, pre) < 0) return AWL_ERR_INVALID;
+    if (check_product(op, out, a->dtype, a, b, bias, pre) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_BIAS_GELU, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), vp = awl_tensor_view(pre), va = awl_tensor_view(a),
              vb = awl_tensor_view(b), vbias = bias ? awl_tensor_view(bias) : (awl_view){0};
@@ -552,7 +544,7 @@ int awl_tensor_matmul_gelu_backward(awl_tensor *out, awl_tensor *a, awl_tensor *
 {
     const char *op = "awl_tensor_matmul_gelu_backward";
     if (!out || !a || !b || !pre) return AWL_ERR_INVALID;
-    if (check_product(op, out, a, b, NULL, pre) < 0) return AWL_ERR_INVALID;
+    if (check_product(op, out, a->dtype, a, b, NULL, pre) < 0) return AWL_ERR_INVALID;
     if (!awl_fused_available(AWL_KERNEL_MATMUL_GELU_BACKWARD, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b),
              vp = awl_tensor_view(pre);
