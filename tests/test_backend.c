@@ -56,6 +56,54 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* Once copy_from_host returns, the caller's buffer is free to reuse and
+ * the work queued next sees the data, whether or not the backend has
+ * finished the copy by then (a GPU backend may queue it from a pinned
+ * staging buffer). Twelve copies in a row of sizes on both sides of 1 MiB,
+ * each from the same host buffer overwritten as soon as the call returns,
+ * each copied on the device right away; then every copy and every device
+ * copy of it read back. */
+START_TEST(test_copies_from_reused_buffer)
+{
+    enum { N = 12 };
+    const size_t sizes[3] = {4000, (size_t)1 << 20, ((size_t)1 << 20) + 4};
+    const size_t most = sizes[2];
+    float *host = malloc(most), *back = malloc(most);
+    ck_assert_ptr_nonnull(host);
+    ck_assert_ptr_nonnull(back);
+    void *dev[N], *twin[N];
+    for (int c = 0; c < N; c++) {
+        const size_t nbytes = sizes[c % 3];
+        const int64_t n = (int64_t)(nbytes / sizeof(float));
+        for (int64_t e = 0; e < n; e++) host[e] = (float)(c * 1000003 + e);
+        dev[c] = B->alloc(0, nbytes);
+        twin[c] = B->alloc(0, nbytes);
+        ck_assert_ptr_nonnull(dev[c]);
+        ck_assert_ptr_nonnull(twin[c]);
+        ck_assert_int_eq(B->copy_from_host(0, dev[c], host, nbytes), AWL_OK);
+        memset(host, 0xff, nbytes); /* the caller's buffer, reused at once */
+        awl_view from = awl_view_1d(dev[c], AWL_F32, n), to = awl_view_1d(twin[c], AWL_F32, n);
+        ck_assert_int_eq(B->copy(&to, &from), AWL_OK);
+    }
+    for (int c = 0; c < N; c++) {
+        const size_t nbytes = sizes[c % 3];
+        const int64_t n = (int64_t)(nbytes / sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            ck_assert_int_eq(B->copy_to_host(0, back, k ? twin[c] : dev[c], nbytes), AWL_OK);
+            for (int64_t e = 0; e < n; e++)
+                if (back[e] != (float)(c * 1000003 + e))
+                    ck_abort_msg("copy %d (%zu bytes)%s: element %lld is %g, not %g", c, nbytes,
+                                 k ? ", copied on the device" : "", (long long)e, back[e],
+                                 (double)(float)(c * 1000003 + e));
+        }
+        B->free(0, dev[c], nbytes);
+        B->free(0, twin[c], nbytes);
+    }
+    free(host);
+    free(back);
+}
+END_TEST
+
 /* A backend with a cache hands a freed large block out again for a request
  * of the same size class, counts it as reserved while cached, and gives it
  * back on empty_cache. */
@@ -390,6 +438,7 @@ static Suite *backend_suite(const char *name)
     TCase *tc = tcase_create("backend");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_copies_from_reused_buffer);
     tcase_add_test(tc, test_memory_cache);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_reduce_deterministic);
