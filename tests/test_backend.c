@@ -63,6 +63,9 @@ END_TEST
  * each from the same host buffer overwritten as soon as the call returns,
  * each copied on the device right away; then every copy and every device
  * copy of it read back. */
+/* Element e of copy c: distinct for every copy and exact in float32. */
+static float copy_pattern(int c, int64_t e) { return (float)(c * 1000003 + e); }
+
 START_TEST(test_copies_from_reused_buffer)
 {
     enum { N = 12 };
@@ -75,7 +78,7 @@ START_TEST(test_copies_from_reused_buffer)
     for (int c = 0; c < N; c++) {
         const size_t nbytes = sizes[c % 3];
         const int64_t n = (int64_t)(nbytes / sizeof(float));
-        for (int64_t e = 0; e < n; e++) host[e] = (float)(c * 1000003 + e);
+        for (int64_t e = 0; e < n; e++) host[e] = copy_pattern(c, e);
         dev[c] = B->alloc(0, nbytes);
         twin[c] = B->alloc(0, nbytes);
         ck_assert_ptr_nonnull(dev[c]);
@@ -91,10 +94,10 @@ START_TEST(test_copies_from_reused_buffer)
         for (int k = 0; k < 2; k++) {
             ck_assert_int_eq(B->copy_to_host(0, back, k ? twin[c] : dev[c], nbytes), AWL_OK);
             for (int64_t e = 0; e < n; e++)
-                if (back[e] != (float)(c * 1000003 + e))
+                if (back[e] != copy_pattern(c, e))
                     ck_abort_msg("copy %d (%zu bytes)%s: element %lld is %g, not %g", c, nbytes,
                                  k ? ", copied on the device" : "", (long long)e, back[e],
-                                 (double)(float)(c * 1000003 + e));
+                                 copy_pattern(c, e));
         }
         B->free(0, dev[c], nbytes);
         B->free(0, twin[c], nbytes);
