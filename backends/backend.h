@@ -149,7 +149,11 @@ typedef struct awl_backend {
     void *(*alloc)(int device, size_t nbytes);
     /* Returns memory from alloc (ptr may be NULL). */
     void (*free)(int device, void *ptr, size_t nbytes);
-    /* Contiguous copies between host memory and this device. */
+    /* Contiguous copies between host memory and this device. copy_from_host
+     * may return before the bytes are on the device, but it has read src by
+     * then (the caller may overwrite it at once), and every op queued after it
+     * on the device sees dst's new bytes. copy_to_host returns with dst
+     * filled. */
     int (*copy_from_host)(int device, void *dst, const void *src, size_t nbytes);
     int (*copy_to_host)(int device, void *dst, const void *src, size_t nbytes);
     /* Waits until all queued work on the device has finished. */
@@ -428,8 +432,13 @@ typedef struct awl_backend {
      * go to float32 parameters (autograd/engine.c: a gradient may arrive
      * wider than a cast's output). 2-D views; a backend may decline
      * layouts it cannot read in place (CUDA: a broadcast operand), and the
-     * framework then rounds instead. */
-    int (*matmul_wide)(const awl_view *out, const awl_view *a, const awl_view *b);
+     * framework then rounds instead. Where a_row_sums is not NULL, it (M,
+     * float32) also gets the sums of a's rows, taken as the product reads
+     * them: with a = dY^T, a linear layer's bias gradient. A backend that
+     * cannot give the sums declines the call (AWL_ERR_UNSUPPORTED), and the
+     * framework asks again without them. */
+    int (*matmul_wide)(const awl_view *out, const awl_view *a_row_sums, const awl_view *a,
+                       const awl_view *b);
 } awl_backend;
 
 /* ---- registry --------------------------------------------------------------- */

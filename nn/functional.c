@@ -64,18 +64,35 @@ typedef struct linear_ctx {
     int x_slot, w_slot; /* saved-tensor index, -1 when not saved */
 } linear_ctx;
 
-/* The gradient of input i of `node`, a weight: a (out, rows) @ b (rows, in).
- * Where the weight is a bfloat16 cast of a float32 parameter (autocast),
- * the product's float32 sums are the gradient (awl_node_input_widens):
- * float32, not rounded to bfloat16 and then cast back by the cast's
- * backward. Elsewhere, or where the backend has no such product, the
- * product in the operands' dtype. */
-static awl_tensor *weight_gradient(awl_node *node, int i, awl_tensor *a, awl_tensor *b)
+/* The gradient of input i of `node`, a weight: a (out, rows) @ b (rows, in),
+ * a being dY^T. Where the weight is a bfloat16 cast of a float32 parameter
+ * (autocast), the product's float32 sums are the gradient
+ * (awl_node_input_widens): float32, not rounded to bfloat16 and then cast
+ * back by the cast's backward. Where input j (-1: none), the layer's bias,
+ * is such a cast too and needs a gradient, the same product also sums dY's
+ * columns (a's rows) into *bias_grad, float32, so dY is read once for both;
+ * *bias_grad stays NULL where the backend cannot, and the caller sums.
+ * Elsewhere, or where the backend has no such product, the product in the
+ * operands' dtype. */
+static awl_tensor *weight_gradient(awl_node *node, int i, awl_tensor *a, awl_tensor *b, int j,
+                                   awl_tensor **bias_grad)
 {
+    *bias_grad = NULL;
     if (a && b && a->ndim == 2 && b->ndim == 2 && awl_node_input_widens(node, i)) {
         awl_tensor *wide = awl_tensor_new_on(a, AWL_SHAPE(a->shape[0], b->shape[1]), AWL_F32);
-        int status = wide ? awl_tensor_matmul_wide(wide, a, b) : AWL_ERR_OOM;
-        if (status == AWL_OK) return wide;
+        awl_tensor *sums = NULL;
+        if (wide && j >= 0 && awl_node_needs_grad(node, j) && awl_node_input_widens(node, j) &&
+            !(sums = awl_tensor_new_on(a, AWL_SHAPE(a->shape[0]), AWL_F32)))
+            return NULL;
+        int status = wide ? awl_tensor_matmul_wide(wide, sums, a, b) : AWL_ERR_OOM;
+        if (status == AWL_ERR_UNSUPPORTED && sums) {
+            sums = NULL;
+            status = awl_tensor_matmul_wide(wide, NULL, a, b);
+        }
+        if (status == AWL_OK) {
+            *bias_grad = sums;
+            return wide;
+        }
         if (status != AWL_ERR_UNSUPPORTED) return NULL; /* the error is recorded */
     }
     return awl_matmul(a, b);
@@ -90,11 +107,12 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         awl_tensor *w = awl_node_saved(node, c->w_slot);
         grads[0] = awl_reshape(awl_matmul(g, w), node->inputs[0].ndim, node->inputs[0].shape);
     }
-    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x */
+    awl_tensor *db = NULL;
+    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x, and db with it where it can */
         awl_tensor *x2 = awl_reshape(awl_node_saved(node, c->x_slot), AWL_SHAPE(-1, in_f));
-        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2);
+        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2, 2, &db);
     }
-    if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(g, AWL_DIMS(0), false);
+    if (awl_node_needs_grad(node, 2)) grads[2] = db ? db : awl_sum(g, AWL_DIMS(0), false);
     return AWL_OK;
 }
 
@@ -178,9 +196,10 @@ static int mlp_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         act = awl_gelu(pre);
     }
     awl_tensor *g = awl_reshape(grad, AWL_SHAPE(-1, w2->shape[0]));
+    awl_tensor *db2 = NULL, *db1 = NULL;
     if (awl_node_needs_grad(node, 3))
-        grads[3] = weight_gradient(node, 3, awl_transpose(g, 0, 1), act);
-    if (awl_node_needs_grad(node, 4)) grads[4] = awl_sum(g, AWL_DIMS(0), false);
+        grads[3] = weight_gradient(node, 3, awl_transpose(g, 0, 1), act, 4, &db2);
+    if (awl_node_needs_grad(node, 4)) grads[4] = db2 ? db2 : awl_sum(g, AWL_DIMS(0), false);
     if (!awl_node_needs_grad(node, 0) && !awl_node_needs_grad(node, 1) &&
         !awl_node_needs_grad(node, 2))
         return AWL_OK;
@@ -195,8 +214,8 @@ static int mlp_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
     }
     if (!dpre) dpre = awl_gelu_backward(awl_matmul(g, w2), pre);
     if (awl_node_needs_grad(node, 1))
-        grads[1] = weight_gradient(node, 1, awl_transpose(dpre, 0, 1), x2);
-    if (awl_node_needs_grad(node, 2)) grads[2] = awl_sum(dpre, AWL_DIMS(0), false);
+        grads[1] = weight_gradient(node, 1, awl_transpose(dpre, 0, 1), x2, 2, &db1);
+    if (awl_node_needs_grad(node, 2)) grads[2] = db1 ? db1 : awl_sum(dpre, AWL_DIMS(0), false);
     if (awl_node_needs_grad(node, 0))
         grads[0] = awl_reshape(awl_matmul(dpre, w1), x->ndim, x->shape);
     return AWL_OK;

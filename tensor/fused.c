@@ -509,19 +509,34 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
         op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_bias(&vo, &va, &vb, &vbias)));
 }
 
-int awl_tensor_matmul_wide(awl_tensor *out, awl_tensor *a, awl_tensor *b)
+int awl_tensor_matmul_wide(awl_tensor *out, awl_tensor *a_row_sums, awl_tensor *a, awl_tensor *b)
 {
     const char *op = "awl_tensor_matmul_wide";
     if (!out || !a || !b) return AWL_ERR_INVALID;
     if (check_dtype(op, "a", a, AWL_BF16) < 0 ||
-        check_product(op, out, AWL_F32, a, b, NULL, NULL) < 0)
+        check_product(op, out, AWL_F32, a, b, NULL, NULL) < 0 ||
+        check_dtype(op, "a_row_sums", a_row_sums, AWL_F32) < 0 ||
+        check_devices(op, 2, (awl_tensor *[]){a, a_row_sums}) < 0)
         return AWL_ERR_INVALID;
+    if (a_row_sums && (a_row_sums->ndim != 1 || a_row_sums->shape[0] != a->shape[0])) {
+        char s1[160], s2[160];
+        return awl_error(AWL_ERR_INVALID, "%s: a_row_sums has shape %s, expected (%lld) for a %s",
+                         op, awl_shape_str(a_row_sums, s1, sizeof s1), (long long)a->shape[0],
+                         awl_shape_str(a, s2, sizeof s2));
+    }
     if (!awl_fused_available(AWL_KERNEL_MATMUL_WIDE, a)) return AWL_ERR_UNSUPPORTED;
     awl_view vo = awl_tensor_view(out), va = awl_tensor_view(a), vb = awl_tensor_view(b);
+    awl_view vs = a_row_sums ? awl_tensor_view(a_row_sums) : (awl_view){0};
     awl_trace k;
-    AWL_TRACE_BEGIN(&k, "matmul_wide", a, AWL_WORK(MATMUL, 0), 1, 3,
-                    (const awl_view *[]){&vo, &va, &vb});
-    return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_wide(&vo, &va, &vb)));
+    if (a_row_sums)
+        AWL_TRACE_BEGIN(&k, "matmul_wide", a, AWL_WORK(MATMUL, 0), 2, 4,
+                        (const awl_view *[]){&vo, &vs, &va, &vb});
+    else
+        AWL_TRACE_BEGIN(&k, "matmul_wide", a, AWL_WORK(MATMUL, 0), 1, 3,
+                        (const awl_view *[]){&vo, &va, &vb});
+    const awl_view *sums = a_row_sums ? &vs : NULL;
+    return kernel_status(
+        op, awl_trace_end(&k, awl_tensor_backend(a)->matmul_wide(&vo, sums, &va, &vb)));
 }
 
 int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a, awl_tensor *b,

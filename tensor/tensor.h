@@ -437,8 +437,11 @@ int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_te
 int awl_tensor_matmul_bias_gelu(awl_tensor *out, awl_tensor *pre, awl_tensor *a, awl_tensor *b,
                                 awl_tensor *bias);
 /* out (M, N) float32 = a (M, K) @ b (K, N) with a and b bfloat16, the
- * float32 sums not rounded to bfloat16 (backend.h's matmul_wide). */
-int awl_tensor_matmul_wide(awl_tensor *out, awl_tensor *a, awl_tensor *b);
+ * float32 sums not rounded to bfloat16 (backend.h's matmul_wide); and, where
+ * a_row_sums is not NULL, a_row_sums (M) float32 = the sums of a's rows in
+ * the same call (AWL_ERR_UNSUPPORTED where the backend cannot give them:
+ * call again without). */
+int awl_tensor_matmul_wide(awl_tensor *out, awl_tensor *a_row_sums, awl_tensor *a, awl_tensor *b);
 /* out (M, N) = (a (M, K) @ b (K, N)) * gelu'(pre (M, N)). */
 int awl_tensor_matmul_gelu_backward(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *pre);
 int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x);

@@ -438,7 +438,9 @@ END_TEST
  * widening, the elements (sums of 300 products, about 17 in size) would be
  * off by up to 2^-9 of that, and almost all of them bfloat16 values. (r
  * makes dY a dense tensor: the gradient of a plain sum is a broadcast,
- * which matmul_wide declines and the framework rounds.) */
+ * which matmul_wide declines and the framework rounds.) The bias's
+ * gradient, the column sums of r, comes from the same product
+ * (matmul_wide's row sums) and is float32 to the same accuracy. */
 START_TEST(test_cuda_weight_gradient_float32)
 {
     awl_gc_begin(9);
@@ -480,6 +482,15 @@ START_TEST(test_cuda_weight_gradient_float32)
            (long long)narrow, (long long)(out * in));
     ck_assert_msg(narrow < out * in / 4, "%lld of %lld elements are bfloat16 values: not widened",
                   (long long)narrow, (long long)(out * in));
+    awl_tensor *b = awl_module_get_param(lin, "bias");
+    ck_assert_int_eq(b->grad->dtype, AWL_F32);
+    ck_assert_int_eq(awl_to_host(awl_tensor_cast(b->grad, AWL_F64), g, (size_t)out * sizeof *g), 0);
+    for (int64_t o = 0; o < out; o++) {
+        double want = 0;
+        for (int64_t t = 0; t < rows; t++) want += hr[t * out + o];
+        ck_assert_msg(fabs(g[o] - want) <= 1e-5 * (1 + fabs(want)), "db[%lld]: %.9g vs %.9g",
+                      (long long)o, g[o], want);
+    }
     free(g);
     free(hx);
     free(hr);

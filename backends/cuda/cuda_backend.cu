@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
+
 #include "backends/cuda/cuda_common.cuh"
 
 int awlc_fail(cudaError_t err, const char *what)
@@ -99,10 +101,78 @@ unsigned awlc_grid_for(int64_t n, int threads)
 
 /* ---- host copies and synchronisation ------------------------------------------------ */
 
+/* A copy from pageable memory (cudaMemcpy) first waits for everything queued
+ * on the stream, so a training step's batch upload would hold the host until
+ * the optimizer step has run, and the GPU would then idle while the host
+ * queues the next forward. Copies of up to STAGE_BYTES go instead through a
+ * few pinned buffers a device: memcpy into the next buffer, cudaMemcpyAsync
+ * from it, an event recorded after the copy. The call returns as soon as the
+ * bytes are in the buffer, so the caller may reuse src at once, and the copy
+ * is ordered before every later op on the legacy stream. A buffer is written
+ * again only after its event, i.e. after its last copy, has completed.
+ * Larger copies, and every copy where pinned memory cannot be had, use
+ * cudaMemcpy. */
+enum { STAGE_SLOTS = 4, STAGE_BYTES = 1 << 20 };
+
+struct staging {
+    void *slot[STAGE_SLOTS];
+    cudaEvent_t done[STAGE_SLOTS];
+    int next;
+    bool ready, unavailable;
+};
+
+static struct staging stagings[AWLC_MAX_DEVICES];
+static std::mutex staging_lock;
+
+/* Creates the device's buffers and events (the device is current); false,
+ * with CUDA's error cleared, where it cannot. */
+static bool staging_ready(struct staging *s)
+{
+    if (s->ready) return true;
+    if (s->unavailable) return false;
+    int made = 0;
+    while (made < STAGE_SLOTS &&
+           cudaHostAlloc(&s->slot[made], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess) {
+        if (cudaEventCreateWithFlags(&s->done[made], cudaEventDisableTiming) != cudaSuccess) {
+            cudaFreeHost(s->slot[made]);
+            break;
+        }
+        made++;
+    }
+    if (made < STAGE_SLOTS) {
+        (void)cudaGetLastError();
+        for (int i = 0; i < made; i++) {
+            cudaEventDestroy(s->done[i]);
+            cudaFreeHost(s->slot[i]);
+        }
+        s->unavailable = true;
+        return false;
+    }
+    s->ready = true;
+    return true;
+}
+
+static int staged_copy(struct staging *s, void *dst, const void *src, size_t nbytes)
+{
+    int i = s->next;
+    s->next = (i + 1) % STAGE_SLOTS;
+    AWLC_TRY(cudaEventSynchronize(s->done[i]), "copy_from_host (staging buffer)");
+    memcpy(s->slot[i], src, nbytes);
+    AWLC_TRY(cudaMemcpyAsync(dst, s->slot[i], nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy),
+             "copy_from_host");
+    AWLC_TRY(cudaEventRecord(s->done[i], cudaStreamLegacy), "copy_from_host (event)");
+    return AWL_OK;
+}
+
 static int cuda_copy_from_host(int device, void *dst, const void *src, size_t nbytes)
 {
     if (nbytes == 0) return AWL_OK;
     AWLC_TRY_STATUS(awlc_set_device(device));
+    if (nbytes <= STAGE_BYTES) {
+        std::lock_guard<std::mutex> hold(staging_lock);
+        struct staging *s = &stagings[device];
+        if (staging_ready(s)) return staged_copy(s, dst, src, nbytes);
+    }
     AWLC_TRY(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), "copy_from_host");
     return AWL_OK;
 }

@@ -492,7 +492,8 @@ int awlc_reduce(awl_reduce_op op, const awl_view *out, const awl_view *in);
 
 /* cuda_matmul.cu */
 int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool accumulate);
-int awlc_matmul_wide(const awl_view *out, const awl_view *a, const awl_view *b);
+int awlc_matmul_wide(const awl_view *out, const awl_view *a_row_sums, const awl_view *a,
+                     const awl_view *b);
 void awlc_set_matmul_fast_fp32(bool on);
 bool awlc_matmul_fast_fp32(void); /* TF32 mode on? Attention follows it too. */
 int awlc_matmul_bias(const awl_view *out, const awl_view *a, const awl_view *b,

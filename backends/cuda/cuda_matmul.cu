@@ -406,39 +406,6 @@ int awlc_matmul(const awl_view *out, const awl_view *a, const awl_view *b, bool 
     return st;
 }
 
-/* ---- out (float32) = a @ b (bfloat16): mixed precision's weight gradients ---------- */
-
-/* One product of 2-D views, out row-major: cuBLAS with bfloat16 inputs and a
- * float32 C, the sums (float32 accumulators, as every bfloat16 product
- * here) stored without rounding to bfloat16. Anything else is declined and
- * the framework rounds instead (a bfloat16 product, then a cast). */
-int awlc_matmul_wide(const awl_view *out, const awl_view *a, const awl_view *b)
-{
-    AWLC_TRY_STATUS(awlc_enter(out->data));
-    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2) return AWL_ERR_UNSUPPORTED;
-    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
-    if (M == 0 || N == 0) return AWL_OK;
-    if (K == 0) return awlc_fill(out, 0.0);
-    /* row-major out: C^T (N x M) = B^T A^T, as run_gemm's usual case */
-    operand oc = describe(N, M, out->strides[1], out->strides[0]);
-    operand o1 = describe(N, K, b->strides[1], b->strides[0]);
-    operand o2 = describe(K, M, a->strides[1], a->strides[0]);
-    if (!oc.ok || oc.op != CUBLAS_OP_N || !o1.ok || !o2.ok || M > INT_MAX || N > INT_MAX ||
-        K > INT_MAX)
-        return AWL_ERR_UNSUPPORTED;
-    cublasHandle_t h;
-    AWLC_TRY_STATUS(get_handle(&h));
-    const float alpha = 1.0f, beta = 0.0f;
-    const char *pb = (const char *)b->data + b->offset * 2,
-               *pa = (const char *)a->data + a->offset * 2;
-    char *pc = (char *)out->data + out->offset * 4;
-    cublasStatus_t st = api.cublasGemmStridedBatchedEx(
-        h, o1.op, o2.op, (int)N, (int)M, (int)K, &alpha, pb, CUDA_R_16BF, (int)o1.ld, 0, pa,
-        CUDA_R_16BF, (int)o2.ld, 0, &beta, pc, CUDA_R_32F, (int)oc.ld, 0, 1, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT);
-    return st == CUBLAS_STATUS_SUCCESS ? AWL_OK : blas_fail(st, "matmul_wide");
-}
-
 /* ---- out = a @ b + bias: cuBLASLt's bias epilogue --------------------------------- */
 
 namespace
@@ -473,7 +440,7 @@ int get_lt_handle(cublasLtHandle_t *out, int *device)
  * that a training step does not ask again for each of its linear layers. */
 struct lt_key {
     int device;
-    cudaDataType_t type;
+    cudaDataType_t type, out_type; /* the operands'; the output's (and bias's) */
     cublasComputeType_t compute;
     cublasOperation_t op1, op2;
     int64_t m, n, k, ld1, ld2, ldc;
@@ -554,7 +521,7 @@ int lt_describe(lt_problem *p, const void *bias, const void *aux)
            "a");
     LT_TRY(api.cublasLtMatrixLayoutCreate(&p->l2, k.type, n2 ? k.k : k.n, n2 ? k.n : k.k, k.ld2),
            "b");
-    LT_TRY(api.cublasLtMatrixLayoutCreate(&p->lc, k.type, k.m, k.n, k.ldc), "c");
+    LT_TRY(api.cublasLtMatrixLayoutCreate(&p->lc, k.out_type, k.m, k.n, k.ldc), "c");
     return AWL_OK;
 }
 
@@ -603,17 +570,21 @@ int lt_algo(cublasLtHandle_t h, const lt_problem *p, cublasLtMatmulAlgo_t *algo)
  * epilogues: as run_gemm's swapped form, C^T = B^T A^T, whose rows are
  * out's columns, so the epilogue's bias (one value per row of the
  * column-major C) is out's bias per column, and aux (the GELU epilogues'
- * pre-activation, NULL for the others) is laid out as out. Cases outside
- * the simple one (batched, float64, a layout or alignment cuBLASLt refuses)
- * are AWL_ERR_UNSUPPORTED: the caller then composes. */
+ * pre-activation, NULL for the others) is laid out as out. BGRADB's bias
+ * is an output instead: the sums over K of cuBLAS's B, which is a, one per
+ * row of a (M values). out may be wider than a and b (float32 from
+ * bfloat16: matmul_wide); the bias is out's dtype. Cases outside the simple
+ * one (batched, float64, a layout or alignment cuBLASLt refuses) are
+ * AWL_ERR_UNSUPPORTED: the caller then composes. */
 int lt_matmul(const awl_view *out, const awl_view *a, const awl_view *b, const awl_view *bias,
               const awl_view *aux, cublasLtEpilogue_t epilogue)
 {
     if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || (bias && bias->ndim != 1))
         return AWL_ERR_UNSUPPORTED;
     int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
+    int64_t bias_n = epilogue == CUBLASLT_EPILOGUE_BGRADB ? M : N;
     if (out->dtype == AWL_F64 || M == 0 || N == 0 || K == 0 || out->strides[1] != 1 ||
-        out->strides[0] < N || (bias && N > 1 && bias->strides[0] != 1))
+        out->strides[0] < N || (bias && bias_n > 1 && bias->strides[0] != 1))
         return AWL_ERR_UNSUPPORTED;
     /* the epilogue's pre-activation: out's layout, rows a multiple of 8 apart */
     if (aux && (aux->strides[1] != 1 || aux->strides[0] != out->strides[0] || aux->strides[0] % 8))
@@ -623,18 +594,20 @@ int lt_matmul(const awl_view *out, const awl_view *a, const awl_view *b, const a
     if (!o1.ok || !o2.ok || M > INT_MAX || N > INT_MAX || K > INT_MAX || out->strides[0] > INT_MAX)
         return AWL_ERR_UNSUPPORTED;
     AWLC_TRY_STATUS(awlc_enter(out->data));
-    gemm_plan plan = {CUDA_R_32F, CUBLAS_COMPUTE_32F, 4};
-    AWLC_TRY_STATUS(plan_for(out->dtype, &plan));
+    gemm_plan plan = {CUDA_R_32F, CUBLAS_COMPUTE_32F, 4}, oplan = plan;
+    AWLC_TRY_STATUS(plan_for(a->dtype, &plan));
+    AWLC_TRY_STATUS(plan_for(out->dtype, &oplan));
     const char *p1 = (const char *)b->data + b->offset * plan.esize;
     const char *p2 = (const char *)a->data + a->offset * plan.esize;
-    char *pc = (char *)out->data + out->offset * plan.esize;
-    const char *pb = bias ? (const char *)bias->data + bias->offset * plan.esize : NULL;
-    char *pa = aux ? (char *)aux->data + aux->offset * plan.esize : NULL;
+    char *pc = (char *)out->data + out->offset * oplan.esize;
+    const char *pb = bias ? (const char *)bias->data + bias->offset * oplan.esize : NULL;
+    char *pa = aux ? (char *)aux->data + aux->offset * oplan.esize : NULL;
     if ((pb && alignment(pb) < 16) || (pa && alignment(pa) < 16)) return AWL_ERR_UNSUPPORTED;
     cublasLtHandle_t h;
     lt_problem p = {};
     AWLC_TRY_STATUS(get_lt_handle(&h, &p.key.device));
     p.key.type = plan.type;
+    p.key.out_type = oplan.type;
     p.key.compute = plan.compute;
     p.key.op1 = o1.op;
     p.key.op2 = o2.op;
@@ -666,6 +639,43 @@ int lt_matmul(const awl_view *out, const awl_view *a, const awl_view *b, const a
 }
 
 } // namespace
+
+/* ---- out (float32) = a @ b (bfloat16): mixed precision's weight gradients ---------- */
+
+/* One product of 2-D views, out row-major: cuBLAS with bfloat16 inputs and a
+ * float32 C, the sums (float32 accumulators, as every bfloat16 product
+ * here) stored without rounding to bfloat16. Anything else is declined and
+ * the framework rounds instead (a bfloat16 product, then a cast). With
+ * a_row_sums, cuBLASLt's BGRADB epilogue sums a's rows as the product
+ * reads them (lt_matmul), or the call is declined. */
+int awlc_matmul_wide(const awl_view *out, const awl_view *a_row_sums, const awl_view *a,
+                     const awl_view *b)
+{
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2) return AWL_ERR_UNSUPPORTED;
+    if (a_row_sums) return lt_matmul(out, a, b, a_row_sums, NULL, CUBLASLT_EPILOGUE_BGRADB);
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
+    if (M == 0 || N == 0) return AWL_OK;
+    if (K == 0) return awlc_fill(out, 0.0);
+    /* row-major out: C^T (N x M) = B^T A^T, as run_gemm's usual case */
+    operand oc = describe(N, M, out->strides[1], out->strides[0]);
+    operand o1 = describe(N, K, b->strides[1], b->strides[0]);
+    operand o2 = describe(K, M, a->strides[1], a->strides[0]);
+    if (!oc.ok || oc.op != CUBLAS_OP_N || !o1.ok || !o2.ok || M > INT_MAX || N > INT_MAX ||
+        K > INT_MAX)
+        return AWL_ERR_UNSUPPORTED;
+    cublasHandle_t h;
+    AWLC_TRY_STATUS(get_handle(&h));
+    const float alpha = 1.0f, beta = 0.0f;
+    const char *pb = (const char *)b->data + b->offset * 2,
+               *pa = (const char *)a->data + a->offset * 2;
+    char *pc = (char *)out->data + out->offset * 4;
+    cublasStatus_t st = api.cublasGemmStridedBatchedEx(
+        h, o1.op, o2.op, (int)N, (int)M, (int)K, &alpha, pb, CUDA_R_16BF, (int)o1.ld, 0, pa,
+        CUDA_R_16BF, (int)o2.ld, 0, &beta, pc, CUDA_R_32F, (int)oc.ld, 0, 1, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? AWL_OK : blas_fail(st, "matmul_wide");
+}
 
 /* out (M, N) = a (M, K) @ b (K, N) + bias (N), the bias added as the
  * product is written (CUBLASLT_EPILOGUE_BIAS). */

@@ -959,31 +959,39 @@ static void linear_case(ac_list *l, awl_dtype dt, int64_t M, int64_t K, int64_t 
     ac_push(l, &c);
 }
 
-/* out (float32), a, b (bfloat16) */
+/* out (float32), [a_row_sums (float32),] a, b (bfloat16); args.count: 1
+ * with the row sums */
 static int call_matmul_wide(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
-    (void)a;
-    return b->matmul_wide(v[0], v[1], v[2]);
+    return a->count ? b->matmul_wide(v[0], v[1], v[2], v[3])
+                    : b->matmul_wide(v[0], NULL, v[1], v[2]);
 }
 
 static int ref_matmul_wide(const ac_case *c, double *const *in, double **ref)
 {
-    awl_tensor *y = awl_matmul(ac_cpu_tensor(c, in, 1), ac_cpu_tensor(c, in, 2));
-    return ac_values(y, ref[0], ac_numel(2, c->op[0].shape));
+    int ia = c->args.count ? 2 : 1;
+    awl_tensor *a = ac_cpu_tensor(c, in, ia);
+    int status =
+        ac_values(awl_matmul(a, ac_cpu_tensor(c, in, ia + 1)), ref[0], ac_numel(2, c->op[0].shape));
+    if (status < 0 || !c->args.count) return status;
+    return ac_values(awl_sum(a, AWL_DIMS(1), false), ref[1], a->shape[0]);
 }
 
 /* A weight's gradient under autocast: out (N, K) float32 = dY^T (N, M) @ X
- * (M, K), dY^T read through the transpose of a (M, N) gradient. The float32
- * output holds the exact products' sums to float32 accuracy, not
- * bfloat16's. */
-static void matmul_wide_case(ac_list *l, int64_t M, int64_t K, int64_t N)
+ * (M, K), dY^T read through the transpose of a (M, N) gradient; with
+ * with_sums, the bias's gradient too, dY^T's row sums (N). The float32
+ * outputs hold the exact sums to float32 accuracy, not bfloat16's. */
+static void matmul_wide_case(ac_list *l, int64_t M, int64_t K, int64_t N, bool with_sums)
 {
-    const int64_t o2[2] = {N, K}, x2[2] = {M, K};
-    ac_case c =
-        ac_case_new(AWL_KERNEL_MATMUL_WIDE, "", AWL_BF16, "a weight's gradient dY^T X, float32 out",
-                    call_matmul_wide, ref_matmul_wide);
+    const int64_t o2[2] = {N, K}, x2[2] = {M, K}, n1[1] = {N};
+    ac_case c = ac_case_new(AWL_KERNEL_MATMUL_WIDE, "", AWL_BF16,
+                            with_sums ? "a linear layer's weight and bias gradients, float32 out"
+                                      : "a weight's gradient dY^T X, float32 out",
+                            call_matmul_wide, ref_matmul_wide);
     c.tol = 1e-5;
+    c.args.count = with_sums;
     ac_add(&c, ac_operand_new("out", AC_OUT, AWL_F32, 2, o2, AC_CONTIG));
+    if (with_sums) ac_add(&c, ac_operand_new("a_row_sums", AC_OUT, AWL_F32, 1, n1, AC_CONTIG));
     ac_add(&c, transposed("a", AWL_BF16, M, N));
     ac_add(&c, ac_operand_new("b", AC_IN, AWL_BF16, 2, x2, AC_CONTIG));
     ac_push(l, &c);
@@ -991,7 +999,8 @@ static void matmul_wide_case(ac_list *l, int64_t M, int64_t K, int64_t N)
 
 static void other_cases(ac_list *l)
 {
-    matmul_wide_case(l, 300, 48, 96);
+    matmul_wide_case(l, 300, 48, 96, false);
+    matmul_wide_case(l, 300, 48, 96, true);
     for (int t = 0; t < 3; t++) linear_case(l, FLOATS[t], 300, 48, 96, "a linear layer's weight^T");
     /* sides the CUDA backend's float32 tensor-core kernel takes (M and N
      * multiples of 128, K of 32) */
