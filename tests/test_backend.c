@@ -56,6 +56,9 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* Element e of copy c: distinct for every copy and exact in float32. */
+static float copy_pattern(int c, int64_t e) { return (float)(c * 1000003 + e); }
+
 /* Once copy_from_host returns, the caller's buffer is free to reuse and
  * the work queued next sees the data, whether or not the backend has
  * finished the copy by then (a GPU backend may queue it from a pinned
@@ -63,9 +66,6 @@ END_TEST
  * each from the same host buffer overwritten as soon as the call returns,
  * each copied on the device right away; then every copy and every device
  * copy of it read back. */
-/* Element e of copy c: distinct for every copy and exact in float32. */
-static float copy_pattern(int c, int64_t e) { return (float)(c * 1000003 + e); }
-
 START_TEST(test_copies_from_reused_buffer)
 {
     enum { N = 12 };
