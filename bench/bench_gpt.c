@@ -45,6 +45,14 @@
  *                 activations and temporaries take, which checkpointing cuts
  *   rss_mb        the process's peak resident set (CPU runs: compare with
  *                 PyTorch's figure, which is its peak RSS)
+ *   back_to_back_ms_per_step  the timed steps' count of steps more, run
+ *                 as train_gpt runs them: no wait for the device between
+ *                 steps (the batch's copy and the next step's launches can
+ *                 overlap the last step's kernels), the whole run timed
+ *                 once and divided by its steps, the loss read at the end.
+ *                 On a CPU it equals ms_per_step up to noise; on a GPU the
+ *                 difference is what the synchronisation around each timed
+ *                 step (which the PyTorch peer's timing has too) hides
  *   clip_ms, clip_composed_ms  with --grad-clip: one awl_clip_grad_norm over
  *                 the model's gradients after the timed steps, with the
  *                 backend's sum_squares and scale kernels and with the
@@ -52,7 +60,8 @@
  *                 per gradient), median of 7
  *
  * --extras off leaves out what runs after the timed steps (the profiled
- * split and the clipping figures, and their fields): then a run is its
+ * split, the back-to-back steps and the clipping figures, and their
+ * fields): then a run is its
  * warm-up and timed steps only, which scripts/profile_kernels.py needs
  * (it takes the difference of two runs that must differ by steps alone).
  *
@@ -107,7 +116,7 @@ typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
     int steps, warmup, threads, n_layer, batch;
     double dropout, grad_clip;
-    bool extras; /* the profiled split and the clipping figures after the timed steps */
+    bool extras; /* the split, back-to-back steps and clipping figures after the timed steps */
 } bench_options;
 
 /* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
@@ -201,6 +210,31 @@ static int profiled_split(const char *device, awl_gpt *model, awl_optimizer *opt
     return status;
 }
 
+/* Seconds a step over `steps` steps run back to back, as train_gpt runs
+ * them: the device is waited for once, at the end, where the last loss is
+ * read. */
+static double back_to_back_seconds(const char *device, awl_gpt *model, awl_optimizer *opt,
+                                   double grad_clip, const awl_gpt_config *cfg,
+                                   const int32_t *tokens, size_t n_tokens, uint64_t draw, int steps)
+{
+    int status = 0;
+    double last = NAN;
+    awl_synchronize(device);
+    double t0 = bench_now();
+    for (int step = 0; step < steps && status == 0; step++) {
+        awl_scope_begin();
+        awl_tensor *x, *y, *loss = NULL;
+        status = make_batch(tokens, n_tokens, cfg->vocab, cfg->batch, cfg->block,
+                            draw + 2 * (uint64_t)step, device, &x, &y);
+        if (status == 0) status = train_one(model, opt, grad_clip, x, y, &loss);
+        if (status == 0 && step == steps - 1) last = awl_item(loss);
+        awl_scope_end();
+    }
+    awl_synchronize(device);
+    double t = bench_now() - t0;
+    return status == 0 && isfinite(last) ? t / steps : NAN;
+}
+
 static int run_one(const bench_options *o, const char *config, const char *precision,
                    bool checkpointing, const int32_t *tokens, size_t n_tokens, int vocab)
 {
@@ -263,6 +297,11 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     if (status == 0 && o->extras)
         status = profiled_split(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
                                 2 * (uint64_t)total, split);
+    double back_to_back = NAN;
+    if (status == 0 && o->extras)
+        back_to_back =
+            back_to_back_seconds(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
+                                 2 * (uint64_t)(total + PROFILED_STEPS), o->steps);
     /* what clipping costs, with the clipping kernels and composed */
     double clip_fused = NAN, clip_composed = NAN;
     if (status == 0 && o->extras && o->grad_clip > 0) {
@@ -306,6 +345,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                        pass ? (step > 0 ? split[k] / step : 0) : 1e3 * split[k]);
             printf("}");
         }
+        if (o->extras) printf(",\"back_to_back_ms_per_step\":%.2f", 1e3 * back_to_back);
         if (o->extras && o->grad_clip > 0)
             printf(",\"clip_ms\":%.4f,\"clip_composed_ms\":%.4f", 1e3 * clip_fused,
                    1e3 * clip_composed);
