@@ -20,7 +20,8 @@
 #         bench/torch_ddp.py, with the same settings);
 #   cpu   bench_gpt against PyTorch (the device's python3: torch 2.11, MKL) on
 #         cpu-medium at 1, 2, 4, 8 and 16 threads and shakespeare-char at 4 and
-#         16 (CPU_STEPS; CPU_PAIRS="config:threads ..." for others), alternated:
+#         16 (CPU_STEPS timed steps, 6; CPU_LONG_STEPS for shakespeare-char, 3;
+#         after CPU_WARMUP, 2; CPU_PAIRS="config:threads ..." for others), alternated:
 #         awl, then PyTorch, CPU_ROUNDS times per count; CPU_PIN=1 runs both
 #         sides of a count below the machine's cores on cores 0..threads-1
 #         (taskset), the round's "pinned" field; CPU_BENCH_ARGS adds
@@ -148,18 +149,18 @@ if has_stage cpu; then
             shakespeare-char) args="--n_layer 6 --n_head 6 --n_embd 384 --block_size 256 --batch_size 64" ;;
         esac
         OMP_NUM_THREADS=$t timeout 300 $pin python3 "$D/torch_gpt_cpu.py" --name "$c" $args --steps "$n" \
-            --warmup 2 --threads "$t" --data "$DATA" 2>/dev/null | grep '^{'
+            --warmup "${CPU_WARMUP:-2}" --threads "$t" --data "$DATA" 2>/dev/null | grep '^{'
     }
     for pair in ${CPU_PAIRS:-cpu-medium:1 cpu-medium:2 cpu-medium:4 cpu-medium:8 cpu-medium:16 \
                 shakespeare-char:4 shakespeare-char:16}; do
         c=${pair%%:*} t=${pair##*:} n=${CPU_STEPS:-6}
-        [ "$c" = shakespeare-char ] && n=3
+        [ "$c" = shakespeare-char ] && n=${CPU_LONG_STEPS:-3}
         pin="" pinned=false
         [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
         for round in $(seq "${CPU_ROUNDS:-1}"); do
             tag="s/^{/{\"round\":$round,\"pinned\":$pinned,/"
-            $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup 2 --data "$DATA" \
-                ${CPU_BENCH_ARGS:-} |
+            $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup "${CPU_WARMUP:-2}" \
+                --data "$DATA" ${CPU_BENCH_ARGS:-} |
                 sed "$tag" | tee -a "$OUT/cpu.jsonl"
             peer "$c" "$t" "$n" | sed "$tag" | tee -a "$OUT/cpu.jsonl"
         done
