@@ -61,9 +61,9 @@
  *
  * --extras off leaves out what runs after the timed steps (the profiled
  * split, the back-to-back steps and the clipping figures, and their
- * fields): then a run is its
- * warm-up and timed steps only, which scripts/profile_kernels.py needs
- * (it takes the difference of two runs that must differ by steps alone).
+ * fields): then a run is its warm-up and timed steps only, which
+ * scripts/profile_kernels.py needs (it takes the difference of two runs
+ * that must differ by steps alone).
  *
  * Data: tokens of ../shared/data/tinyshakespeare.txt when it is there (char
  * vocabulary, 65), otherwise uniformly random tokens: speed does not depend
@@ -210,15 +210,14 @@ static int profiled_split(const char *device, awl_gpt *model, awl_optimizer *opt
     return status;
 }
 
-/* Seconds a step over `steps` steps run back to back, as train_gpt runs
- * them: the device is waited for once, at the end, where the last loss is
- * read. */
-static double back_to_back_seconds(const char *device, awl_gpt *model, awl_optimizer *opt,
-                                   double grad_clip, const awl_gpt_config *cfg,
-                                   const int32_t *tokens, size_t n_tokens, uint64_t draw, int steps)
+/* `steps` steps run back to back, as train_gpt runs them: the device is
+ * waited for once, at the end, where the last loss is read; the seconds a
+ * step in *seconds. */
+static int back_to_back_steps(const char *device, awl_gpt *model, awl_optimizer *opt,
+                              double grad_clip, const awl_gpt_config *cfg, const int32_t *tokens,
+                              size_t n_tokens, uint64_t draw, int steps, double *seconds)
 {
     int status = 0;
-    double last = NAN;
     awl_synchronize(device);
     double t0 = bench_now();
     for (int step = 0; step < steps && status == 0; step++) {
@@ -227,12 +226,12 @@ static double back_to_back_seconds(const char *device, awl_gpt *model, awl_optim
         status = make_batch(tokens, n_tokens, cfg->vocab, cfg->batch, cfg->block,
                             draw + 2 * (uint64_t)step, device, &x, &y);
         if (status == 0) status = train_one(model, opt, grad_clip, x, y, &loss);
-        if (status == 0 && step == steps - 1) last = awl_item(loss);
+        if (status == 0 && step == steps - 1) awl_item(loss);
         awl_scope_end();
     }
     awl_synchronize(device);
-    double t = bench_now() - t0;
-    return status == 0 && isfinite(last) ? t / steps : NAN;
+    *seconds = (bench_now() - t0) / steps;
+    return status;
 }
 
 static int run_one(const bench_options *o, const char *config, const char *precision,
@@ -297,11 +296,11 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     if (status == 0 && o->extras)
         status = profiled_split(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
                                 2 * (uint64_t)total, split);
-    double back_to_back = NAN;
+    double back_to_back = 0;
     if (status == 0 && o->extras)
-        back_to_back =
-            back_to_back_seconds(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
-                                 2 * (uint64_t)(total + PROFILED_STEPS), o->steps);
+        status =
+            back_to_back_steps(o->device, model, opt, o->grad_clip, &cfg, tokens, n_tokens,
+                               2 * (uint64_t)(total + PROFILED_STEPS), o->steps, &back_to_back);
     /* what clipping costs, with the clipping kernels and composed */
     double clip_fused = NAN, clip_composed = NAN;
     if (status == 0 && o->extras && o->grad_clip > 0) {
