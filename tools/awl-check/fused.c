@@ -978,7 +978,7 @@ static int ref_matmul_wide(const ac_case *c, double *const *in, double **ref)
 }
 
 /* A weight's gradient under autocast: out (N, K) float32 = dY^T (N, M) @ X
- * (M, K), dY^T read through the transpose of a (M, N) gradient; with
+ * (M, K), dY^T read through the transpose of a (M, N) gradient; where
  * with_sums, the bias's gradient too, dY^T's row sums (N). The float32
  * outputs hold the exact sums to float32 accuracy, not bfloat16's. */
 static void matmul_wide_case(ac_list *l, int64_t M, int64_t K, int64_t N, bool with_sums)
