@@ -6,8 +6,8 @@
 #
 # The machine has gcc, python3 with PyTorch 2.11, and no Debian packages,
 # so the build is gcc on every .c file against what .cudadev carries from
-# a dev machine (scripts/make_cudadev.sh; also copy ../shared/peers's
-# torch_gloo_allreduce.py there). OpenBLAS is found through
+# a dev machine (scripts/make_cudadev.sh, which also copies the PyTorch
+# peers there). OpenBLAS is found through
 # LD_LIBRARY_PATH; awl picks its kernels (backends/cpu/cpu_blas.c).
 #
 # Stages (STAGES, comma-separated; JSON lines under $OUT):
@@ -141,6 +141,7 @@ fi
 
 if has_stage cpu; then
     echo "== cpu"
+    [ -f "$D/torch_gpt_cpu.py" ] || echo "cpu: no $D/torch_gpt_cpu.py (run scripts/make_cudadev.sh): awl's side only"
     DATA=$D/data/tinyshakespeare.txt
     peer() { # config threads steps; run under $pin (a taskset prefix, or empty)
         local c=$1 t=$2 n=$3 args

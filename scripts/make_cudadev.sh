@@ -11,7 +11,8 @@
 #               libquadmath and libgomp it needs; libcheck.a libsubunit.a
 #               libz.a; libz.so.1 (the profile stage links a shared library,
 #               and Debian's libz.a is not position-independent)
-#     data/tinyshakespeare.txt and torch_gpt_gpu.py, from ../shared
+#     data/tinyshakespeare.txt and the peers torch_gpt_gpu.py, torch_gpt_cpu.py and
+#     torch_gloo_allreduce.py, from ../shared (scripts/cpu_device_run.sh runs the last two)
 # Then: run(command="bash scripts/gpu_run.sh", carry=[".cudadev"]), or
 # scripts/nccl_run.sh the same way.
 set -eu
@@ -33,5 +34,5 @@ for lib in "$ARCH"/openblas-openmp/libopenblas.so.0 "$ARCH"/libgfortran.so.5 \
 done
 cp -L "/lib/$ARCH/libz.so.1" "$D/lib/"
 cp "$SHARED/data/tinyshakespeare.txt" "$D/data/"
-cp "$SHARED/peers/torch_gpt_gpu.py" "$D/"
+cp "$SHARED/peers/torch_gpt_gpu.py" "$SHARED/peers/torch_gpt_cpu.py" "$SHARED/peers/torch_gloo_allreduce.py" "$D/"
 echo "make_cudadev: $(du -sh "$D" | cut -f1) in $D"
