@@ -1001,6 +1001,11 @@ static void other_cases(ac_list *l)
 {
     matmul_wide_case(l, 300, 48, 96, false);
     matmul_wide_case(l, 300, 48, 96, true);
+    /* the bias gradient over several blocks of columns (the last one part
+     * full) and chunks of rows, and with a width (100) that is no multiple of
+     * 8 (CUDA: column_sums declines, cuBLASLt's epilogue sums) */
+    matmul_wide_case(l, 2000, 40, 264, true);
+    matmul_wide_case(l, 300, 48, 100, true);
     for (int t = 0; t < 3; t++) linear_case(l, FLOATS[t], 300, 48, 96, "a linear layer's weight^T");
     /* sides the CUDA backend's float32 tensor-core kernel takes (M and N
      * multiples of 128, K of 32) */
