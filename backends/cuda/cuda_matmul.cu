@@ -660,7 +660,7 @@ namespace
  * column_sums_finish adds a column's partials the same way (8 lanes, each
  * every 8th chunk). The chunks depend on M and K alone, so the sums are the
  * same on every run: as many as make about SUM_BLOCKS blocks (four an SM of
- * an H100 or H200, 132 SMs), each of at least SUM_MIN_ROWS rows. */
+ * an H100 or H200, 132 SMs), but no more than K / SUM_MIN_ROWS rounded up. */
 const int SUM_COLS = 256, SUM_LANES = 8, SUM_MIN_ROWS = 64, SUM_BLOCKS = 528;
 
 __global__ void column_sums_part(const awl_bf16 *a, int64_t ld, int64_t M, int64_t K, int64_t chunk,
