@@ -758,9 +758,9 @@ int awlc_matmul_wide(const awl_view *out, const awl_view *a_row_sums, const awl_
 {
     AWLC_TRY_STATUS(awlc_enter(out->data));
     if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2) return AWL_ERR_UNSUPPORTED;
-    if (a_row_sums && !column_sums_take(a_row_sums, a))
-        return lt_matmul(out, a, b, a_row_sums, NULL, CUBLASLT_EPILOGUE_BGRADB);
     if (a_row_sums) {
+        if (!column_sums_take(a_row_sums, a))
+            return lt_matmul(out, a, b, a_row_sums, NULL, CUBLASLT_EPILOGUE_BGRADB);
         int st = awlc_matmul_wide(out, NULL, a, b);
         return st == AWL_OK ? column_sums(a_row_sums, a) : st;
     }
