@@ -30,7 +30,11 @@
  *     output of a cast from float32 to bfloat16 (autocast's weights) may
  *     get a float32 gradient (awl_node_input_widens), which the cast then
  *     passes on as it is; where it meets a bfloat16 one, they are summed in
- *     float32.
+ *     float32;
+ *   - gradient copies: a node whose backward casts its gradient to a
+ *     narrower dtype may get it cast already, written beside the gradient
+ *     by the consumer's kernel (awl_node_offer_grad_copy); the engine drops
+ *     a copy whenever the gradient it was made from is summed or taken.
  *
  * The engine is re-entrant: activation checkpointing runs a nested backward
  * from inside a node's backward function.
@@ -90,7 +94,7 @@ static awl_node *heap_pop(ready_heap *h)
  * inside and outside the segment), so every pass puts them back. */
 typedef struct scratch {
     awl_node *node;
-    awl_tensor *grad;
+    awl_tensor *grad, *grad_copy;
     int pending;
     bool needed;
 } scratch;
@@ -152,8 +156,8 @@ static void collect(pass *p, awl_node *root)
             p->capacity = p->capacity ? 2 * p->capacity : 64;
             p->nodes = awl_xrealloc(p->nodes, (size_t)p->capacity * sizeof *p->nodes);
         }
-        p->nodes[p->n_nodes++] = (scratch){n, n->grad, n->pending, n->needed};
-        n->grad = NULL;
+        p->nodes[p->n_nodes++] = (scratch){n, n->grad, n->grad_copy, n->pending, n->needed};
+        n->grad = n->grad_copy = NULL;
         n->pending = 0;
         n->needed = !p->targets || target_index(p, n) >= 0;
         for (int i = 0; i < n->n_inputs && !n->needed; i++)
@@ -176,7 +180,9 @@ static void restore_scratch(pass *p)
     for (int k = 0; k < p->n_nodes; k++) {
         scratch *s = &p->nodes[k];
         awl_release(s->node->grad);
+        awl_release(s->node->grad_copy);
         s->node->grad = s->grad;
+        s->node->grad_copy = s->grad_copy;
         s->node->pending = s->pending;
         s->node->needed = s->needed;
     }
@@ -197,6 +203,14 @@ static awl_tensor *sum_to_input_shape(awl_tensor *g, const awl_node_input *in)
     return awl_reshape(r, in->ndim, in->shape);
 }
 
+/* Drops a node's copy of its gradient (awl_node_offer_grad_copy), which
+ * no longer matches the gradient. */
+static void drop_grad_copy(awl_node *n)
+{
+    awl_release(n->grad_copy);
+    n->grad_copy = NULL;
+}
+
 /* Adds g into a node's pending gradient. */
 static int accumulate_into_node(pass *p, awl_node *target, awl_tensor *g)
 {
@@ -204,6 +218,7 @@ static int accumulate_into_node(pass *p, awl_node *target, awl_tensor *g)
         target->grad = awl_retain(g);
         return AWL_OK;
     }
+    drop_grad_copy(target); /* a copy of the gradient before this sum */
     awl_tensor *have = target->grad;
     if (have->dtype != g->dtype) {
         /* a gradient widened past a cast (awl_node_input_widens) meets one
@@ -269,7 +284,43 @@ awl_tensor *awl_node_take_pending_grad(awl_node *node, int i)
         memcmp(g->shape, in->shape, (size_t)in->ndim * sizeof(int64_t)) != 0)
         return NULL;
     in->node->grad = NULL;
+    drop_grad_copy(in->node); /* g will be summed into another gradient */
     return awl_adopt(g);
+}
+
+bool awl_node_input_wants_grad_copy(const awl_node *node, int i, awl_dtype *dtype)
+{
+    if (awl_is_grad_enabled() || !node || i < 0 || i >= node->n_inputs) return false;
+    const awl_node *src = node->inputs[i].node;
+    /* pending counts the edges still to deliver, this node's among them */
+    if (!src || !src->needed || !src->wants_grad_copy || src->grad || src->pending != 1)
+        return false;
+    *dtype = src->grad_copy_dtype;
+    return true;
+}
+
+int awl_node_offer_grad_copy(awl_node *node, int i, awl_tensor *copy)
+{
+    awl_dtype dtype;
+    if (!copy || !awl_node_input_wants_grad_copy(node, i, &dtype) || copy->dtype != dtype ||
+        copy->ndim != node->inputs[i].ndim ||
+        memcmp(copy->shape, node->inputs[i].shape, (size_t)copy->ndim * sizeof(int64_t)) != 0)
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_node_offer_grad_copy: %s offered a gradient copy that input %d's "
+                         "producer did not ask for, or of another shape or dtype",
+                         node ? node->base.name : "(null)", i);
+    awl_node *src = node->inputs[i].node;
+    drop_grad_copy(src);
+    src->grad_copy = awl_retain(copy);
+    return AWL_OK;
+}
+
+awl_tensor *awl_node_take_grad_copy(awl_node *node, awl_dtype dtype)
+{
+    if (!node || !node->grad_copy || node->grad_copy->dtype != dtype) return NULL;
+    awl_tensor *copy = node->grad_copy;
+    node->grad_copy = NULL;
+    return awl_adopt(copy);
 }
 
 /* Runs one node: its backward function, then hands each input's gradient
@@ -299,6 +350,7 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
         const awl_node_input *in = &n->inputs[i];
         if (!in->node || !in->node->needed || !grads[i]) continue;
         awl_tensor *gi = sum_to_input_shape(grads[i], in);
+        if (gi != grads[i]) drop_grad_copy(in->node); /* a copy of grads[i], not of its sum */
         if (!gi || gi->ndim != in->ndim ||
             memcmp(gi->shape, in->shape, (size_t)in->ndim * sizeof(int64_t)) != 0) {
             char s1[160], s2[160];
@@ -342,6 +394,7 @@ static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
         awl_profiler_end();
         awl_scope_end();
         awl_release(g);
+        drop_grad_copy(n); /* one its backward did not take */
         for (int i = 0; status == AWL_OK && i < n->n_inputs; i++) {
             awl_node *next = n->inputs[i].node;
             if (next && next->needed && --next->pending == 0) heap_push(&ready, next);

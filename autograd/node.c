@@ -90,6 +90,7 @@ static void node_destroy(awl_node_base *base)
         awl_release(n->leaf);
     }
     awl_release(n->grad);
+    awl_release(n->grad_copy);
     free(n->inputs);
     free(n);
 }
@@ -195,6 +196,13 @@ awl_tensor *awl_node_saved(awl_node *node, int i)
     node->base.refcount++;
     alias->requires_grad = true;
     return alias;
+}
+
+void awl_node_want_grad_copy(awl_node *node, awl_dtype dtype)
+{
+    if (!node) return;
+    node->wants_grad_copy = true;
+    node->grad_copy_dtype = dtype;
 }
 
 bool awl_node_needs_grad(const awl_node *node, int i)

@@ -69,9 +69,14 @@ struct awl_node {
     awl_tensor *leaf;  /* accumulate-grad nodes: the leaf (retained) */
     uint64_t sequence; /* creation order */
     void *ctx;         /* op-specific, ctx_size bytes, zeroed */
+    /* awl_node_want_grad_copy: the backward casts the gradient it is given
+     * to grad_copy_dtype */
+    bool wants_grad_copy;
+    awl_dtype grad_copy_dtype;
 
     /* engine scratch, valid during one backward pass */
     awl_tensor *grad;
+    awl_tensor *grad_copy; /* grad in grad_copy_dtype, or NULL */
     int pending;
     int visit;
     bool needed;
@@ -114,6 +119,37 @@ awl_tensor *awl_node_take_pending_grad(awl_node *node, int i);
  * that keeps its float32 sums (awl_tensor_matmul_wide) skips both the
  * rounding to bfloat16 and the cast. */
 bool awl_node_input_widens(const awl_node *node, int i);
+
+/* A gradient with a copy in a narrower dtype, written by the kernel that
+ * writes the gradient. Under autocast the residual stream is float32 and a
+ * block's branch bfloat16, so the backward of the residual addition
+ * (awl_dropout_add) casts the stream's gradient to bfloat16 for the
+ * branch: a pass that reads the whole gradient again. That gradient is
+ * written by the next LayerNorm's backward, which can round its output to
+ * bfloat16 as it writes it, at the cost of the narrower write only.
+ *
+ * The producer asks, when it is recorded (awl_node_want_grad_copy); a
+ * consumer's backward checks that the gradient it returns for input i will
+ * reach that producer whole (awl_node_input_wants_grad_copy: nothing else
+ * has been or will be added to it) and hands the copy over with it
+ * (awl_node_offer_grad_copy); the producer's backward takes it
+ * (awl_node_take_grad_copy) instead of casting. The engine drops a copy
+ * whenever the gradient it was made from changes (summed with another, or
+ * taken as a pending gradient), so a copy is always the cast of the
+ * gradient it travels with. Without create_graph only. */
+void awl_node_want_grad_copy(awl_node *node, awl_dtype dtype);
+/* During a backward that is not recorded: whether input i's producer wants
+ * a copy of its gradient (and in which dtype, *dtype) and the gradient
+ * this node returns for it will be its whole gradient: no other consumer
+ * has delivered one (a pending one taken counts as none) and no other edge
+ * is still to deliver. */
+bool awl_node_input_wants_grad_copy(const awl_node *node, int i, awl_dtype *dtype);
+/* Hands copy (of the gradient this backward returns in grads[i], in the
+ * dtype awl_node_input_wants_grad_copy gave) to input i's producer. */
+int awl_node_offer_grad_copy(awl_node *node, int i, awl_tensor *copy);
+/* In a producer's backward: the copy of the gradient it is given, in
+ * dtype, taken from the engine (the current scope owns it), or NULL. */
+awl_tensor *awl_node_take_grad_copy(awl_node *node, awl_dtype dtype);
 
 static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
 

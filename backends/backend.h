@@ -304,11 +304,15 @@ typedef struct awl_backend {
      * the backend does not widen it itself). dx_add (rows, C) of x's dtype,
      * or NULL: added to dx as it is written (the gradient x already has from
      * its other consumers, a residual connection's; the engine's pending
-     * gradient, autograd/node.h). */
+     * gradient, autograd/node.h). dx_copy (rows, C) bfloat16 for a float32
+     * x, or NULL: dx written a second time, rounded to bfloat16 (the cast
+     * that a bfloat16 branch of the residual stream reads,
+     * awl_node_offer_grad_copy); AWL_ERR_UNSUPPORTED if the backend does
+     * not write it, and the framework casts dx itself. */
     int (*layernorm_backward)(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                               const awl_view *dy, const awl_view *x, const awl_view *weight,
-                              const awl_view *mean, const awl_view *rstd,
-                              const awl_view *dx_add);
+                              const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
+                              const awl_view *dx_copy);
 
     /* Cross-entropy per row: logits (N, V); targets int32 (N); loss (N) =
      * logsumexp(logits[i]) - logits[i, t_i], 0 where t_i == ignore_index;

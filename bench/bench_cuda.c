@@ -194,7 +194,7 @@ static int b_ln_bwd(const void *c)
 {
     const views *x = c;
     return be->layernorm_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
-                                  x->v[7], x->v[8]);
+                                  x->v[7], x->v[8], x->v[9]);
 }
 static int b_ce(const void *c)
 {
@@ -327,6 +327,12 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         dbuf da = MAKE(AWL_F32, -1, 1, N, C);
         vb.v[8] = &da.v;
         report_bytes(name, "layernorm_backward + dx_add", time_ms(b_ln_bwd, &vb), 4.0 * x.bytes);
+        /* and dx rounded to bfloat16 as well (dx_copy): half a write more */
+        dbuf dc = MAKE(AWL_BF16, -1, 1, N, C);
+        vb.v[9] = &dc.v;
+        report_bytes(name, "layernorm_backward + dx_add + dx_copy", time_ms(b_ln_bwd, &vb),
+                     4.5 * x.bytes);
+        drop(&dc);
         drop(&da);
         drop(&x);
         drop(&o);

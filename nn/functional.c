@@ -395,13 +395,17 @@ static awl_tensor *dropout_of_cast(awl_tensor *grad, awl_dtype dtype, const awl_
 
 /* dx = grad; dh = the dropout of grad cast to h's dtype (the composed
  * path's order: the cast's backward, then the dropout's; one kernel for
- * both where the backend has it, the same bits). */
+ * both where the backend has it, the same bits). Without dropout, the cast
+ * may have come with grad already (awl_node_want_grad_copy, asked for
+ * when the node was recorded): the LayerNorm that reads this sum wrote it
+ * beside its gradient. */
 static int dropout_add_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const dropout_add_ctx *c = awl_node_ctx(node);
     if (awl_node_needs_grad(node, 0)) grads[0] = grad;
     if (awl_node_needs_grad(node, 1)) {
-        awl_tensor *g = c->d.p > 0.0 ? dropout_of_cast(grad, c->h_dtype, &c->d) : NULL;
+        awl_tensor *g = c->d.p > 0.0 ? dropout_of_cast(grad, c->h_dtype, &c->d)
+                                     : awl_node_take_grad_copy(node, c->h_dtype);
         if (!g) {
             g = awl_cast(grad, c->h_dtype);
             if (c->d.p > 0.0) g = awl_nn_dropout_at(g, &c->d);
@@ -445,6 +449,8 @@ awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool trainin
         awl_node *node = awl_node_record(out, "dropout_add", dropout_add_backward, 2,
                                          (awl_tensor *[]){x, h}, sizeof c);
         if (node) *(dropout_add_ctx *)awl_node_ctx(node) = c;
+        /* a bfloat16 branch's gradient is the cast of the stream's */
+        if (node && p == 0.0 && h->dtype != x->dtype) awl_node_want_grad_copy(node, h->dtype);
     }
     out = awl_keep(out);
     awl_scope_end();
@@ -804,11 +810,25 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
         awl_tensor *db = need_b ? awl_tensor_new_on(x, 1, &C, x->dtype) : NULL;
         if (!xc || !dx || (need_w && !dw) || (need_b && !db)) return AWL_ERR_INVALID;
         if (awl_node_needs_grad(node, 0)) pending = awl_node_take_pending_grad(node, 0);
-        int status = awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending);
+        /* dx rounded to bfloat16 as well, where x's producer (a residual
+         * addition) would cast dx for its bfloat16 branch */
+        awl_dtype copy_dtype;
+        awl_tensor *copy = NULL;
+        if (awl_node_input_wants_grad_copy(node, 0, &copy_dtype) && copy_dtype == AWL_BF16 &&
+            x->dtype == AWL_F32)
+            copy = awl_tensor_new_on(x, x->ndim, x->shape, copy_dtype);
+        int status =
+            awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending, copy);
+        if (status == AWL_ERR_UNSUPPORTED && copy) { /* the producer casts instead */
+            copy = NULL;
+            status =
+                awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending, NULL);
+        }
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = awl_node_needs_grad(node, 0) ? dx : NULL;
             grads[1] = dw;
             grads[2] = db;
+            if (status == AWL_OK && copy) status = awl_node_offer_grad_copy(node, 0, copy);
             return status;
         }
     }

@@ -210,15 +210,21 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
 
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
                                   awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
-                                  awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add)
+                                  awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add,
+                                  awl_tensor *dx_copy)
 {
     const char *op = "awl_tensor_layernorm_backward";
     if (!dx || !dy || !x || !mean || !rstd) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
-    if (check_devices(op, 9,
-                      (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add}) < 0 ||
+    if (check_devices(
+            op, 10,
+            (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add, dx_copy}) < 0 ||
         check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
-        check_shape(op, "dx_add", dx_add, x) < 0 || check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
+        check_shape(op, "dx_add", dx_add, x) < 0 ||
+        check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
+        check_shape(op, "dx_copy", dx_copy, x) < 0 ||
+        (dx_copy && check_dtype(op, "x (with dx_copy)", x, AWL_F32) < 0) ||
+        check_dtype(op, "dx_copy", dx_copy, AWL_BF16) < 0 ||
         check_dtype(op, "dx", dx, x->dtype) < 0 || check_ln_dtype(op, "dy", dy, x) < 0 ||
         check_dtype(op, "weight", weight, x->dtype) < 0 ||
         check_dtype(op, "dweight", dweight, x->dtype) < 0 ||
@@ -230,7 +236,7 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         return AWL_ERR_INVALID;
     awl_view v[5], *p[5];
     if (!awl_fused_available(AWL_KERNEL_LAYERNORM_BACKWARD, x) || !awl_is_contiguous(x) ||
-        !awl_is_contiguous(dx) ||
+        !awl_is_contiguous(dx) || (dx_copy && !awl_is_contiguous(dx_copy)) ||
         !vectors_of(5, (awl_tensor *[]){dweight, dbias, weight, mean, rstd}, v, p))
         return AWL_ERR_UNSUPPORTED;
     awl_scope_begin();
@@ -239,12 +245,20 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
     if (dyc && (addc || !dx_add)) {
         awl_view vdx = rows_view(dx), vdy = rows_view(dyc), vx = rows_view(x);
         awl_view vadd = addc ? rows_view(addc) : (awl_view){0};
+        awl_view vcopy = dx_copy ? rows_view(dx_copy) : (awl_view){0};
+        /* the outputs (dx, its copy) first, then the inputs */
+        const awl_view *views[5] = {&vdx, &vcopy};
+        int n_out = dx_copy ? 2 : 1, n = n_out;
+        views[n++] = &vdy;
+        views[n++] = &vx;
+        if (addc) views[n++] = &vadd;
         awl_trace k;
-        AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, addc ? 15 : 14), 1,
-                        addc ? 4 : 3, (const awl_view *[]){&vdx, &vdy, &vx, &vadd});
-        status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
-                                                         &vdx, p[0], p[1], &vdy, &vx, p[2], p[3],
-                                                         p[4], addc ? &vadd : NULL)));
+        AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, addc ? 15 : 14), n_out, n,
+                        views);
+        status =
+            kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
+                                                    &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4],
+                                                    addc ? &vadd : NULL, dx_copy ? &vcopy : NULL)));
     }
     awl_scope_end();
     return status;

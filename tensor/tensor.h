@@ -411,12 +411,14 @@ typedef struct awl_attention_args {
 int awl_tensor_softmax_forward(awl_tensor *out, awl_tensor *x, bool log);
 int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, bool log);
 /* weight, bias, dweight, dbias may be NULL; so may dx_add, x's shape and
- * dtype, added to dx as it is written (backend.h). */
+ * dtype, added to dx as it is written, and dx_copy, x's shape in bfloat16
+ * for a float32 x, dx rounded as it is written (backend.h). */
 int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
                                  awl_tensor *weight, awl_tensor *bias, double eps);
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
                                   awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
-                                  awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add);
+                                  awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add,
+                                  awl_tensor *dx_copy);
 /* logits (..., V); targets, loss, lse and dloss of numel / V elements
  * (dloss may be a broadcast vector). */
 int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tensor *logits,

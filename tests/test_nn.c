@@ -659,6 +659,64 @@ START_TEST(test_fused_vs_composed)
 }
 END_TEST
 
+/* sum(layer_norm(dropout_add(x, h, 0)) * r) + what extra adds: x float32,
+ * h bfloat16 (a block's residual addition under autocast). extra 1: s * s
+ * recorded before the LayerNorm, so that its gradient reaches the sum
+ * after the LayerNorm's. */
+static awl_tensor *residual_copy_loss(awl_tensor *const *in, int extra)
+{
+    awl_tensor *s2 = NULL, *s = awl_dropout_add(in[0], in[1], 0.0, true);
+    if (extra) s2 = awl_sum_all(awl_mul(s, s));
+    awl_tensor *y = awl_sum_all(awl_mul(awl_layer_norm(s, in[2], in[3], 1e-5), in[4]));
+    return s2 ? awl_add(y, s2) : y;
+}
+
+/* Under autocast, the residual addition's backward hands its bfloat16
+ * branch the cast of the stream's gradient; LayerNorm's backward kernel
+ * writes that cast beside its own output (awl_node_offer_grad_copy), so
+ * the backward runs no cast. h's gradient has the cast's bits either way,
+ * and where another gradient reaches the sum after the LayerNorm's, the
+ * copy is not made and the cast runs. */
+START_TEST(test_residual_gradient_copy)
+{
+    const char *dev = awl_gc_device();
+    for (int extra = 0; extra < 2; extra++) {
+        awl_scope_begin();
+        awl_tensor *in[5] = {awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev),
+                             awl_cast(awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev), AWL_BF16),
+                             awl_randn(AWL_SHAPE(16), AWL_F32, dev),
+                             awl_randn(AWL_SHAPE(16), AWL_F32, dev),
+                             awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev)};
+        for (int i = 0; i < 4; i++) awl_requires_grad_(in[i], true);
+        awl_tensor *loss = residual_copy_loss(in, extra), *grads[2];
+        awl_profiler_clear();
+        ck_assert_int_eq(awl_profiler_start(), 0);
+        ck_assert_int_eq(awl_grad(loss, 2, in, grads, NULL), 0);
+        awl_profiler_stop();
+        awl_profile_totals t;
+        ck_assert_int_eq(awl_profiler_totals(&t), 0);
+        int64_t ln = 0, copies = 0;
+        for (int i = 0; i < t.n_ops; i++) {
+            if (strcmp(t.ops[i].name, "layernorm_backward") == 0) ln += t.ops[i].calls;
+            if (strcmp(t.ops[i].name, "copy") == 0) copies += t.ops[i].calls;
+        }
+        awl_profile_totals_free(&t);
+        awl_profiler_clear();
+        ck_assert_int_eq(ln, 1);
+        ck_assert_msg(extra ? copies >= 1 : copies == 0, "extra %d: %lld copy kernels", extra,
+                      (long long)copies);
+        ck_assert_int_eq(grads[1]->dtype, AWL_BF16);
+        double *dh = awl_gc_values(grads[1]), *cast = awl_gc_values(awl_cast(grads[0], AWL_BF16));
+        for (int64_t i = 0; i < awl_numel(grads[1]); i++)
+            ck_assert_msg(dh[i] == cast[i], "extra %d: dh[%lld] %.9g, cast of dx %.9g", extra,
+                          (long long)i, dh[i], cast[i]);
+        free(dh);
+        free(cast);
+        awl_scope_end();
+    }
+}
+END_TEST
+
 START_TEST(test_cross_entropy_values)
 {
     awl_gc_begin(8);
@@ -862,7 +920,8 @@ END_TEST
 int main(void)
 {
     return AWL_GC_RUN_SUITE("nn", test_module_names, test_module_errors_and_ties, test_linear,
-                            test_embedding_layernorm_gelu, test_layer_norm_strided_params, test_attention, test_block_mlp,
-                            test_fused_vs_composed, test_cross_entropy_values, test_dropout,
+                            test_embedding_layernorm_gelu, test_layer_norm_strided_params,
+                            test_attention, test_block_mlp, test_fused_vs_composed,
+                            test_residual_gradient_copy, test_cross_entropy_values, test_dropout,
                             test_init);
 }

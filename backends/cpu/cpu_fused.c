@@ -201,16 +201,19 @@ static int64_t ln_chunk_rows(int64_t rows)
 }
 
 /* dy, x, dx (rows, C); weight (C) or NULL; mean, rstd (rows) from forward;
- * dweight, dbias (C) written, each may be NULL; dx_add (rows, C) or NULL.
+ * dweight, dbias (C) written, each may be NULL; dx_add (rows, C) or NULL;
+ * dx_copy (rows, C) bfloat16 or NULL: dx rounded, written beside it.
  * With xhat = (x - mean) rstd and g = dy * weight:
  *   dx = rstd (g - mean(g) - xhat mean(g xhat)) [+ dx_add],
  *   dweight = sum over rows of dy xhat, dbias = sum over rows of dy. */
 int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                                const awl_view *dy, const awl_view *x, const awl_view *weight,
-                               const awl_view *mean, const awl_view *rstd,
-                               const awl_view *dx_add)
+                               const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
+                               const awl_view *dx_copy)
 {
-    if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x) || (dx_add && !rows_f32(dx_add)))
+    if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x) || (dx_add && !rows_f32(dx_add)) ||
+        (dx_copy && (dx_copy->dtype != AWL_BF16 || !awl_view_is_contiguous(dx_copy) ||
+                     awl_view_numel(dx_copy) != awl_view_numel(dx))))
         return AWL_ERR_UNSUPPORTED;
     const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
     char *pm, *pr, *pw = NULL, *pdw = NULL, *pdb = NULL;
@@ -228,6 +231,7 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                          (long long)C);
     float *d0 = (float *)cpu_view_ptr(dx);
     const float *add0 = dx_add ? (const float *)cpu_view_ptr(dx_add) : NULL;
+    awl_bf16 *copy0 = dx_copy ? (awl_bf16 *)cpu_view_ptr(dx_copy) : NULL;
 
     const bool partials = dweight || dbias;
     const int64_t chunk = ln_chunk_rows(rows), nchunks = (rows + chunk - 1) / chunk;
@@ -290,6 +294,10 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                 const float *add = add0 + r * C;
 #pragma omp simd
                 for (int64_t j = 0; j < C; j++) d[j] += add[j];
+            }
+            if (copy0) {
+                awl_bf16 *copy = copy0 + r * C;
+                for (int64_t j = 0; j < C; j++) copy[j] = awl_float_to_bf16(d[j]);
             }
         }
     }

@@ -28,6 +28,10 @@
  * dx_add, when given, is the gradient x already has from its other
  * consumers (a residual connection's): read once and added as dx is
  * written, where a separate addition would read dx back and write it again.
+ * dx_copy, when given (a float32 x), is dx again rounded to bfloat16, the
+ * copy a bfloat16 branch of the residual stream reads
+ * (awl_node_offer_grad_copy): half a write more, where a cast kernel would
+ * read dx back and write the copy.
  *
  * Dtypes: float32 and bfloat16 (x, out, weight, bias, dy, dx of one dtype;
  * arithmetic in float), and a float32 x with a bfloat16 out (forward) or dy
@@ -164,7 +168,7 @@ template <typename T, typename TG, int NP>
 __global__ void __launch_bounds__(256)
     ln_bwd_reg_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
                       int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
-                      int64_t sda)
+                      int64_t sda, awl_bf16 *dcopy, int64_t sdc)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
@@ -247,17 +251,22 @@ __global__ void __launch_bounds__(256)
         }
         float am = awlc_warp_sum(sg) / (float)C, bm = awlc_warp_sum(sgx) / (float)C;
         P *outr = (P *)(dx + r * sdx);
+        typedef awlc_pack<awl_bf16, V> PC; /* dx_copy's: 8 bytes for a float32 dx */
+        PC *copyr = dcopy ? (PC *)(dcopy + r * sdc) : NULL;
 #pragma unroll
         for (int j = 0; j < NP; j++) {
             int p = lane + AWLC_WARP * j;
             if (p >= np) continue;
             P o;
+            PC oc;
 #pragma unroll
             for (int e = 0; e < V; e++) {
                 float d = rs * (g[j][e] - am - xh[j][e] * bm);
                 o.v[e] = awlc_cast<T>(dadd ? d + awlc_cast<float>(add[j].v[e]) : d);
+                oc.v[e] = awlc_cast<awl_bf16>(awlc_cast<float>(o.v[e]));
             }
             outr[p] = o;
+            if (copyr) copyr[p] = oc;
         }
     }
     if (!partial) return;
@@ -282,7 +291,7 @@ __global__ void __launch_bounds__(256)
 template <typename T, typename TG>
 __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
                               int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
-                              int64_t sda)
+                              int64_t sda, awl_bf16 *dcopy, int64_t sdc)
 {
     extern __shared__ float acc[]; /* [warp][2][C]: dweight then dbias */
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
@@ -309,12 +318,15 @@ __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, con
         }
         float a = awlc_warp_sum(sg) / (float)C, bb = awlc_warp_sum(sgx) / (float)C;
         T *d_out = dx + r * sdx;
+        awl_bf16 *c_out = dcopy ? dcopy + r * sdc : NULL;
         const T *add = dadd ? dadd + r * sda : NULL;
         for (int64_t j = lane; j < C; j += AWLC_WARP) {
             float d = awlc_cast<float>(g[j]), xh = (awlc_cast<float>(xr[j]) - m) * rs;
             float gj = w ? d * awlc_cast<float>(w[j * v.sw]) : d;
             float o = rs * (gj - a - xh * bb);
-            d_out[j] = awlc_cast<T>(add ? o + awlc_cast<float>(add[j]) : o);
+            T out = awlc_cast<T>(add ? o + awlc_cast<float>(add[j]) : o);
+            d_out[j] = out;
+            if (c_out) c_out[j] = awlc_cast<awl_bf16>(awlc_cast<float>(out));
         }
     }
     if (!partial) return;
@@ -437,20 +449,22 @@ int ln_backward_as(const awl_view *dx, int64_t sdx, const awl_view *dy, int64_t 
                    const awl_view *x, int64_t sx, int64_t rows, int64_t C, const ln_vecs &v,
                    int warps, int nblocks, size_t smem, float *partial, const awl_view *dweight,
                    int64_t sdw, const awl_view *dbias, int64_t sdb, const awl_view *dx_add,
-                   int64_t sda)
+                   int64_t sda, const awl_view *dx_copy, int64_t sdc)
 {
     /* Five register rows of NP * V floats each: past 24 the compiler
      * spills, so wider rows take the generic kernel. */
     int np = reg_packs<T>(C, x, sx, v) && reg_aligned(dx, sdx) && reg_aligned(dy, sdy) &&
-                     (!dx_add || reg_aligned(dx_add, sda))
+                     (!dx_add || reg_aligned(dx_add, sda)) &&
+                     (!dx_copy || reg_aligned(dx_copy, sdc))
                  ? reg_packs<T>(C, x, sx, v)
                  : 0;
     if (np * (int)(16 / sizeof(T)) > 24) np = 0;
     T *d = awlc_ptr<T>(dx);
     const TG *gy = awlc_ptr<TG>(dy);
     const T *xp = awlc_ptr<T>(x), *add = dx_add ? awlc_ptr<T>(dx_add) : NULL;
+    awl_bf16 *copy = dx_copy ? awlc_ptr<awl_bf16>(dx_copy) : NULL;
     const unsigned th = warps * AWLC_WARP;
-#define LN_BWD_ARGS d, sdx, gy, sdy, xp, sx, rows, C, v, partial, add, sda
+#define LN_BWD_ARGS d, sdx, gy, sdy, xp, sx, rows, C, v, partial, add, sda, copy, sdc
     switch (np) {
     case 1: ln_bwd_reg_kernel<T, TG, 1><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
     case 2: ln_bwd_reg_kernel<T, TG, 2><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
@@ -499,15 +513,17 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
 
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
-                            const awl_view *mean, const awl_view *rstd, const awl_view *dx_add)
+                            const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
+                            const awl_view *dx_copy)
 {
-    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0, sda = 0;
+    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0, sda = 0, sdc = 0;
     ln_vecs v;
     const bool mixed = rounds_to_bf16(x, dy);
     if (ln_setup(x, mean, rstd, weight, NULL, &rows, &C, &sx, &v) != AWL_OK ||
         !same_rows(dx, x->dtype, rows, C, &sdx) ||
         !same_rows(dy, mixed ? AWL_BF16 : x->dtype, rows, C, &sdy) ||
         (dx_add && !same_rows(dx_add, x->dtype, rows, C, &sda)) ||
+        (dx_copy && (x->dtype != AWL_F32 || !same_rows(dx_copy, AWL_BF16, rows, C, &sdc))) ||
         (dweight && (dweight->dtype != x->dtype || !awlc_vector_of(dweight, C, &sdw))) ||
         (dbias && (dbias->dtype != x->dtype || !awlc_vector_of(dbias, C, &sdb))))
         return AWL_ERR_UNSUPPORTED;
@@ -534,7 +550,7 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
                : x->dtype == AWL_F32 ? ln_backward_as<float, float>
                                      : ln_backward_as<awl_bf16, awl_bf16>;
     int st = run(dx, sdx, dy, sdy, x, sx, rows, C, v, warps, nblocks, smem, partial, dweight, sdw,
-                 dbias, sdb, dx_add, sda);
+                 dbias, sdb, dx_add, sda, dx_copy, sdc);
     if (partial) awlc_scratch_free(partial, pbytes);
     return st;
 }

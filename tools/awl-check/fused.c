@@ -131,11 +131,13 @@ static int call_ln(const awl_backend *b, awl_view *const *v, const ac_args *a)
                                 a->flag ? v[5] : NULL, a->eps);
 }
 
-/* backward: dx, dy, x, mean, rstd [, weight, dweight, dbias] [, dx_add]. */
+/* backward: dx, dy, x, mean, rstd [, weight, dweight, dbias] [, dx_add]
+ * [, dx_copy]. */
 static int call_ln_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
     return b->layernorm_backward(v[0], a->flag ? v[6] : NULL, a->flag ? v[7] : NULL, v[1], v[2],
-                                 a->flag ? v[5] : NULL, v[3], v[4], a->extra ? v[a->extra] : NULL);
+                                 a->flag ? v[5] : NULL, v[3], v[4], a->extra ? v[a->extra] : NULL,
+                                 a->extra2 ? v[a->extra2] : NULL);
 }
 
 /* mean and 1/sqrt(var + eps) of the rows of x, composed. */
@@ -173,6 +175,7 @@ static int ref_ln_bwd(const ac_case *c, double *const *in, double **ref)
     awl_tensor *dx =
         c->args.extra ? awl_add(grads[0], ac_cpu_tensor(c, in, c->args.extra)) : grads[0];
     int rc = ac_values(dx, ref[0], n);
+    if (c->args.extra2 && rc == 0) rc = ac_values(dx, ref[c->args.extra2], n); /* dx_copy */
     if (affine && rc == 0) rc = ac_values(grads[1], ref[6], C);
     if (affine && rc == 0) rc = ac_values(grads[2], ref[7], C);
     return rc;
@@ -190,6 +193,18 @@ static void init_ln_bwd(const ac_case *c, double **in)
     ac_values(rstd, in[4], rows);
     awl_set_fused_kernels(fused);
     awl_scope_end();
+}
+
+/* b again with dx rounded to bfloat16 beside dx (dx_copy: the copy the
+ * residual addition's backward takes instead of a cast). */
+static void push_with_dx_copy(ac_list *l, ac_case *b, const int64_t *x2, const char *layout)
+{
+    snprintf(b->layout, sizeof b->layout, "%s", layout);
+    b->args.extra2 = b->n;
+    ac_operand copy = ac_operand_new("dx_copy", AC_OUT, AWL_BF16, 2, x2, AC_CONTIG);
+    copy.tol = 1e-2; /* bfloat16 rounding of a float32 dx */
+    ac_add(b, copy);
+    ac_push(l, b);
 }
 
 static void layernorm_cases(ac_list *l)
@@ -240,6 +255,7 @@ static void layernorm_cases(ac_list *l)
                 b.args.extra = b.n;
                 ac_add(&b, ac_operand_new("dx_add", AC_IN, dt, 2, x2, AC_CONTIG));
                 ac_push(l, &b);
+                if (dt == AWL_F32) push_with_dx_copy(l, &b, x2, "affine, dx_add, dx_copy");
             }
         }
     /* autocast's LayerNorm feeding a matmul: a float32 x with a bfloat16 out
@@ -279,6 +295,7 @@ static void layernorm_cases(ac_list *l)
         b.args.extra = b.n;
         ac_add(&b, ac_operand_new("dx_add", AC_IN, AWL_F32, 2, x2, AC_CONTIG));
         ac_push(l, &b);
+        push_with_dx_copy(l, &b, x2, "float32 x, bfloat16 dy, dx_add, dx_copy");
     }
 }
 

@@ -589,8 +589,9 @@ static outcome run_case(const ac_case *c, double tol_scale, bool strict, double 
             const buffer *own = &b[o->alias >= 0 ? o->alias : k];
             buffer view = *own;
             view.ref = b[k].ref;
-            /* each output at its own dtype's tolerance, or the case's */
+            /* each output at its own tolerance, the case's, or its dtype's */
             double t = o->dtype == AWL_I32 ? 0
+                       : o->tol > 0        ? o->tol * tol_scale
                        : c->tol > 0        ? c->tol * tol_scale
                                            : ac_default_tol(o->dtype) * tol_scale;
             values_match(o, &view, t, worst, r);

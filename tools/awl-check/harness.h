@@ -43,6 +43,9 @@ typedef struct ac_operand {
     /* >= 0: this operand is the same view of the same storage as operand
      * `alias` (an in-place update); its initial values are that operand's. */
     int alias;
+    /* An output's relative tolerance where it differs from the case's (a
+     * bfloat16 copy of a float32 output); 0: the case's. */
+    double tol;
 } ac_operand;
 
 /* Everything a call or a reference needs beyond the operands. */
@@ -60,6 +63,7 @@ typedef struct ac_args {
     awl_adamw_args adam;
     awl_dropout_args dropout; /* attention, dropout; p = 0: none */
     int extra; /* an optional operand's index (layernorm backward's dx_add); 0: none */
+    int extra2; /* a second one (layernorm backward's dx_copy); 0: none */
 } ac_args;
 
 typedef struct ac_case ac_case;
