@@ -400,6 +400,19 @@ typedef struct awl_backend {
     int (*add_dropout)(const awl_view *out, const awl_view *x, const awl_view *h,
                        const awl_dropout_args *args);
 
+    /* A block's residual addition and the LayerNorm that reads it, in one
+     * pass: sum = x + dropout(h) as dropout_add computes it (args NULL: no
+     * dropout), then out, mean, rstd = layernorm_forward's of sum, without
+     * reading sum back. x and sum float32, h float32 or bfloat16 (autocast's
+     * branch), out float32 or bfloat16 (autocast's LayerNorm feeding a
+     * matmul), all (rows, C) and contiguous; weight, bias float32 (C) or
+     * NULL. Each output has the bits the two kernels give one after the
+     * other (dropout_add, then layernorm_forward). */
+    int (*dropout_add_layernorm)(const awl_view *sum, const awl_view *out, const awl_view *mean,
+                                 const awl_view *rstd, const awl_view *x, const awl_view *h,
+                                 const awl_view *weight, const awl_view *bias, double eps,
+                                 const awl_dropout_args *args);
+
     /* dx = dy * gelu'(x) (tanh form), all three the same shape: GELU's
      * backward in one pass instead of gelu' then a multiply. */
     int (*gelu_backward)(const awl_view *dx, const awl_view *dy, const awl_view *x);

@@ -209,6 +209,7 @@ typedef enum awl_reduce_op {
     X(DROPOUT,                 dropout,                 0,         AWL_DTYPES_FLOAT,    0) \
     X(DROPOUT_ADD,             dropout_add,             0,         AWL_DTYPES_FLOAT,    0) \
     X(ADD_DROPOUT,             add_dropout,             0,         AWL_DTYPES_FLOAT,    0) \
+    X(DROPOUT_ADD_LAYERNORM,   dropout_add_layernorm,   0,         AWL_DTYPES_FLOAT,    0) \
     X(GELU_BACKWARD,           gelu_backward,           0,         AWL_DTYPES_FLOAT,    0) \
     X(ADAMW_STEP,              adamw_step,              0,         AWL_DT(AWL_F32),     0) \
     X(SUM_SQUARES,             sum_squares,             0,         AWL_DT(AWL_F32),     0) \

@@ -190,6 +190,20 @@ static int b_ln(const void *c)
     const views *x = c;
     return be->layernorm_forward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], 1e-5);
 }
+/* a block's residual addition then ln_2: two kernels, or one */
+static int b_add_then_ln(const void *c)
+{
+    const views *x = c;
+    int st = be->dropout_add(x->v[0], x->v[4], x->v[5], NULL);
+    return st ? st
+              : be->layernorm_forward(x->v[1], x->v[2], x->v[3], x->v[0], x->v[6], x->v[7], 1e-5);
+}
+static int b_add_ln(const void *c)
+{
+    const views *x = c;
+    return be->dropout_add_layernorm(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
+                                     x->v[7], 1e-5, NULL);
+}
 static int b_ln_bwd(const void *c)
 {
     const views *x = c;
@@ -321,6 +335,21 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
              db = MAKE(AWL_F32, -1, 1, C);
         views v = {.v = {&o.v, &m.v, &r.v, &x.v, &w.v, &b.v}};
         report_bytes(name, "layernorm_forward", time_ms(b_ln, &v), 2.0 * x.bytes);
+        /* autocast's residual addition (bfloat16 branch) then ln_2 (bfloat16
+         * out): sum written, out written, x and h read */
+        {
+            dbuf h = MAKE(AWL_BF16, -1, 1, N, C), s = MAKE(AWL_F32, -1, 1, N, C),
+                 o16 = MAKE(AWL_BF16, -1, 1, N, C);
+            views va = {.v = {&s.v, &o16.v, &m.v, &r.v, &x.v, &h.v, &w.v, &b.v}};
+            double bytes = 3.0 * x.bytes; /* 4 + 2 + 4 + 2 bytes an element */
+            report_bytes(name, "dropout_add + layernorm_forward (bf16 h and out)",
+                         time_ms(b_add_then_ln, &va), bytes + x.bytes);
+            report_bytes(name, "dropout_add_layernorm (bf16 h and out)", time_ms(b_add_ln, &va),
+                         bytes);
+            drop(&h);
+            drop(&s);
+            drop(&o16);
+        }
         views vb = {.v = {&o.v, &dw.v, &db.v, &dy.v, &x.v, &w.v, &m.v, &r.v}};
         report_bytes(name, "layernorm_backward", time_ms(b_ln_bwd, &vb), 3.0 * x.bytes);
         /* with a residual's gradient added in (dx_add): one more read */

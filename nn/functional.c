@@ -415,46 +415,67 @@ static int dropout_add_backward(awl_node *node, awl_tensor *grad, awl_tensor **g
     return AWL_OK;
 }
 
-awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool training)
+/* Checks x and h and draws the dropout (none when !training): c. */
+static int dropout_add_setup(const char *op, awl_tensor *x, awl_tensor *h, double p, bool training,
+                             dropout_add_ctx *c)
 {
-    if (!x || !h) return NULL;
-    const char *op = "awl_dropout_add";
-    if (!(p >= 0.0 && p <= 1.0)) {
-        awl_error(AWL_ERR_INVALID, "%s: probability %g is outside [0, 1]", op, p);
-        return NULL;
-    }
+    if (!(p >= 0.0 && p <= 1.0))
+        return awl_error(AWL_ERR_INVALID, "%s: probability %g is outside [0, 1]", op, p);
     if (!awl_dtype_is_float(x->dtype) || !awl_dtype_is_float(h->dtype) || !awl_same_shape(x, h)) {
         char s1[160], s2[160];
-        awl_error(AWL_ERR_INVALID, "%s: x %s %s and h %s %s must be float tensors of one shape", op,
-                  awl_dtype_name(x->dtype), awl_shape_str(x, s1, sizeof s1),
-                  awl_dtype_name(h->dtype), awl_shape_str(h, s2, sizeof s2));
-        return NULL;
+        return awl_error(AWL_ERR_INVALID,
+                         "%s: x %s %s and h %s %s must be float tensors of one shape", op,
+                         awl_dtype_name(x->dtype), awl_shape_str(x, s1, sizeof s1),
+                         awl_dtype_name(h->dtype), awl_shape_str(h, s2, sizeof s2));
     }
     if (!training) p = 0.0;
-    dropout_add_ctx c = {{p, 0, 0}, h->dtype};
-    if (p > 0.0) c.d = awl_nn_dropout_draw(p, (uint64_t)awl_numel(h));
+    *c = (dropout_add_ctx){{p, 0, 0}, h->dtype};
+    if (p > 0.0) c->d = awl_nn_dropout_draw(p, (uint64_t)awl_numel(h));
+    return AWL_OK;
+}
+
+/* The node of out = x + dropout(h) made by a kernel. */
+static void record_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h,
+                               const dropout_add_ctx *c)
+{
+    awl_node *node = awl_node_record(out, "dropout_add", dropout_add_backward, 2,
+                                     (awl_tensor *[]){x, h}, sizeof *c);
+    if (!node) return;
+    *(dropout_add_ctx *)awl_node_ctx(node) = *c;
+    /* a bfloat16 branch's gradient is the cast of the stream's */
+    if (c->d.p == 0.0 && h->dtype != x->dtype) awl_node_want_grad_copy(node, h->dtype);
+}
+
+/* x + dropout(h) with c's draw: the kernel, or the composed ops. */
+static awl_tensor *dropout_add_drawn(awl_tensor *x, awl_tensor *h, const dropout_add_ctx *c)
+{
+    const double p = c->d.p;
     awl_scope_begin();
     awl_tensor *out = NULL;
     int status = AWL_ERR_UNSUPPORTED;
     if (p < 1.0 && awl_fused_available(AWL_KERNEL_DROPOUT_ADD, x)) {
         out = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
-        status = out ? awl_tensor_dropout_add(out, x, h, p > 0.0 ? &c.d : NULL) : AWL_ERR_OOM;
+        status = out ? awl_tensor_dropout_add(out, x, h, p > 0.0 ? &c->d : NULL) : AWL_ERR_OOM;
         if (status != AWL_OK) out = NULL;
     }
     if (status == AWL_ERR_UNSUPPORTED) {
-        awl_tensor *branch = p > 0.0 ? awl_nn_dropout_at(h, &c.d) : h;
+        awl_tensor *branch = p > 0.0 ? awl_nn_dropout_at(h, &c->d) : h;
         if (branch && branch->dtype != x->dtype) branch = awl_cast(branch, x->dtype);
         out = awl_add(x, branch);
     } else if (out) {
-        awl_node *node = awl_node_record(out, "dropout_add", dropout_add_backward, 2,
-                                         (awl_tensor *[]){x, h}, sizeof c);
-        if (node) *(dropout_add_ctx *)awl_node_ctx(node) = c;
-        /* a bfloat16 branch's gradient is the cast of the stream's */
-        if (node && p == 0.0 && h->dtype != x->dtype) awl_node_want_grad_copy(node, h->dtype);
+        record_dropout_add(out, x, h, c);
     }
     out = awl_keep(out);
     awl_scope_end();
     return out;
+}
+
+awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool training)
+{
+    if (!x || !h) return NULL;
+    dropout_add_ctx c;
+    if (dropout_add_setup("awl_dropout_add", x, h, p, training, &c) < 0) return NULL;
+    return dropout_add_drawn(x, h, &c);
 }
 
 /* ---- add_dropout: x (..., S), h (S) -> out (..., S) ------------------------------ */
@@ -838,6 +859,21 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
     return AWL_OK;
 }
 
+/* The node of out = layer_norm(x) made by a kernel that saved mean and rstd. */
+static void record_layer_norm(awl_tensor *out, awl_tensor *x, awl_tensor *w, awl_tensor *b,
+                              double eps, awl_tensor *mean, awl_tensor *rstd)
+{
+    awl_node *node = awl_node_record(out, "layer_norm", layer_norm_backward, 3,
+                                     (awl_tensor *[]){x, w, b}, sizeof(ln_ctx));
+    if (!node) return;
+    ln_ctx *c = awl_node_ctx(node);
+    c->eps = eps;
+    awl_node_save(node, x);
+    awl_node_save(node, mean);
+    awl_node_save(node, rstd);
+    c->w_slot = w ? awl_node_save(node, w) : -1;
+}
+
 static awl_tensor *layer_norm_fused(awl_tensor *x, awl_tensor *w, awl_tensor *b, double eps,
                                     awl_dtype dtype, bool *unsupported)
 {
@@ -855,44 +891,38 @@ static awl_tensor *layer_norm_fused(awl_tensor *x, awl_tensor *w, awl_tensor *b,
         ok = status == AWL_OK;
     }
     if (!ok) out = NULL;
-    awl_node *node = awl_node_record(out, "layer_norm", layer_norm_backward, 3,
-                                     (awl_tensor *[]){x, w, b}, sizeof(ln_ctx));
-    if (node) {
-        ln_ctx *c = awl_node_ctx(node);
-        c->eps = eps;
-        awl_node_save(node, x);
-        awl_node_save(node, mean);
-        awl_node_save(node, rstd);
-        c->w_slot = w ? awl_node_save(node, w) : -1;
-    }
+    record_layer_norm(out, x, w, b, eps, mean, rstd);
     out = awl_keep(out);
     awl_scope_end();
     return out;
+}
+
+/* The arguments of a LayerNorm of x with a dtype output. */
+static int layer_norm_check(const char *op, awl_tensor *x, awl_tensor *weight, awl_tensor *bias,
+                            awl_dtype dtype)
+{
+    if (x->ndim < 1 || !awl_dtype_is_float(x->dtype))
+        return awl_error(AWL_ERR_INVALID,
+                         "%s: needs a float tensor with at least one axis, got %s of %d axes", op,
+                         awl_dtype_name(x->dtype), x->ndim);
+    if (dtype != x->dtype && !(x->dtype == AWL_F32 && dtype == AWL_BF16))
+        return awl_error(AWL_ERR_INVALID,
+                         "%s: a %s output of a %s x (x's dtype, or bfloat16 for a float32 x)", op,
+                         awl_dtype_name(dtype), awl_dtype_name(x->dtype));
+    int64_t C = x->shape[x->ndim - 1];
+    if ((weight && check_vector(op, "weight", weight, C, x) < 0) ||
+        (bias && check_vector(op, "bias", bias, C, x) < 0))
+        return AWL_ERR_INVALID;
+    return AWL_OK;
 }
 
 awl_tensor *awl_layer_norm_to(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps,
                               awl_dtype dtype)
 {
     if (!x) return NULL;
-    const char *op = "awl_layer_norm";
-    if (x->ndim < 1 || !awl_dtype_is_float(x->dtype)) {
-        awl_error(AWL_ERR_INVALID,
-                  "%s: needs a float tensor with at least one axis, got %s of "
-                  "%d axes",
-                  op, awl_dtype_name(x->dtype), x->ndim);
-        return NULL;
-    }
-    if (dtype != x->dtype && !(x->dtype == AWL_F32 && dtype == AWL_BF16)) {
-        awl_error(AWL_ERR_INVALID,
-                  "awl_layer_norm_to: a %s output of a %s x (x's dtype, or "
-                  "bfloat16 for a float32 x)",
-                  awl_dtype_name(dtype), awl_dtype_name(x->dtype));
-        return NULL;
-    }
-    int64_t C = x->shape[x->ndim - 1];
-    if ((weight && check_vector(op, "weight", weight, C, x) < 0) ||
-        (bias && check_vector(op, "bias", bias, C, x) < 0))
-        return NULL;
+    /* awl_layer_norm is this with x's own dtype */
+    const char *op = dtype == x->dtype ? "awl_layer_norm" : "awl_layer_norm_to";
+    if (layer_norm_check(op, x, weight, bias, dtype) < 0) return NULL;
     bool unsupported = true;
     awl_tensor *out = NULL;
     if (awl_fused_available(AWL_KERNEL_LAYERNORM_FORWARD, x))
@@ -908,4 +938,58 @@ awl_tensor *awl_layer_norm_to(awl_tensor *x, awl_tensor *weight, awl_tensor *bia
 awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps)
 {
     return x ? awl_layer_norm_to(x, weight, bias, eps, x->dtype) : NULL;
+}
+
+/* ---- dropout_add_layer_norm: the residual addition and the LayerNorm after it ----- */
+
+/* sum = x + dropout(h) and out = layer_norm(sum) from one kernel, each with
+ * the node the two ops would have recorded; NULL where the kernel is not
+ * there (*unsupported) or failed. */
+static awl_tensor *dropout_add_layer_norm_fused(awl_tensor *x, awl_tensor *h,
+                                                const dropout_add_ctx *c, awl_tensor *w,
+                                                awl_tensor *b, double eps, awl_dtype dtype,
+                                                awl_tensor **sum, bool *unsupported)
+{
+    int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? awl_numel(x) / C : 0;
+    awl_scope_begin();
+    awl_tensor *s = awl_tensor_new_on(x, x->ndim, x->shape, x->dtype);
+    awl_tensor *out = awl_tensor_new_on(x, x->ndim, x->shape, dtype);
+    awl_tensor *mean = awl_tensor_new_on(x, 1, &rows, AWL_F32);
+    awl_tensor *rstd = awl_tensor_new_on(x, 1, &rows, AWL_F32);
+    int status = s && out && mean && rstd
+                     ? awl_tensor_dropout_add_layernorm(s, out, mean, rstd, x, h, w, b, eps,
+                                                        c->d.p > 0.0 ? &c->d : NULL)
+                     : AWL_ERR_OOM;
+    *unsupported = status == AWL_ERR_UNSUPPORTED;
+    if (status == AWL_OK) {
+        record_dropout_add(s, x, h, c);
+        record_layer_norm(out, s, w, b, eps, mean, rstd);
+        *sum = awl_keep(s);
+        out = awl_keep(out);
+    } else {
+        out = NULL;
+    }
+    awl_scope_end();
+    return out;
+}
+
+awl_tensor *awl_dropout_add_layer_norm_to(awl_tensor *x, awl_tensor *h, double p, bool training,
+                                          awl_tensor *weight, awl_tensor *bias, double eps,
+                                          awl_dtype dtype, awl_tensor **sum)
+{
+    if (sum) *sum = NULL;
+    if (!x || !h || !sum) return NULL;
+    const char *op = "awl_dropout_add_layer_norm";
+    dropout_add_ctx c;
+    if (dropout_add_setup(op, x, h, p, training, &c) < 0 ||
+        layer_norm_check(op, x, weight, bias, dtype) < 0)
+        return NULL;
+    bool unsupported = true;
+    awl_tensor *out = NULL;
+    if (c.d.p < 1.0 && awl_fused_available(AWL_KERNEL_DROPOUT_ADD_LAYERNORM, x))
+        out = dropout_add_layer_norm_fused(x, h, &c, weight, bias, eps, dtype, sum, &unsupported);
+    if (out || !unsupported) return out;
+    /* the two ops, with the same draw */
+    *sum = dropout_add_drawn(x, h, &c);
+    return *sum ? awl_layer_norm_to(*sum, weight, bias, eps, dtype) : NULL;
 }

@@ -120,13 +120,28 @@ awl_module *awl_layer_norm_new(int64_t dim, double eps, bool bias, const char *d
 /* ln(x) read by a Linear: under autocast (a float32 x) in the autocast
  * dtype, rounded by the LayerNorm's kernel rather than by the Linear's cast
  * after it (awl_layer_norm_to: the same output bits). */
+static awl_dtype for_linear(const awl_tensor *x)
+{
+    awl_dtype to = awl_autocast_get();
+    return to == AWL_F32 || x->dtype != AWL_F32 ? x->dtype : to;
+}
+
 static awl_tensor *layer_norm_for_linear(awl_module *ln, awl_tensor *x)
 {
     layer_norm_layer *l = (layer_norm_layer *)ln;
-    if (!x) return NULL;
-    awl_dtype to = awl_autocast_get();
-    if (to == AWL_F32 || x->dtype != AWL_F32) to = x->dtype;
-    return awl_layer_norm_to(x, l->weight, l->bias, l->eps, to);
+    return x ? awl_layer_norm_to(x, l->weight, l->bias, l->eps, for_linear(x)) : NULL;
+}
+
+/* The same after a residual addition, *x = x + dropout(h), in one op
+ * (awl_dropout_add_layer_norm_to: one kernel where the backend has it). */
+static awl_tensor *add_layer_norm_for_linear(awl_module *ln, awl_tensor **x, awl_tensor *h,
+                                             double p)
+{
+    layer_norm_layer *l = (layer_norm_layer *)ln;
+    awl_tensor *in = *x;
+    if (!in || !h) return *x = NULL;
+    return awl_dropout_add_layer_norm_to(in, h, p, true, l->weight, l->bias, l->eps, for_linear(in),
+                                         x);
 }
 
 /* ---- Dropout, GELU ------------------------------------------------------------------ */
@@ -211,14 +226,14 @@ typedef struct block_layer {
  * (layer_norm_for_linear): only the branches' first Linears read it. Each
  * branch's output dropout and its addition to the residual stream are
  * one op (awl_dropout_add), which also casts a bfloat16 branch (autocast)
- * up to the float32 stream, as PyTorch's type promotion does. */
+ * up to the float32 stream, as PyTorch's type promotion does; the first
+ * addition and ln_2 after it are one op too (add_layer_norm_for_linear). */
 static awl_tensor *block_forward(awl_module *self, awl_tensor *x)
 {
     block_layer *b = (block_layer *)self;
     double p;
     awl_tensor *h = awl_nn_attention_branch(b->attn, layer_norm_for_linear(b->ln_1, x), &p);
-    x = awl_dropout_add(x, h, p, true);
-    h = awl_nn_mlp_branch(b->mlp, layer_norm_for_linear(b->ln_2, x), &p);
+    h = awl_nn_mlp_branch(b->mlp, add_layer_norm_for_linear(b->ln_2, &x, h, p), &p);
     return awl_dropout_add(x, h, p, true);
 }
 

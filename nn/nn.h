@@ -350,6 +350,18 @@ awl_tensor *awl_dropout(awl_tensor *x, double p, bool training);
  * dropout, the cast and the addition, composed, draw the same mask. */
 awl_tensor *awl_dropout_add(awl_tensor *x, awl_tensor *h, double p, bool training);
 
+/* awl_dropout_add(x, h, p, training) into *sum, then awl_layer_norm_to of
+ * it (weight, bias, eps, dtype), which this returns: a block's residual
+ * addition and the LayerNorm that reads it (flash-attn's
+ * dropout_add_layer_norm). With the backend's dropout_add_layernorm kernel
+ * both come from one pass, which does not read the sum back; otherwise
+ * from the two ops. Either way the same bits, the same draw and the same
+ * two graph nodes. x float32 where the kernel takes it. *sum belongs to
+ * the current scope, as the result does; both NULL on an error. */
+awl_tensor *awl_dropout_add_layer_norm_to(awl_tensor *x, awl_tensor *h, double p, bool training,
+                                          awl_tensor *weight, awl_tensor *bias, double eps,
+                                          awl_dtype dtype, awl_tensor **sum);
+
 /* awl_dropout(x + h, p, training), h broadcast over x's leading axes (h's
  * shape is x's last axes): a GPT's token and position embeddings, dropped
  * together. With the backend's add_dropout kernel it is one pass (reading

@@ -182,11 +182,12 @@ static bool vectors_of(int n, awl_tensor *const *ts, awl_view *vs, awl_view **ps
     return true;
 }
 
-int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
-                                 awl_tensor *weight, awl_tensor *bias, double eps)
+/* A LayerNorm forward's operands: out of x's shape (x's dtype, or
+ * bfloat16 for a float32 x), mean and rstd float32 of a row each, weight
+ * and bias of x's dtype and C elements (or NULL), all on x's device. */
+static int check_ln_forward(const char *op, awl_tensor *out, awl_tensor *mean, awl_tensor *rstd,
+                            awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
 {
-    const char *op = "awl_tensor_layernorm_forward";
-    if (!out || !mean || !rstd || !x) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
     if (check_devices(op, 6, (awl_tensor *[]){x, out, mean, rstd, weight, bias}) < 0 ||
         check_shape(op, "out", out, x) < 0 || check_ln_dtype(op, "out", out, x) < 0 ||
@@ -196,6 +197,15 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
         check_numel(op, "rstd", rstd, rows) < 0 || check_numel(op, "weight", weight, C) < 0 ||
         check_numel(op, "bias", bias, C) < 0)
         return AWL_ERR_INVALID;
+    return AWL_OK;
+}
+
+int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
+                                 awl_tensor *weight, awl_tensor *bias, double eps)
+{
+    const char *op = "awl_tensor_layernorm_forward";
+    if (!out || !mean || !rstd || !x) return AWL_ERR_INVALID;
+    if (check_ln_forward(op, out, mean, rstd, x, weight, bias) < 0) return AWL_ERR_INVALID;
     awl_view v[4], *p[4];
     if (!awl_fused_available(AWL_KERNEL_LAYERNORM_FORWARD, x) || !awl_is_contiguous(x) ||
         !awl_is_contiguous(out) || !vectors_of(4, (awl_tensor *[]){mean, rstd, weight, bias}, v, p))
@@ -206,6 +216,33 @@ int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *
                     (const awl_view *[]){&vo, &vx});
     return kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_forward(
                                                    &vo, p[0], p[1], &vx, p[2], p[3], eps)));
+}
+
+int awl_tensor_dropout_add_layernorm(awl_tensor *sum, awl_tensor *out, awl_tensor *mean,
+                                     awl_tensor *rstd, awl_tensor *x, awl_tensor *h,
+                                     awl_tensor *weight, awl_tensor *bias, double eps,
+                                     const awl_dropout_args *d)
+{
+    const char *op = "awl_tensor_dropout_add_layernorm";
+    if (!sum || !out || !mean || !rstd || !x || !h) return AWL_ERR_INVALID;
+    int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
+    if (check_ln_forward(op, out, mean, rstd, x, weight, bias) < 0 ||
+        check_devices(op, 3, (awl_tensor *[]){x, h, sum}) < 0 || check_shape(op, "h", h, x) < 0 ||
+        check_shape(op, "sum", sum, x) < 0 || check_dtype(op, "sum", sum, x->dtype) < 0)
+        return AWL_ERR_INVALID;
+    awl_view v[4], *p[4];
+    if (!awl_fused_available(AWL_KERNEL_DROPOUT_ADD_LAYERNORM, x) || !awl_is_contiguous(x) ||
+        !awl_is_contiguous(h) || !awl_is_contiguous(sum) || !awl_is_contiguous(out) ||
+        (d && !(d->p > 0.0 && d->p < 1.0)) || rows == 0 ||
+        !vectors_of(4, (awl_tensor *[]){mean, rstd, weight, bias}, v, p))
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vs = rows_view(sum), vo = rows_view(out), vx = rows_view(x), vh = rows_view(h);
+    awl_trace k;
+    AWL_TRACE_BEGIN(&k, "dropout_add_layernorm", x, AWL_WORK(OUTPUT, 9), 2, 4,
+                    (const awl_view *[]){&vs, &vo, &vx, &vh});
+    return kernel_status(
+        op, awl_trace_end(&k, awl_tensor_backend(x)->dropout_add_layernorm(
+                                  &vs, &vo, p[0], p[1], &vx, &vh, p[2], p[3], eps, d)));
 }
 
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,

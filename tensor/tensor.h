@@ -415,6 +415,12 @@ int awl_tensor_softmax_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *y, b
  * for a float32 x, dx rounded as it is written (backend.h). */
 int awl_tensor_layernorm_forward(awl_tensor *out, awl_tensor *mean, awl_tensor *rstd, awl_tensor *x,
                                  awl_tensor *weight, awl_tensor *bias, double eps);
+/* sum = x + dropout(h) (d NULL: none), then out, mean, rstd the
+ * LayerNorm of sum, in one kernel (backend.h's dropout_add_layernorm). */
+int awl_tensor_dropout_add_layernorm(awl_tensor *sum, awl_tensor *out, awl_tensor *mean,
+                                     awl_tensor *rstd, awl_tensor *x, awl_tensor *h,
+                                     awl_tensor *weight, awl_tensor *bias, double eps,
+                                     const awl_dropout_args *d);
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
                                   awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
                                   awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add,

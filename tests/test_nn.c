@@ -403,6 +403,15 @@ static awl_tensor *call_dropout_add(awl_tensor *const *in, void *user)
     return awl_dropout_add(in[0], in[1], user ? *(double *)user : 0.3, true);
 }
 
+static awl_tensor *call_dropout_add_ln(awl_tensor *const *in, void *user)
+{
+    awl_rng_set_state(48, 5);
+    awl_tensor *sum,
+        *out = awl_dropout_add_layer_norm_to(in[0], in[1], user ? *(double *)user : 0.3, true,
+                                             in[2], in[3], 1e-5, in[0]->dtype, &sum);
+    return out ? awl_add(out, sum) : NULL;
+}
+
 static awl_tensor *call_add_dropout(awl_tensor *const *in, void *user)
 {
     awl_rng_set_state(46, 9);
@@ -717,6 +726,79 @@ START_TEST(test_residual_gradient_copy)
 }
 END_TEST
 
+/* awl_dropout_add_layer_norm_to against awl_dropout_add then
+ * awl_layer_norm_to from the same generator state: the same sum and output
+ * bits and the same gradients, with and without dropout, for a float32 and
+ * a bfloat16 branch (the kernel where the backend has it, the two ops
+ * otherwise). */
+static void dropout_add_ln_run(awl_tensor *const *in, double p, awl_dtype to, bool fused,
+                               double **values)
+{
+    awl_scope_begin();
+    awl_rng_set_state(47, 3);
+    awl_tensor *sum, *out;
+    if (fused) {
+        out = awl_dropout_add_layer_norm_to(in[0], in[1], p, true, in[2], in[3], 1e-5, to, &sum);
+    } else {
+        sum = awl_dropout_add(in[0], in[1], p, true);
+        out = awl_layer_norm_to(sum, in[2], in[3], 1e-5, to);
+    }
+    ck_assert_msg(out && sum, "%s", awl_last_error());
+    /* a loss that weighs every output and reads the sum too */
+    awl_tensor *loss = awl_add(awl_sum_all(awl_mul(awl_cast(out, AWL_F32), in[4])),
+                               awl_sum_all(awl_mul(sum, in[4])));
+    awl_tensor *grads[4];
+    ck_assert_int_eq(awl_grad(loss, 4, in, grads, NULL), 0);
+    values[0] = awl_gc_values(sum);
+    values[1] = awl_gc_values(out);
+    for (int i = 0; i < 4; i++) values[2 + i] = awl_gc_values(grads[i]);
+    awl_scope_end();
+}
+
+START_TEST(test_dropout_add_layer_norm)
+{
+    const char *dev = awl_gc_device();
+    for (int bf = 0; bf < 2; bf++)
+        for (int drop = 0; drop < 2; drop++) {
+            awl_scope_begin();
+            awl_dtype ht = bf ? AWL_BF16 : AWL_F32;
+            awl_tensor *in[5] = {awl_randn(AWL_SHAPE(4, 7, 64), AWL_F32, dev),
+                                 awl_cast(awl_randn(AWL_SHAPE(4, 7, 64), AWL_F32, dev), ht),
+                                 awl_randn(AWL_SHAPE(64), AWL_F32, dev),
+                                 awl_randn(AWL_SHAPE(64), AWL_F32, dev),
+                                 awl_randn(AWL_SHAPE(4, 7, 64), AWL_F32, dev)};
+            for (int i = 0; i < 4; i++) awl_requires_grad_(in[i], true);
+            double p = drop ? 0.3 : 0.0, *one[6], *two[6];
+            dropout_add_ln_run(in, p, ht, true, one);
+            dropout_add_ln_run(in, p, ht, false, two);
+            const int64_t n = 4 * 7 * 64, sizes[6] = {n, n, n, n, 64, 64};
+            static const char *const what[6] = {"sum", "out", "dx", "dh", "dweight", "dbias"};
+            for (int k = 0; k < 6; k++) {
+                for (int64_t i = 0; i < sizes[k]; i++)
+                    ck_assert_msg(one[k][i] == two[k][i], "%s h, p %g: %s[%lld] %.9g against %.9g",
+                                  awl_dtype_name(ht), p, what[k], (long long)i, one[k][i],
+                                  two[k][i]);
+                free(one[k]);
+                free(two[k]);
+            }
+            awl_scope_end();
+        }
+    /* the errors name the op and the operands */
+    awl_tensor *sum, *x = awl_zeros(AWL_SHAPE(2, 8), AWL_F32, dev);
+    ck_assert_ptr_null(awl_dropout_add_layer_norm_to(x, awl_zeros(AWL_SHAPE(2, 4), AWL_F32, dev),
+                                                     0.0, true, NULL, NULL, 1e-5, AWL_F32, &sum));
+    ck_assert_ptr_null(sum);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_dropout_add_layer_norm: x float32 (2,8) "
+                                                   "and h float32 (2,4)"));
+    awl_clear_error();
+    ck_assert_ptr_null(awl_dropout_add_layer_norm_to(
+        x, x, 0.0, true, awl_zeros(AWL_SHAPE(4), AWL_F32, dev), NULL, 1e-5, AWL_F32, &sum));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_dropout_add_layer_norm: weight"));
+    awl_clear_error();
+    awl_release(x);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_values)
 {
     awl_gc_begin(8);
@@ -830,6 +912,12 @@ START_TEST(test_dropout)
     ck_assert(awl_gradcheck(call_dropout_add, NULL, 2, xh, "dropout_add"));
     double p0 = 0.0;
     ck_assert(awl_gradcheck(call_dropout_add, &p0, 2, xh, "dropout_add, p = 0"));
+    /* dropout_add_layer_norm: the LayerNorm of the sum plus the sum, so
+     * that both outputs carry gradient */
+    awl_tensor *aln[4] = {awl_gc_randn(AWL_SHAPE(2, 4, 6)), awl_gc_randn(AWL_SHAPE(2, 4, 6)),
+                          awl_gc_randn(AWL_SHAPE(6)), awl_gc_randn(AWL_SHAPE(6))};
+    ck_assert(awl_gradcheck(call_dropout_add_ln, NULL, 4, aln, "dropout_add_layer_norm"));
+    ck_assert(awl_gradcheck(call_dropout_add_ln, &p0, 4, aln, "dropout_add_layer_norm, p = 0"));
     /* a kept element is x + h / (1 - p), a dropped one x */
     awl_tensor *ones = awl_ones(AWL_SHAPE(n), AWL_F32, dev);
     double *sum = awl_gc_values(awl_dropout_add(ones, ones, 0.25, true));
@@ -922,6 +1010,6 @@ int main(void)
     return AWL_GC_RUN_SUITE("nn", test_module_names, test_module_errors_and_ties, test_linear,
                             test_embedding_layernorm_gelu, test_layer_norm_strided_params,
                             test_attention, test_block_mlp, test_fused_vs_composed,
-                            test_residual_gradient_copy, test_cross_entropy_values, test_dropout,
-                            test_init);
+                            test_residual_gradient_copy, test_dropout_add_layer_norm,
+                            test_cross_entropy_values, test_dropout, test_init);
 }

@@ -214,6 +214,7 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     switch (kernel) {
     case AWL_KERNEL_LAYERNORM_FORWARD:
     case AWL_KERNEL_LAYERNORM_BACKWARD:
+    case AWL_KERNEL_DROPOUT_ADD_LAYERNORM:
     case AWL_KERNEL_ATTENTION_FORWARD:
     case AWL_KERNEL_ATTENTION_BACKWARD:
     case AWL_KERNEL_MATMUL_BIAS:
@@ -293,6 +294,7 @@ static awl_backend make_table(void)
     t.softmax_backward = awlc_softmax_backward;
     t.layernorm_forward = awlc_layernorm_forward;
     t.layernorm_backward = awlc_layernorm_backward;
+    t.dropout_add_layernorm = awlc_dropout_add_layernorm;
     t.cross_entropy_forward = awlc_cross_entropy_forward;
     t.cross_entropy_backward = awlc_cross_entropy_backward;
     t.attention_forward = awlc_attention_forward;

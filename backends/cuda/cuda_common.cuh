@@ -527,6 +527,10 @@ int awlc_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
 int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,
                            const awl_view *x, const awl_view *weight, const awl_view *bias,
                            double eps);
+int awlc_dropout_add_layernorm(const awl_view *sum, const awl_view *out, const awl_view *mean,
+                               const awl_view *rstd, const awl_view *x, const awl_view *h,
+                               const awl_view *weight, const awl_view *bias, double eps,
+                               const awl_dropout_args *dropout);
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
                             const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,

@@ -100,6 +100,51 @@ __global__ void ln_fwd_kernel(TO *out, int64_t so, const T *x, int64_t sx, int64
  * owns packs l, l + 32, ... of every row. Needs 16-byte aligned rows and
  * unit-stride weight and bias (out's packs are V elements of TO: 8 bytes
  * for a bfloat16 out of a float32 x). */
+/* The rest of a row on the register path, once the lane's packs are in
+ * xv (s: the lane's sum of them): mean and rstd (saved), then out = (x -
+ * mean) rstd weight + bias, weight and bias of x's dtype T. */
+template <typename T, typename TO, int NP>
+__device__ __forceinline__ void ln_reg_row(TO *out, int64_t so, int64_t r, int64_t C, float eps,
+                                           const ln_vecs &v, const float (&xv)[NP][16 / sizeof(T)],
+                                           float s)
+{
+    const int V = 16 / sizeof(T);
+    typedef awlc_pack<T, V> P;
+    typedef awlc_pack<TO, V> PO;
+    int lane = threadIdx.x % AWLC_WARP, np = (int)(C / V);
+    float m = awlc_warp_sum(s) / (float)C, ss = 0;
+#pragma unroll
+    for (int j = 0; j < NP; j++)
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            float d = lane + AWLC_WARP * j < np ? xv[j][e] - m : 0.0f;
+            ss += d * d;
+        }
+    float rs = 1.0f / sqrtf(awlc_warp_sum(ss) / (float)C + eps);
+    if (lane == 0) {
+        v.mean[r * v.sm] = m;
+        v.rstd[r * v.sr] = rs;
+    }
+    PO *yr = (PO *)(out + r * so);
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+        int p = lane + AWLC_WARP * j;
+        if (p >= np) continue;
+        P w, b;
+        PO o;
+        if (v.w) w = ((const P *)v.w)[p];
+        if (v.b) b = ((const P *)v.b)[p];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            float a = (xv[j][e] - m) * rs;
+            if (v.w) a *= awlc_cast<float>(w.v[e]);
+            if (v.b) a += awlc_cast<float>(b.v[e]);
+            o.v[e] = awlc_cast<TO>(a);
+        }
+        yr[p] = o;
+    }
+}
+
 template <typename T, typename TO, int NP>
 __global__ void __launch_bounds__(256)
     ln_fwd_reg_kernel(TO *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
@@ -107,7 +152,6 @@ __global__ void __launch_bounds__(256)
 {
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
-    typedef awlc_pack<TO, V> PO;
     int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
     int np = (int)(C / V);
     for (int64_t r = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; r < rows;
@@ -126,37 +170,61 @@ __global__ void __launch_bounds__(256)
                 s += xv[j][e];
             }
         }
-        float m = awlc_warp_sum(s) / (float)C, ss = 0;
-#pragma unroll
-        for (int j = 0; j < NP; j++)
-#pragma unroll
-            for (int e = 0; e < V; e++) {
-                float d = lane + AWLC_WARP * j < np ? xv[j][e] - m : 0.0f;
-                ss += d * d;
-            }
-        float rs = 1.0f / sqrtf(awlc_warp_sum(ss) / (float)C + eps);
-        if (lane == 0) {
-            v.mean[r * v.sm] = m;
-            v.rstd[r * v.sr] = rs;
-        }
-        PO *yr = (PO *)(out + r * so);
+        ln_reg_row<T, TO, NP>(out, so, r, C, eps, v, xv, s);
+    }
+}
+
+/* dropout_add then the register path's LayerNorm, in one pass over rows
+ * of a contiguous float32 x and a float32 or bfloat16 h: each lane's
+ * packs of sum = x + keep h scale are computed as dropout_add4_kernel
+ * computes them (4 elements, one Philox block: block r C / 4 + p of the
+ * row-major order, C a multiple of 4), written to sum, and normalised
+ * from registers as ln_fwd_reg_kernel normalises the packs it loads: the
+ * same bits as the two kernels one after the other, without reading sum
+ * back. */
+template <typename TH, typename TO, int NP>
+__global__ void __launch_bounds__(256)
+    dropout_add_ln_kernel(float *sum, TO *out, const float *x, const TH *h, int64_t rows, int64_t C,
+                          float eps, ln_vecs v, uint64_t seed, uint64_t offset, uint32_t threshold,
+                          bool drop, float scale)
+{
+    const int V = 4;
+    typedef awlc_pack<float, V> P;
+    typedef awlc_pack<TH, V> PH;
+    int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
+    int np = (int)(C / V);
+    for (int64_t r = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; r < rows;
+         r += (int64_t)gridDim.x * nw) {
+        const P *xr = (const P *)(x + r * C);
+        const PH *hr = (const PH *)(h + r * C);
+        P *sr = (P *)(sum + r * C);
+        float xv[NP][V];
+        float s = 0;
 #pragma unroll
         for (int j = 0; j < NP; j++) {
             int p = lane + AWLC_WARP * j;
-            if (p >= np) continue;
-            P w, b;
-            PO o;
-            if (v.w) w = ((const P *)v.w)[p];
-            if (v.b) b = ((const P *)v.b)[p];
+            P a, o;
+            PH b;
+            if (p < np) {
+                a = xr[p];
+                b = hr[p];
+            }
+            unsigned keep =
+                drop && p < np
+                    ? awl_dropout_block_bits(
+                          awl_philox4x32(seed, offset + (uint64_t)(r * (C / V) + p)), threshold)
+                    : 15u;
 #pragma unroll
             for (int e = 0; e < V; e++) {
-                float a = (xv[j][e] - m) * rs;
-                if (v.w) a *= awlc_cast<float>(w.v[e]);
-                if (v.b) a += awlc_cast<float>(b.v[e]);
-                o.v[e] = awlc_cast<TO>(a);
+                float c = p < np ? a.v[e] : 0.0f;
+                if (keep >> e & 1u) c += (p < np ? awlc_cast<float>(b.v[e]) : 0.0f) * scale;
+                o.v[e] = c;
+                xv[j][e] = c;
+                s += c;
             }
-            yr[p] = o;
+            if (p < np) sr[p] = o;
         }
+        ln_reg_row<float, TO, NP>(out, C, r, C, eps, v, xv, s);
     }
 }
 
@@ -509,6 +577,61 @@ int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_
                : x->dtype == AWL_F32 ? ln_forward_as<float, float>
                                      : ln_forward_as<awl_bf16, awl_bf16>;
     return run(out, so, x, sx, rows, C, e, v);
+}
+
+int awlc_dropout_add_layernorm(const awl_view *sum, const awl_view *out, const awl_view *mean,
+                               const awl_view *rstd, const awl_view *x, const awl_view *h,
+                               const awl_view *weight, const awl_view *bias, double eps,
+                               const awl_dropout_args *dropout)
+{
+    int64_t rows, C, sx, ss, so, sh;
+    ln_vecs v;
+    /* x and sum float32; h float32 or bfloat16 (autocast's branch); out
+     * float32 or bfloat16 (autocast's LayerNorm feeding a matmul) */
+    if (x->dtype != AWL_F32 ||
+        ln_setup(x, mean, rstd, weight, bias, &rows, &C, &sx, &v) != AWL_OK ||
+        !same_rows(sum, AWL_F32, rows, C, &ss) || (h->dtype != AWL_F32 && h->dtype != AWL_BF16) ||
+        !same_rows(h, h->dtype, rows, C, &sh) ||
+        (out->dtype != AWL_F32 && out->dtype != AWL_BF16) ||
+        !same_rows(out, out->dtype, rows, C, &so))
+        return AWL_ERR_UNSUPPORTED;
+    /* the register path only, on contiguous rows (the Philox blocks follow
+     * the row-major order) */
+    const int np = reg_packs<float>(C, x, sx, v);
+    if (np == 0 || sx != C || ss != C || sh != C || so != C || !reg_aligned(sum, ss) ||
+        !reg_aligned(out, so) || !reg_aligned(h, sh))
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(out->data));
+    if (rows == 0) return AWL_OK;
+    unsigned grid = (unsigned)std::min<int64_t>((rows + LN_WARPS - 1) / LN_WARPS, 1 << 30);
+    const unsigned th = LN_WARPS * AWLC_WARP;
+    const bool drop = dropout && dropout->p > 0.0;
+    const uint64_t seed = drop ? dropout->seed : 0, offset = drop ? dropout->offset : 0;
+    const uint32_t threshold = drop ? awl_dropout_threshold(dropout->p) : 0;
+    const float scale = drop ? (float)awl_dropout_scale(dropout->p) : 1.0f;
+    auto launch = [&](auto htag, auto otag) -> int {
+        typedef decltype(htag) TH;
+        typedef decltype(otag) TO;
+        float *sp = awlc_ptr<float>(sum);
+        TO *op = awlc_ptr<TO>(out);
+        const float *xp = awlc_ptr<float>(x);
+        const TH *hp = awlc_ptr<TH>(h);
+        const float e = (float)eps;
+#define DAL_ARGS sp, op, xp, hp, rows, C, e, v, seed, offset, threshold, drop, scale
+        switch (np) {
+        case 1: dropout_add_ln_kernel<TH, TO, 1><<<grid, th>>>(DAL_ARGS); break;
+        case 2: dropout_add_ln_kernel<TH, TO, 2><<<grid, th>>>(DAL_ARGS); break;
+        case 3: dropout_add_ln_kernel<TH, TO, 3><<<grid, th>>>(DAL_ARGS); break;
+        case 4: dropout_add_ln_kernel<TH, TO, 4><<<grid, th>>>(DAL_ARGS); break;
+        case 6: dropout_add_ln_kernel<TH, TO, 6><<<grid, th>>>(DAL_ARGS); break;
+        default: dropout_add_ln_kernel<TH, TO, 8><<<grid, th>>>(DAL_ARGS); break;
+        }
+#undef DAL_ARGS
+        return awlc_check_launch("dropout_add_layernorm");
+    };
+    const bool h16 = h->dtype == AWL_BF16, o16 = out->dtype == AWL_BF16;
+    return h16 ? (o16 ? launch(awl_bf16(), awl_bf16()) : launch(awl_bf16(), float()))
+               : (o16 ? launch(float(), awl_bf16()) : launch(float(), float()));
 }
 
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,

@@ -678,6 +678,69 @@ static void dropout_add_cases(ac_list *l)
             }
 }
 
+/* sum, out, mean, rstd, x, h, weight, bias */
+static int call_dropout_add_ln(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->dropout_add_layernorm(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], a->eps,
+                                    a->dropout.p > 0 ? &a->dropout : NULL);
+}
+
+/* sum = x + h M in float32 (as ref_dropout_add), then the LayerNorm of
+ * that float32 sum (as ref_ln). */
+static int ref_dropout_add_ln(const ac_case *c, double *const *in, double **ref)
+{
+    const awl_dropout_args *d = &c->args.dropout;
+    const uint32_t threshold = awl_dropout_threshold(d->p);
+    const double scale = ac_round(AWL_F32, d->p > 0 ? awl_dropout_scale(d->p) : 1.0);
+    int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape), rows = c->op[0].shape[0];
+    for (int64_t e = 0; e < n; e++) {
+        bool keep = d->p == 0 || awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold);
+        ref[0][e] = ac_round(AWL_F32, in[4][e] + (keep ? in[5][e] * scale : 0.0));
+    }
+    awl_tensor *sum = awl_from_data(ref[0], c->op[0].ndim, c->op[0].shape, AWL_F64, "cpu");
+    awl_tensor *mean, *rstd;
+    ln_stats(sum, &mean, &rstd);
+    int rc = ac_values(
+        awl_layer_norm(sum, ac_cpu_tensor(c, in, 6), ac_cpu_tensor(c, in, 7), LN_EPS), ref[1], n);
+    if (rc == 0) rc = ac_values(mean, ref[2], rows);
+    if (rc == 0) rc = ac_values(rstd, ref[3], rows);
+    return rc;
+}
+
+/* A block's first residual addition and ln_2 (awl_dropout_add_layer_norm_to):
+ * with and without dropout, a float32 or a bfloat16 branch h and output. */
+static void dropout_add_ln_cases(ac_list *l)
+{
+    static const int64_t shapes[][2] = {{37, 64}, {300, 768}, {5, 40}};
+    const awl_dropout_args d = {0.3, 0x9e3779b97f4a7c15ull, 7};
+    for (int s = 0; s < COUNT(shapes); s++)
+        for (int bf = 0; bf < 2; bf++)
+            for (int drop = 0; drop < 2; drop++) {
+                awl_dtype ht = bf ? AWL_BF16 : AWL_F32;
+                char name[64];
+                snprintf(name, sizeof name, "%s%s", drop ? "dropout 0.3" : "no dropout",
+                         bf ? ", bf16 h and out" : "");
+                /* named by the branch's dtype, as dropout_add's cases */
+                ac_case c = ac_case_new(AWL_KERNEL_DROPOUT_ADD_LAYERNORM, "", ht, name,
+                                        call_dropout_add_ln, ref_dropout_add_ln);
+                if (drop) c.args.dropout = d;
+                c.args.eps = LN_EPS;
+                c.tol = 2e-5;
+                int64_t rows[1] = {shapes[s][0]}, C[1] = {shapes[s][1]};
+                ac_add(&c, ac_operand_new("sum", AC_OUT, AWL_F32, 2, shapes[s], AC_CONTIG));
+                ac_operand out = ac_operand_new("out", AC_OUT, ht, 2, shapes[s], AC_CONTIG);
+                out.tol = tol_of(ht, 0, 1e-2);
+                ac_add(&c, out);
+                ac_add(&c, ac_operand_new("mean", AC_OUT, AWL_F32, 1, rows, AC_CONTIG));
+                ac_add(&c, ac_operand_new("rstd", AC_OUT, AWL_F32, 1, rows, AC_CONTIG));
+                ac_add(&c, ac_operand_new("x", AC_IN, AWL_F32, 2, shapes[s], AC_CONTIG));
+                ac_add(&c, ac_operand_new("h", AC_IN, ht, 2, shapes[s], AC_CONTIG));
+                ac_add(&c, ac_operand_new("weight", AC_IN, AWL_F32, 1, C, AC_CONTIG));
+                ac_add(&c, ac_operand_new("bias", AC_IN, AWL_F32, 1, C, AC_CONTIG));
+                ac_push(l, &c);
+            }
+}
+
 /* out, x, h */
 static int call_add_dropout(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
@@ -1078,6 +1141,7 @@ void ac_fused_cases(ac_list *l)
     attention_cases(l);
     dropout_cases(l);
     dropout_add_cases(l);
+    dropout_add_ln_cases(l);
     add_dropout_cases(l);
     other_cases(l);
 }
