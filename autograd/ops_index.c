@@ -22,11 +22,24 @@
 static awl_tensor *embedding_backward_op(awl_tensor *g, awl_tensor *idx, int ndim,
                                          const int64_t *shape);
 
-/* Saved: idx. */
+/* Saved: idx. A weight with a gradient already (a GPT's output head tied
+ * to its token embedding: the head's backward runs first) takes the rows
+ * added into that gradient (awl_node_take_pending_grad), in place where
+ * nothing else holds it: one pass over the (V, ...) table, where zeros,
+ * the rows and the engine's sum of the two take three. */
 static int embedding_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
-    grads[0] = embedding_backward_op(grad, awl_node_saved(node, 0), node->inputs[0].ndim,
-                                     node->inputs[0].shape);
+    awl_tensor *idx = awl_node_saved(node, 0);
+    awl_tensor *pending = awl_node_take_pending_grad(node, 0);
+    if (pending) {
+        bool alone = pending->refcount == 1 && pending->storage->refcount == 1 &&
+                     awl_is_contiguous(pending) && pending->dtype == grad->dtype;
+        awl_tensor *into = alone ? pending : awl_tensor_clone(pending);
+        if (!into || awl_tensor_index_add_(into, idx, grad) != 0) return AWL_ERR_INVALID;
+        grads[0] = into;
+        return AWL_OK;
+    }
+    grads[0] = embedding_backward_op(grad, idx, node->inputs[0].ndim, node->inputs[0].shape);
     return AWL_OK;
 }
 

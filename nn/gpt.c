@@ -285,7 +285,8 @@ static awl_tensor *block_segment(void *ctx, int n_inputs, awl_tensor *const *inp
     return out;
 }
 
-awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
+/* dropout(wte[idx] + wpe[pos]), pos NULL: 0..T-1. */
+static awl_tensor *embed(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
 {
     if (!idx) return NULL;
     char s[AWL_MAX_DIMS * 24];
@@ -300,9 +301,15 @@ awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
     int64_t T = idx->shape[1];
     awl_tensor *wte = awl_module_get_param(g->wte, "weight");
     awl_tensor *wpe = awl_module_get_param(g->wpe, "weight");
-    awl_tensor *x = awl_add_dropout(awl_embedding(wte, idx),
-                                    pos ? awl_embedding(wpe, pos) : awl_slice(wpe, 0, 0, T, 1),
-                                    g->cfg.dropout, g->base.training);
+    return awl_add_dropout(awl_embedding(wte, idx),
+                           pos ? awl_embedding(wpe, pos) : awl_slice(wpe, 0, 0, T, 1),
+                           g->cfg.dropout, g->base.training);
+}
+
+/* The blocks, then ln_f. */
+static awl_tensor *blocks_and_norm(awl_gpt *g, awl_tensor *x)
+{
+    if (!x) return NULL;
     bool checkpoint = g->checkpointing && awl_is_grad_enabled();
     for (int i = 0; i < g->cfg.n_layer; i++) {
         g->segments[i] = (block_segment_ctx){g->blocks[i], awl_autocast_get()};
@@ -310,6 +317,11 @@ awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
                        : awl_module_forward(g->blocks[i], x);
     }
     return awl_module_forward(g->ln_f, x);
+}
+
+awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
+{
+    return blocks_and_norm(g, embed(g, idx, pos));
 }
 
 awl_tensor *awl_gpt_head(awl_gpt *g, awl_tensor *h)
@@ -348,8 +360,13 @@ awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx)
     if (!model) return NULL;
     awl_dtype before = awl_gpt_autocast_enter(model);
     awl_tensor *logits = NULL;
-    if (cache_weight_casts(model) == AWL_OK)
-        logits = awl_gpt_head(model, awl_gpt_hidden(model, idx, NULL));
+    /* The weights are cast after the embeddings, so that in backward the
+     * cast of the tied wte hands it the head's gradient before the token
+     * embedding's backward runs, which then adds its rows into that
+     * gradient (autograd/ops_index.c) instead of into zeros. */
+    awl_tensor *x = embed(model, idx, NULL);
+    if (x && cache_weight_casts(model) == AWL_OK)
+        logits = awl_gpt_head(model, blocks_and_norm(model, x));
     awl_autocast_cache_clear();
     awl_autocast_set(before);
     return logits;

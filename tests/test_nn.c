@@ -784,6 +784,7 @@ START_TEST(test_dropout_add_layer_norm)
             awl_scope_end();
         }
     /* the errors name the op and the operands */
+    awl_scope_begin();
     awl_tensor *sum, *x = awl_zeros(AWL_SHAPE(2, 8), AWL_F32, dev);
     ck_assert_ptr_null(awl_dropout_add_layer_norm_to(x, awl_zeros(AWL_SHAPE(2, 4), AWL_F32, dev),
                                                      0.0, true, NULL, NULL, 1e-5, AWL_F32, &sum));
@@ -795,7 +796,57 @@ START_TEST(test_dropout_add_layer_norm)
         x, x, 0.0, true, awl_zeros(AWL_SHAPE(4), AWL_F32, dev), NULL, 1e-5, AWL_F32, &sum));
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "awl_dropout_add_layer_norm: weight"));
     awl_clear_error();
-    awl_release(x);
+    awl_scope_end();
+}
+END_TEST
+
+/* linear(embedding(w, idx) r, head): a GPT's token embedding and output
+ * head, tied when head is w. */
+static awl_tensor *tied_out(awl_tensor *w, awl_tensor *head, awl_tensor *idx, awl_tensor *r)
+{
+    return awl_linear(awl_mul(awl_embedding(w, idx), r), head, NULL);
+}
+
+/* A weight used by an embedding and, later, by a product (tied): the
+ * embedding's backward adds its rows into the gradient the product gave
+ * the weight, so the backward neither fills zeros nor adds two tables; the
+ * gradient is the two uses' gradients summed. */
+START_TEST(test_tied_embedding_gradient)
+{
+    const char *dev = awl_gc_device();
+    awl_scope_begin();
+    int32_t ids[] = {3, 1, 3, 0, 5, 3};
+    awl_tensor *idx = awl_from_data(ids, AWL_SHAPE(2, 3), AWL_I32, dev);
+    awl_tensor *w = awl_requires_grad_(awl_randn(AWL_SHAPE(7, 4), AWL_F32, dev), true);
+    awl_tensor *w2 = awl_requires_grad_(awl_tensor_clone(w), true);
+    awl_tensor *r = awl_randn(AWL_SHAPE(2, 3, 4), AWL_F32, dev);
+    awl_backward_options opts = {.grad = awl_randn(AWL_SHAPE(2, 3, 7), AWL_F32, dev)};
+    awl_tensor *tied, *apart[2];
+    awl_tensor *out = tied_out(w, w, idx, r);
+    awl_profiler_clear();
+    ck_assert_int_eq(awl_profiler_start(), 0);
+    ck_assert_int_eq(awl_grad(out, 1, &w, &tied, &opts), 0);
+    awl_profiler_stop();
+    awl_profile_totals t;
+    ck_assert_int_eq(awl_profiler_totals(&t), 0);
+    int64_t others = 0, index_adds = 0; /* the products and the mul aside */
+    for (int i = 0; i < t.n_ops; i++) {
+        if (strcmp(t.ops[i].name, "index_add") == 0)
+            index_adds += t.ops[i].calls;
+        else if (strcmp(t.ops[i].name, "matmul") != 0 && strcmp(t.ops[i].name, "mul") != 0)
+            others += t.ops[i].calls;
+    }
+    awl_profile_totals_free(&t);
+    awl_profiler_clear();
+    ck_assert_int_eq(index_adds, 1);
+    ck_assert_int_eq(others, 0);
+    ck_assert_int_eq(awl_grad(tied_out(w, w2, idx, r), 2, (awl_tensor *[]){w, w2}, apart, &opts),
+                     0);
+    double *got = awl_gc_values(tied), *want = awl_gc_values(awl_add(apart[0], apart[1]));
+    ck_assert(awl_gc_allclose(got, want, 28, 1e-6, 1e-6, "tied embedding gradient"));
+    free(got);
+    free(want);
+    awl_scope_end();
 }
 END_TEST
 
@@ -1011,5 +1062,6 @@ int main(void)
                             test_embedding_layernorm_gelu, test_layer_norm_strided_params,
                             test_attention, test_block_mlp, test_fused_vs_composed,
                             test_residual_gradient_copy, test_dropout_add_layer_norm,
-                            test_cross_entropy_values, test_dropout, test_init);
+                            test_tied_embedding_gradient, test_cross_entropy_values, test_dropout,
+                            test_init);
 }
