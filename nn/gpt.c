@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "nn/functional_internal.h"
 #include "nn/gpt_internal.h"
 #include "tensor/profiler.h"
 
@@ -306,17 +307,25 @@ static awl_tensor *embed(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
                            g->cfg.dropout, g->base.training);
 }
 
-/* The blocks, then ln_f. */
+/* The blocks, then ln_f. A checkpointed block is a segment of its own,
+ * whole. Otherwise each block is left open at its last residual addition
+ * (awl_nn_block_forward_open), which the next block's ln_1, or ln_f, then
+ * makes in the same kernel as its LayerNorm: the same values and graph as
+ * the blocks' own forwards, without reading the stream back. */
 static awl_tensor *blocks_and_norm(awl_gpt *g, awl_tensor *x)
 {
     if (!x) return NULL;
     bool checkpoint = g->checkpointing && awl_is_grad_enabled();
+    awl_tensor *h = NULL; /* the last block's branch, not yet added */
+    double p = 0.0;
     for (int i = 0; i < g->cfg.n_layer; i++) {
         g->segments[i] = (block_segment_ctx){g->blocks[i], awl_autocast_get()};
-        x = checkpoint ? awl_checkpoint(block_segment, &g->segments[i], 1, &x)
-                       : awl_module_forward(g->blocks[i], x);
+        if (checkpoint)
+            x = awl_checkpoint(block_segment, &g->segments[i], 1, &x);
+        else
+            h = awl_nn_block_forward_open(g->blocks[i], &x, h, p, &p);
     }
-    return awl_module_forward(g->ln_f, x);
+    return h ? awl_nn_add_layer_norm(g->ln_f, &x, h, p) : awl_module_forward(g->ln_f, x);
 }
 
 awl_tensor *awl_gpt_hidden(awl_gpt *g, awl_tensor *idx, awl_tensor *pos)
