@@ -106,7 +106,9 @@ static int part_of(const awl_profile_op *op)
     if (starts_with(op->name, "matmul")) return PART_MATMUL;
     if (starts_with(op->name, "attention") || starts_with(op->name, "softmax"))
         return PART_ATTENTION;
-    if (starts_with(op->name, "layernorm")) return PART_LAYERNORM;
+    /* a residual addition fused with the LayerNorm after it counts as LayerNorm */
+    if (starts_with(op->name, "layernorm") || strcmp(op->name, "dropout_add_layernorm") == 0)
+        return PART_LAYERNORM;
     if (starts_with(op->name, "gelu")) return PART_GELU;
     if (starts_with(op->name, "cross_entropy")) return PART_CROSS_ENTROPY;
     return PART_REST;
