@@ -132,24 +132,23 @@ static awl_tensor *layer_norm_for_linear(awl_module *ln, awl_tensor *x)
     return x ? awl_layer_norm_to(x, l->weight, l->bias, l->eps, for_linear(x)) : NULL;
 }
 
-/* The same after a residual addition, *x = x + dropout(h), in one op
- * (awl_dropout_add_layer_norm_to: one kernel where the backend has it). */
-static awl_tensor *add_layer_norm_for_linear(awl_module *ln, awl_tensor **x, awl_tensor *h,
-                                             double p)
+/* *x = *x + dropout(h) (a residual addition, p already 0 outside
+ * training), then ln of it, in one op (awl_dropout_add_layer_norm_to: one
+ * kernel where the backend has it): in x's dtype, or read by a Linear
+ * (linear) as layer_norm_for_linear gives it. */
+static awl_tensor *add_layer_norm(awl_module *ln, awl_tensor **x, awl_tensor *h, double p,
+                                  bool linear)
 {
     layer_norm_layer *l = (layer_norm_layer *)ln;
     awl_tensor *in = *x;
     if (!in || !h) return *x = NULL;
-    return awl_dropout_add_layer_norm_to(in, h, p, true, l->weight, l->bias, l->eps, for_linear(in),
-                                         x);
+    awl_dtype to = linear ? for_linear(in) : in->dtype;
+    return awl_dropout_add_layer_norm_to(in, h, p, true, l->weight, l->bias, l->eps, to, x);
 }
 
 awl_tensor *awl_nn_add_layer_norm(awl_module *ln, awl_tensor **x, awl_tensor *h, double p)
 {
-    layer_norm_layer *l = (layer_norm_layer *)ln;
-    awl_tensor *in = *x;
-    if (!in || !h) return *x = NULL;
-    return awl_dropout_add_layer_norm_to(in, h, p, true, l->weight, l->bias, l->eps, in->dtype, x);
+    return add_layer_norm(ln, x, h, p, false);
 }
 
 /* ---- Dropout, GELU ------------------------------------------------------------------ */
@@ -235,17 +234,17 @@ typedef struct block_layer {
  * branch's output dropout and its addition to the residual stream are
  * one op (awl_dropout_add), which also casts a bfloat16 branch (autocast)
  * up to the float32 stream, as PyTorch's type promotion does; the first
- * addition and ln_2 after it are one op too (add_layer_norm_for_linear),
+ * addition and ln_2 after it are one op too (add_layer_norm),
  * and so are the second and what reads it next where the caller leaves
  * the block open (awl_nn_block_forward_open: a GPT's blocks). */
 awl_tensor *awl_nn_block_forward_open(awl_module *block, awl_tensor **x, awl_tensor *h_in,
                                       double p_in, double *p)
 {
     block_layer *b = (block_layer *)block;
-    awl_tensor *in = h_in ? add_layer_norm_for_linear(b->ln_1, x, h_in, p_in)
-                          : layer_norm_for_linear(b->ln_1, *x);
+    awl_tensor *in =
+        h_in ? add_layer_norm(b->ln_1, x, h_in, p_in, true) : layer_norm_for_linear(b->ln_1, *x);
     awl_tensor *h = awl_nn_attention_branch(b->attn, in, p);
-    h = awl_nn_mlp_branch(b->mlp, add_layer_norm_for_linear(b->ln_2, x, h, *p), p);
+    h = awl_nn_mlp_branch(b->mlp, add_layer_norm(b->ln_2, x, h, *p, true), p);
     if (!h) *x = NULL; /* a failed block leaves no stream to go on with */
     return h;
 }
