@@ -520,24 +520,35 @@ static awl_tensor *call_ln_residual(awl_tensor *const *in, void *user)
     return awl_add(h, awl_layer_norm(h, in[3], in[4], 1e-5));
 }
 
+/* awl_grad(y, n, in, grads, opts) under the op profiler; calls[k]: the
+ * calls of the kernels named names[k] in it. */
+static void grad_profiled(awl_tensor *y, int n, awl_tensor *const *in, awl_tensor **grads,
+                          const awl_backward_options *opts, int k, const char *const *names,
+                          int64_t *calls)
+{
+    awl_profiler_clear();
+    ck_assert_int_eq(awl_profiler_start(), 0);
+    ck_assert_int_eq(awl_grad(y, n, in, grads, opts), 0);
+    awl_profiler_stop();
+    awl_profile_totals t;
+    ck_assert_int_eq(awl_profiler_totals(&t), 0);
+    for (int j = 0; j < k; j++) {
+        calls[j] = 0;
+        for (int i = 0; i < t.n_ops; i++)
+            if (strcmp(t.ops[i].name, names[j]) == 0) calls[j] += t.ops[i].calls;
+    }
+    awl_profile_totals_free(&t);
+    awl_profiler_clear();
+}
+
 /* The kernels named `name` in the backward of sum(f(in)) to in[0..n). */
 static int64_t backward_calls(test_fn f, int n, awl_tensor *const *in, const char *name)
 {
     awl_scope_begin();
-    awl_tensor *y = awl_sum_all(f(in, NULL));
-    awl_profiler_clear();
-    ck_assert_int_eq(awl_profiler_start(), 0);
     awl_tensor *grads[8];
-    ck_assert_int_eq(awl_grad(y, n, in, grads, NULL), 0);
-    awl_profiler_stop();
+    int64_t calls;
+    grad_profiled(awl_sum_all(f(in, NULL)), n, in, grads, NULL, 1, &name, &calls);
     awl_scope_end();
-    awl_profile_totals t;
-    ck_assert_int_eq(awl_profiler_totals(&t), 0);
-    int64_t calls = 0;
-    for (int i = 0; i < t.n_ops; i++)
-        if (strcmp(t.ops[i].name, name) == 0) calls += t.ops[i].calls;
-    awl_profile_totals_free(&t);
-    awl_profiler_clear();
     return calls;
 }
 
@@ -697,23 +708,13 @@ START_TEST(test_residual_gradient_copy)
                              awl_randn(AWL_SHAPE(16), AWL_F32, dev),
                              awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev)};
         for (int i = 0; i < 4; i++) awl_requires_grad_(in[i], true);
-        awl_tensor *loss = residual_copy_loss(in, extra), *grads[2];
-        awl_profiler_clear();
-        ck_assert_int_eq(awl_profiler_start(), 0);
-        ck_assert_int_eq(awl_grad(loss, 2, in, grads, NULL), 0);
-        awl_profiler_stop();
-        awl_profile_totals t;
-        ck_assert_int_eq(awl_profiler_totals(&t), 0);
-        int64_t ln = 0, copies = 0;
-        for (int i = 0; i < t.n_ops; i++) {
-            if (strcmp(t.ops[i].name, "layernorm_backward") == 0) ln += t.ops[i].calls;
-            if (strcmp(t.ops[i].name, "copy") == 0) copies += t.ops[i].calls;
-        }
-        awl_profile_totals_free(&t);
-        awl_profiler_clear();
-        ck_assert_int_eq(ln, 1);
-        ck_assert_msg(extra ? copies >= 1 : copies == 0, "extra %d: %lld copy kernels", extra,
-                      (long long)copies);
+        awl_tensor *grads[2];
+        int64_t calls[2]; /* layernorm_backward, copy (the cast) */
+        grad_profiled(residual_copy_loss(in, extra), 2, in, grads, NULL, 2,
+                      (const char *[]){"layernorm_backward", "copy"}, calls);
+        ck_assert_int_eq(calls[0], 1);
+        ck_assert_msg(extra ? calls[1] >= 1 : calls[1] == 0, "extra %d: %lld copy kernels", extra,
+                      (long long)calls[1]);
         ck_assert_int_eq(grads[1]->dtype, AWL_BF16);
         double *dh = awl_gc_values(grads[1]), *cast = awl_gc_values(awl_cast(grads[0], AWL_BF16));
         for (int64_t i = 0; i < awl_numel(grads[1]); i++)
@@ -822,24 +823,12 @@ START_TEST(test_tied_embedding_gradient)
     awl_tensor *r = awl_randn(AWL_SHAPE(2, 3, 4), AWL_F32, dev);
     awl_backward_options opts = {.grad = awl_randn(AWL_SHAPE(2, 3, 7), AWL_F32, dev)};
     awl_tensor *tied, *apart[2];
-    awl_tensor *out = tied_out(w, w, idx, r);
-    awl_profiler_clear();
-    ck_assert_int_eq(awl_profiler_start(), 0);
-    ck_assert_int_eq(awl_grad(out, 1, &w, &tied, &opts), 0);
-    awl_profiler_stop();
-    awl_profile_totals t;
-    ck_assert_int_eq(awl_profiler_totals(&t), 0);
-    int64_t others = 0, index_adds = 0; /* the products and the mul aside */
-    for (int i = 0; i < t.n_ops; i++) {
-        if (strcmp(t.ops[i].name, "index_add") == 0)
-            index_adds += t.ops[i].calls;
-        else if (strcmp(t.ops[i].name, "matmul") != 0 && strcmp(t.ops[i].name, "mul") != 0)
-            others += t.ops[i].calls;
-    }
-    awl_profile_totals_free(&t);
-    awl_profiler_clear();
-    ck_assert_int_eq(index_adds, 1);
-    ck_assert_int_eq(others, 0);
+    int64_t calls[3]; /* index_add, fill, add */
+    grad_profiled(tied_out(w, w, idx, r), 1, &w, &tied, &opts, 3,
+                  (const char *[]){"index_add", "fill", "add"}, calls);
+    ck_assert_int_eq(calls[0], 1);
+    ck_assert_int_eq(calls[1], 0);
+    ck_assert_int_eq(calls[2], 0);
     ck_assert_int_eq(awl_grad(tied_out(w, w2, idx, r), 2, (awl_tensor *[]){w, w2}, apart, &opts),
                      0);
     double *got = awl_gc_values(tied), *want = awl_gc_values(awl_add(apart[0], apart[1]));
