@@ -640,17 +640,25 @@ static int call_dropout_add(const awl_backend *b, awl_view *const *v, const ac_a
     return b->dropout_add(v[0], v[1], v[2], a->dropout.p > 0 ? &a->dropout : NULL);
 }
 
-/* out = x + h M (M as in ref_dropout, 1 without dropout), in out's dtype. */
-static int ref_dropout_add(const ac_case *c, double *const *in, double **ref)
+/* sum = x + h M over n elements (M as in ref_dropout, 1 without dropout),
+ * each rounded to dt: dropout_add's values, and the sum that
+ * dropout_add_layernorm normalises. */
+static void dropout_add_values(const awl_dropout_args *d, awl_dtype dt, int64_t n, const double *x,
+                               const double *h, double *sum)
 {
-    const awl_dropout_args *d = &c->args.dropout;
     const uint32_t threshold = awl_dropout_threshold(d->p);
-    const double scale = ac_round(c->dtype, d->p > 0 ? awl_dropout_scale(d->p) : 1.0);
-    int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape);
+    const double scale = ac_round(dt, d->p > 0 ? awl_dropout_scale(d->p) : 1.0);
     for (int64_t e = 0; e < n; e++) {
         bool keep = d->p == 0 || awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold);
-        ref[0][e] = in[1][e] + (keep ? in[2][e] * scale : 0.0);
+        sum[e] = ac_round(dt, x[e] + (keep ? h[e] * scale : 0.0));
     }
+}
+
+/* out = x + h M, in out's dtype. */
+static int ref_dropout_add(const ac_case *c, double *const *in, double **ref)
+{
+    dropout_add_values(&c->args.dropout, c->dtype, ac_numel(c->op[0].ndim, c->op[0].shape), in[1],
+                       in[2], ref[0]);
     return 0;
 }
 
@@ -685,18 +693,12 @@ static int call_dropout_add_ln(const awl_backend *b, awl_view *const *v, const a
                                     a->dropout.p > 0 ? &a->dropout : NULL);
 }
 
-/* sum = x + h M in float32 (as ref_dropout_add), then the LayerNorm of
+/* sum = x + h M in float32 (dropout_add_values), then the LayerNorm of
  * that float32 sum (as ref_ln). */
 static int ref_dropout_add_ln(const ac_case *c, double *const *in, double **ref)
 {
-    const awl_dropout_args *d = &c->args.dropout;
-    const uint32_t threshold = awl_dropout_threshold(d->p);
-    const double scale = ac_round(AWL_F32, d->p > 0 ? awl_dropout_scale(d->p) : 1.0);
     int64_t n = ac_numel(c->op[0].ndim, c->op[0].shape), rows = c->op[0].shape[0];
-    for (int64_t e = 0; e < n; e++) {
-        bool keep = d->p == 0 || awl_dropout_keep(d->seed, d->offset, (uint64_t)e, threshold);
-        ref[0][e] = ac_round(AWL_F32, in[4][e] + (keep ? in[5][e] * scale : 0.0));
-    }
+    dropout_add_values(&c->args.dropout, AWL_F32, n, in[4], in[5], ref[0]);
     awl_tensor *sum = awl_from_data(ref[0], c->op[0].ndim, c->op[0].shape, AWL_F64, "cpu");
     awl_tensor *mean, *rstd;
     ln_stats(sum, &mean, &rstd);
