@@ -32,8 +32,9 @@ static int embedding_backward(awl_node *node, awl_tensor *grad, awl_tensor **gra
     awl_tensor *idx = awl_node_saved(node, 0);
     awl_tensor *pending = awl_node_take_pending_grad(node, 0);
     if (pending) {
+        /* of the weight's dtype, as grad is (awl_node_take_pending_grad) */
         bool alone = pending->refcount == 1 && pending->storage->refcount == 1 &&
-                     awl_is_contiguous(pending) && pending->dtype == grad->dtype;
+                     awl_is_contiguous(pending);
         awl_tensor *into = alone ? pending : awl_tensor_clone(pending);
         if (!into || awl_tensor_index_add_(into, idx, grad) != 0) return AWL_ERR_INVALID;
         grads[0] = into;
