@@ -581,10 +581,33 @@ int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_v
     return AWL_ERR_UNSUPPORTED;
 }
 
+/* The backward with its column sums (grad_sums, (3, H, D) float32): the
+ * tensor-core kernels write each block's share into scratch
+ * (att_dims::sums_part), then the shares are added in a fixed order. The
+ * CUDA-core kernels have no sums (AWL_ERR_UNSUPPORTED, nothing written). */
+template <typename Run> int backward_with_sums(const awl_view *grad_sums, att_dims &a, Run run)
+{
+    if (!grad_sums) return run();
+    if (grad_sums->dtype != AWL_F32 || !tensor_cores()) return AWL_ERR_UNSUPPORTED;
+    float *sums = awlc_ptr<float>(grad_sums);
+    const int64_t M = 3 * (int64_t)a.H * a.D;
+    const int chunks = a.B * ((a.T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS);
+    if (chunks == 0) return awlc_fill(grad_sums, 0.0);
+    const size_t bytes = (size_t)chunks * (size_t)M * sizeof(float);
+    a.sums_part = (float *)awlc_scratch_alloc(bytes);
+    if (!a.sums_part) return AWL_ERR_OOM;
+    int st = run();
+    if (st == AWL_OK)
+        st = awlc_sum_partials(a.sums_part, M, chunks, sums, 1, "attention_backward (sums)");
+    awlc_scratch_free(a.sums_part, bytes);
+    return st;
+}
+
 int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                             const awl_view *dout, const awl_view *q, const awl_view *k,
                             const awl_view *v, const awl_view *out, const awl_view *lse,
-                            double scale, bool causal, const awl_dropout_args *dropout)
+                            const awl_view *grad_sums, double scale, bool causal,
+                            const awl_dropout_args *dropout)
 {
     const int64_t *shape = q->shape;
     att_dims a;
@@ -601,9 +624,11 @@ int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vi
             !heads_of(v, shape, dt, &hv) || !heads_of(out, shape, dt, &ho))
             return AWL_ERR_UNSUPPORTED;
         AWLC_TRY_STATUS(awlc_enter(dq->data));
-        if (a.B * a.H * a.T == 0) return AWL_OK;
-        return a.D <= 64 ? bwd_launch<64>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a)
-                         : bwd_launch<128>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a);
+        return backward_with_sums(grad_sums, a, [&]() -> int {
+            if (a.B * a.H * a.T == 0) return AWL_OK;
+            return a.D <= 64 ? bwd_launch<64>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a)
+                             : bwd_launch<128>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a);
+        });
     };
     if (q->dtype == AWL_F32) return run(float());
     if (q->dtype == AWL_BF16) return run(awl_bf16());

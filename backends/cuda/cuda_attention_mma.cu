@@ -86,7 +86,7 @@
 namespace
 {
 
-const int BR = 64;       /* rows of a tile */
+const int BR = ATT_MMA_ROWS; /* rows of a tile */
 const int THREADS = 128; /* 4 warps x 16 rows */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
@@ -417,6 +417,44 @@ __device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
             if (c + 1 < a.D) dst[c + 1] = awlc_cast<T>(acc[nb][2 * i + 1] * mul[i]);
         }
     }
+}
+
+/* The block's share of the backward's column sums (att_dims::sums_part):
+ * its 64 rows of one gradient (`part`: 0 dq, 1 dk, 2 dv) summed as
+ * store_rows writes them (acc times mul, rounded to T), rows past T left
+ * out. Each warp adds its 16 rows with shuffles (the lanes of one t hold
+ * the same columns), then the four warps' sums are added in warp order
+ * through shared memory (red: 4 x DP floats that the block no longer
+ * uses), so the sums are the same every run. Every thread calls it. */
+template <typename T, int DP>
+__device__ void store_column_sums(float *red, const float acc[DP / 8][4], const float mul[2],
+                                  const att_dims &a, int b, int h, int tile, int part, int r0,
+                                  int g, int t)
+{
+    const int warp = threadIdx.x / 32, ntiles = (a.T + BR - 1) / BR;
+#pragma unroll
+    for (int nb = 0; nb < DP / 8; nb++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                if (tile * BR + r0 + g + 8 * i < a.T)
+                    s += awlc_cast<float>(awlc_cast<T>(acc[nb][2 * i + j] * mul[i]));
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 16);
+            if (g == 0) red[warp * DP + nb * 8 + 2 * t + j] = s;
+        }
+    __syncthreads();
+    float *dst = a.sums_part + ((int64_t)(b * ntiles + tile) * 3 + part) * a.H * a.D + h * a.D;
+    for (int c = threadIdx.x; c < a.D; c += THREADS) {
+        float s = red[c];
+#pragma unroll
+        for (int w = 1; w < THREADS / 32; w++) s += red[w * DP + c];
+        dst[c] = s;
+    }
+    __syncthreads(); /* red is read before a second call writes it */
 }
 
 /* Multiplies a warp's 16 x 64 tile w of weights (C fragments: lane (g, t)
@@ -808,6 +846,11 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
     store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
+    if (a.sums_part) {
+        float *red = reinterpret_cast<float *>(smem_bytes);
+        store_column_sums<typename M::elem, DP>(red, gk, sc, a, b, h, kt, 1, r0, g, t);
+        store_column_sums<typename M::elem, DP>(red, gv, one, a, b, h, kt, 2, r0, g, t);
+    }
 }
 
 /* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = M (dO V^T),
@@ -881,6 +924,9 @@ __global__ void __launch_bounds__(THREADS)
     }
     const float sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
+    if (a.sums_part)
+        store_column_sums<typename M::elem, DP>(reinterpret_cast<float *>(smem_bytes), gq, sc, a, b,
+                                                h, qt, 0, r0, g, t);
 }
 
 /* Starts loading a stored 64 x 64 dS^T tile (ds_tile) into shared memory,
@@ -936,6 +982,9 @@ __global__ void __launch_bounds__(THREADS)
     }
     const float sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
+    if (a.sums_part)
+        store_column_sums<typename M::elem, DP>(reinterpret_cast<float *>(smem_bytes), gq, sc, a, b,
+                                                h, qt, 0, r0, g, t);
 }
 
 /* The backward in one pass (D <= 64): dK and dV of a key tile as in
@@ -1324,7 +1373,7 @@ int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16>
     if (!split && !one_pass &&
         backward_stored_m<bf16_mma>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a))
         return st;
-    if (a.D <= 64 && !split && (a.dropout || one_pass))
+    if (a.D <= 64 && !split && (a.dropout || one_pass) && !a.sums_part)
         return backward_fused_m<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     return backward_d<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
@@ -1347,7 +1396,7 @@ int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
         (fast ? backward_stored_m<tf32_mma<1>>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a)
               : backward_stored_m<tf32_mma<3>>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a)))
         return st;
-    if (a.D <= 64 && !split) {
+    if (a.D <= 64 && !split && !a.sums_part) {
         return fast ? backward_fused_m<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
                     : backward_fused_m<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     }
