@@ -348,7 +348,8 @@ typedef struct awl_backend {
      * dv): the bias gradient of the layer that made q, k and v
      * (awl_node_offer_grad_sums). AWL_ERR_UNSUPPORTED, before anything
      * is written, if the backend does not write them; the framework then
-     * calls again without, and sums the gradient itself. */
+     * calls again without, and sums the gradient itself (the CPU and CUDA
+     * backends write them). */
     int (*attention_forward)(const awl_view *out, const awl_view *lse, const awl_view *q,
                              const awl_view *k, const awl_view *v, double scale, bool causal,
                              const awl_dropout_args *dropout);

@@ -422,36 +422,34 @@ __device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
 /* The block's share of the backward's column sums (att_dims::sums_part):
  * its 64 rows of one gradient (`part`: 0 dq, 1 dk, 2 dv) summed as
  * store_rows writes them (acc times mul, rounded to T), rows past T left
- * out. Each warp adds its 16 rows with shuffles (the lanes of one t hold
- * the same columns), then the four warps' sums are added in warp order
- * through shared memory (red: 4 x DP floats that the block no longer
- * uses), so the sums are the same every run. Every thread calls it. */
+ * out. The rows go through shared memory (red: 64 rows of DP + 1 floats
+ * that the block no longer uses), where a thread adds up a column in row
+ * order, so the sums are the same every run. Through memory rather than
+ * shuffles: the kernels run at their register limit (the dK/dV kernel at
+ * 168 a thread), and the shuffles' partial sums made the compiler spill
+ * inside the main loop. Every thread calls it. */
 template <typename T, int DP>
 __device__ void store_column_sums(float *red, const float acc[DP / 8][4], const float mul[2],
                                   const att_dims &a, int b, int h, int tile, int part, int r0,
                                   int g, int t)
 {
-    const int warp = threadIdx.x / 32, ntiles = (a.T + BR - 1) / BR;
+    const int RS = DP + 1, ntiles = (a.T + BR - 1) / BR;
 #pragma unroll
-    for (int nb = 0; nb < DP / 8; nb++)
+    for (int i = 0; i < 2; i++) {
+        const int row = r0 + g + 8 * i;
+        const bool inside = tile * BR + row < a.T;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            float s = 0.0f;
+        for (int nb = 0; nb < DP / 8; nb++)
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-                if (tile * BR + r0 + g + 8 * i < a.T)
-                    s += awlc_cast<float>(awlc_cast<T>(acc[nb][2 * i + j] * mul[i]));
-            s += __shfl_xor_sync(0xffffffffu, s, 4);
-            s += __shfl_xor_sync(0xffffffffu, s, 8);
-            s += __shfl_xor_sync(0xffffffffu, s, 16);
-            if (g == 0) red[warp * DP + nb * 8 + 2 * t + j] = s;
-        }
+            for (int j = 0; j < 2; j++)
+                red[row * RS + nb * 8 + 2 * t + j] =
+                    inside ? awlc_cast<float>(awlc_cast<T>(acc[nb][2 * i + j] * mul[i])) : 0.0f;
+    }
     __syncthreads();
     float *dst = a.sums_part + ((int64_t)(b * ntiles + tile) * 3 + part) * a.H * a.D + h * a.D;
     for (int c = threadIdx.x; c < a.D; c += THREADS) {
-        float s = red[c];
-#pragma unroll
-        for (int w = 1; w < THREADS / 32; w++) s += red[w * DP + c];
+        float s = 0.0f;
+        for (int r = 0; r < BR; r++) s += red[r * RS + c];
         dst[c] = s;
     }
     __syncthreads(); /* red is read before a second call writes it */
@@ -752,10 +750,13 @@ __device__ __forceinline__ W *ds_tile(W *ds, const att_dims &a, int ntiles, int 
  * storing dS^T, 3 (at most 168 registers a thread, its K and V fragments
  * re-read from shared memory for every query tile instead of held; 12
  * warps an SM instead of 8: on an H100 the gpt2-124m bf16 step 1% shorter
- * with dropout 0.1, as fast without, docs/cuda.md); else 1. */
-template <typename M, int DP, bool STORE> __host__ __device__ constexpr int dkdv_blocks()
+ * with dropout 0.1, as fast without, docs/cuda.md), or 2 where it also
+ * writes the column sums (SUMS: at 168 registers it spilled, 108 bytes a
+ * thread); else 1. */
+template <typename M, int DP, bool STORE, bool SUMS>
+__host__ __device__ constexpr int dkdv_blocks()
 {
-    return std::is_same<M, bf16_mma>::value && DP == 64 && STORE ? 3 : 1;
+    return std::is_same<M, bf16_mma>::value && DP == 64 && STORE ? (SUMS ? 2 : 3) : 1;
 }
 
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
@@ -763,8 +764,8 @@ template <typename M, int DP, bool STORE> __host__ __device__ constexpr int dkdv
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. With STORE it also
  * writes each dS^T tile, rounded as the products use it, to `ds_out` (ds_tile)
  * for dq_stored_kernel. */
-template <typename M, int DP, bool DROP, bool STORE = false>
-__global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
+template <typename M, int DP, bool DROP, bool STORE, bool SUMS>
+__global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE, SUMS>())
     dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
                 heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
                 heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a,
@@ -800,7 +801,7 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
 #pragma unroll
         for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
     /* with D = 128 they would spill; in 3 blocks an SM there is no room */
-    const bool hold = M::HOLD && DP == 64 && dkdv_blocks<M, DP, STORE>() == 1;
+    const bool hold = M::HOLD && DP == 64 && dkdv_blocks<M, DP, STORE, SUMS>() == 1;
     uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
     for (int qt = first; qt < ntiles; qt++) {
         int q0 = qt * BR, cur = (qt - first) & 1;
@@ -846,7 +847,7 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
     store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
-    if (a.sums_part) {
+    if (SUMS) {
         float *red = reinterpret_cast<float *>(smem_bytes);
         store_column_sums<typename M::elem, DP>(red, gk, sc, a, b, h, kt, 1, r0, g, t);
         store_column_sums<typename M::elem, DP>(red, gv, one, a, b, h, kt, 2, r0, g, t);
@@ -1187,15 +1188,17 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     att_dims a = a0;
     dim3 grid = tile_grid((a.T + BR - 1) / BR, &a);
     size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    if (ds) {
-        s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
-        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
-        dkdv_kernel<M, DP, DROP, true>
-            <<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
-    } else {
-        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
-        dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
-    }
+    if (ds) s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
+    auto dkdv = [&](auto kernel) -> int {
+        AWLC_TRY_STATUS(allow(kernel, s1));
+        kernel<<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
+        return AWL_OK;
+    };
+    const bool sums = a.sums_part != nullptr;
+    AWLC_TRY_STATUS(ds ? (sums ? dkdv(dkdv_kernel<M, DP, DROP, true, true>)
+                               : dkdv(dkdv_kernel<M, DP, DROP, true, false>))
+                       : (sums ? dkdv(dkdv_kernel<M, DP, DROP, false, true>)
+                               : dkdv(dkdv_kernel<M, DP, DROP, false, false>)));
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
     if (ds) {
         size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2);
