@@ -340,24 +340,14 @@ typedef struct awl_backend {
      * which is the mask the composed path applies for the same generator
      * state. A backend without dropout returns AWL_ERR_UNSUPPORTED for p >
      * 0, and the framework composes (softmax, the same mask, matmul). The
-     * backward gets the forward's arguments.
-     *
-     * grad_sums, in the backward: (3, H, D) float32 contiguous, or NULL:
-     * dq, dk and dv (in that order) summed over the batch and the
-     * positions, each value as written (rounded to the dtype of dq, dk,
-     * dv): the bias gradient of the layer that made q, k and v
-     * (awl_node_offer_grad_sums). AWL_ERR_UNSUPPORTED, before anything
-     * is written, if the backend does not write them; the framework then
-     * calls again without, and sums the gradient itself (the CPU and CUDA
-     * backends write them). */
+     * backward gets the forward's arguments. */
     int (*attention_forward)(const awl_view *out, const awl_view *lse, const awl_view *q,
                              const awl_view *k, const awl_view *v, double scale, bool causal,
                              const awl_dropout_args *dropout);
     int (*attention_backward)(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                               const awl_view *dout, const awl_view *q, const awl_view *k,
                               const awl_view *v, const awl_view *out, const awl_view *lse,
-                              const awl_view *grad_sums, double scale, bool causal,
-                              const awl_dropout_args *dropout);
+                              double scale, bool causal, const awl_dropout_args *dropout);
 
     /* out (M, N) = a (M, K) @ b (K, N) + bias (N) broadcast over the rows: a
      * linear layer's forward, the bias added as the product is written (a

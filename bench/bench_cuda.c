@@ -229,7 +229,7 @@ static int b_att_bwd(const void *c)
 {
     const views *x = c;
     return be->attention_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
-                                  x->v[7], x->v[8], NULL, x->d0, true, x->drop);
+                                  x->v[7], x->v[8], x->d0, true, x->drop);
 }
 static int b_index_add(const void *c)
 {

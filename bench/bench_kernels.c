@@ -307,7 +307,7 @@ static void attn_backward(void *p)
 {
     attn_case *c = p;
     if (B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
-                              &c->lse, NULL, 0.125, true, NULL) != AWL_OK)
+                              &c->lse, 0.125, true, NULL) != AWL_OK)
         exit(1);
 }
 

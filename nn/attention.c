@@ -204,8 +204,7 @@ static int sdpa_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
                    *dout = rows_contiguous(grad);
         if (!dq || !dk || !dv || !qc || !kc || !vc || !dout) return AWL_ERR_INVALID;
         awl_attention_args args = {c->scale, c->causal, ctx_dropout(c)};
-        int status =
-            awl_tensor_attention_backward(dq, dk, dv, dout, qc, kc, vc, out, lse, NULL, &args);
+        int status = awl_tensor_attention_backward(dq, dk, dv, dout, qc, kc, vc, out, lse, &args);
         if (status != AWL_ERR_UNSUPPORTED) {
             awl_tensor *all[3] = {dq, dk, dv};
             for (int i = 0; i < 3; i++) grads[i] = awl_node_needs_grad(node, i) ? all[i] : NULL;
@@ -315,20 +314,6 @@ static awl_tensor *merge_heads(awl_tensor *y)
                        AWL_SHAPE(y->shape[0], y->shape[2], y->shape[1] * y->shape[3]));
 }
 
-/* The fused backward on qkv's heads (views of dqkv, dout, qc, out), with
- * dqkv's column sums into sums (3C float32) unless it is NULL. */
-static int qkv_backward_kernel(awl_tensor *dqkv, awl_tensor *dout, awl_tensor *qc, awl_tensor *out,
-                               awl_tensor *lse, int h, awl_tensor *sums,
-                               const awl_attention_args *args)
-{
-    int64_t C = qc->shape[2] / 3, D = C / h;
-    return awl_tensor_attention_backward(
-        heads_view(dqkv, h, 0, D), heads_view(dqkv, h, C, D), heads_view(dqkv, h, 2 * C, D),
-        heads_view(dout, h, 0, D), heads_view(qc, h, 0, D), heads_view(qc, h, C, D),
-        heads_view(qc, h, 2 * C, D), heads_view(out, h, 0, D), lse,
-        sums ? awl_tensor_reshape(sums, AWL_SHAPE(3, h, D)) : NULL, args);
-}
-
 /* Saved: qkv, out, lse. */
 static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
@@ -343,20 +328,12 @@ static int attention_qkv_backward(awl_node *node, awl_tensor *grad, awl_tensor *
         if (!qc || !dout || !dqkv) return AWL_ERR_INVALID;
         int h = c->n_head;
         awl_attention_args args = {c->scale, c->causal, ctx_dropout(c)};
-        /* dqkv's column sums too, where qkv's producer (a linear layer)
-         * takes them as its bias gradient and the backend writes them */
-        awl_tensor *sums = awl_node_input_wants_grad_sums(node, 0)
-                               ? awl_tensor_new_on(qkv, AWL_SHAPE(3 * C), AWL_F32)
-                               : NULL;
-        int status = sums ? qkv_backward_kernel(dqkv, dout, qc, out, lse, h, sums, &args)
-                          : AWL_ERR_UNSUPPORTED;
-        if (status == AWL_ERR_UNSUPPORTED) {
-            sums = NULL;
-            status = qkv_backward_kernel(dqkv, dout, qc, out, lse, h, NULL, &args);
-        }
+        int status = awl_tensor_attention_backward(
+            heads_view(dqkv, h, 0, D), heads_view(dqkv, h, C, D), heads_view(dqkv, h, 2 * C, D),
+            heads_view(dout, h, 0, D), heads_view(qc, h, 0, D), heads_view(qc, h, C, D),
+            heads_view(qc, h, 2 * C, D), heads_view(out, h, 0, D), lse, &args);
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = dqkv;
-            if (status == AWL_OK && sums) status = awl_node_offer_grad_sums(node, 0, sums);
             return status;
         }
     }

@@ -98,17 +98,6 @@ static awl_tensor *weight_gradient(awl_node *node, int i, awl_tensor *a, awl_ten
     return awl_matmul(a, b);
 }
 
-/* The gradient of input j, a bias, from the sums that came with the node's
- * gradient (awl_node_want_grad_sums), or NULL: float32 where the bias is
- * float32 or widens (a bfloat16 cast of a float32 parameter), else cast to
- * the bias's dtype. */
-static awl_tensor *bias_gradient_given(awl_node *node, int j)
-{
-    awl_tensor *sums = awl_node_take_grad_sums(node);
-    if (!sums || node->inputs[j].dtype == AWL_F32 || awl_node_input_widens(node, j)) return sums;
-    return awl_cast(sums, node->inputs[j].dtype);
-}
-
 static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const linear_ctx *c = awl_node_ctx(node);
@@ -118,14 +107,10 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         awl_tensor *w = awl_node_saved(node, c->w_slot);
         grads[0] = awl_reshape(awl_matmul(g, w), node->inputs[0].ndim, node->inputs[0].shape);
     }
-    /* db: the sums that came with the gradient (awl_node_take_grad_sums),
-     * else from dW's product where it can, else a sum of its own */
-    awl_tensor *db = awl_node_needs_grad(node, 2) ? bias_gradient_given(node, 2) : NULL;
-    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x */
+    awl_tensor *db = NULL;
+    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x, and db with it where it can */
         awl_tensor *x2 = awl_reshape(awl_node_saved(node, c->x_slot), AWL_SHAPE(-1, in_f));
-        awl_tensor *sums = NULL;
-        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2, db ? -1 : 2, &sums);
-        if (!db) db = sums;
+        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2, 2, &db);
     }
     if (awl_node_needs_grad(node, 2)) grads[2] = db ? db : awl_sum(g, AWL_DIMS(0), false);
     return AWL_OK;
@@ -179,7 +164,6 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
         linear_ctx *c = awl_node_ctx(node);
         c->w_slot = awl_node_needs_grad(node, 0) ? awl_node_save(node, weight) : -1;
         c->x_slot = awl_node_needs_grad(node, 1) ? awl_node_save(node, x) : -1;
-        if (awl_node_needs_grad(node, 2)) awl_node_want_grad_sums(node);
     }
     return out;
 }

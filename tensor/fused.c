@@ -426,8 +426,7 @@ int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q
 
 int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
                                   awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *out,
-                                  awl_tensor *lse, awl_tensor *grad_sums,
-                                  const awl_attention_args *args)
+                                  awl_tensor *lse, const awl_attention_args *args)
 {
     const char *op = "awl_tensor_attention_backward";
     if (!dq || !dk || !dv || !dout || !q || !k || !v || !out || !lse || !args)
@@ -438,29 +437,17 @@ int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv
     if (check_devices(op, 9, (awl_tensor *[]){q, k, v, out, dout, dq, dk, dv, lse}) < 0 ||
         check_heads(op, 8, heads, names, lse, &layout_ok) < 0)
         return AWL_ERR_INVALID;
-    char s1[AWL_MAX_DIMS * 24], s2[AWL_MAX_DIMS * 24];
-    if (grad_sums && check_devices(op, 2, (awl_tensor *[]){q, grad_sums}) < 0)
-        return AWL_ERR_INVALID;
-    if (grad_sums && (grad_sums->dtype != AWL_F32 || grad_sums->ndim != 3 ||
-                      grad_sums->shape[0] != 3 || grad_sums->shape[1] != q->shape[1] ||
-                      grad_sums->shape[2] != q->shape[3] || !awl_is_contiguous(grad_sums)))
-        return awl_error(AWL_ERR_INVALID,
-                         "%s: grad_sums %s %s must be float32 (3, H, D), contiguous, for q %s", op,
-                         awl_dtype_name(grad_sums->dtype), awl_shape_str(grad_sums, s1, sizeof s1),
-                         awl_shape_str(q, s2, sizeof s2));
     if (!awl_fused_available(AWL_KERNEL_ATTENTION_BACKWARD, q) || !layout_ok)
         return AWL_ERR_UNSUPPORTED;
     awl_view vdq = awl_tensor_view(dq), vdk = awl_tensor_view(dk), vdv = awl_tensor_view(dv),
              vdo = awl_tensor_view(dout), vq = awl_tensor_view(q), vk = awl_tensor_view(k),
              vv = awl_tensor_view(v), vo = awl_tensor_view(out), vl = awl_tensor_view(lse);
-    awl_view vs = grad_sums ? awl_tensor_view(grad_sums) : (awl_view){0};
     awl_trace t;
     AWL_TRACE_BEGIN(&t, "attention_backward", q, AWL_WORK(GIVEN, attention_flops(q, k, args, 5)), 3,
                     8, (const awl_view *[]){&vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo});
     return kernel_status(op, awl_trace_end(&t, awl_tensor_backend(q)->attention_backward(
                                                    &vdq, &vdk, &vdv, &vdo, &vq, &vk, &vv, &vo, &vl,
-                                                   grad_sums ? &vs : NULL, args->scale,
-                                                   args->causal, args->dropout)));
+                                                   args->scale, args->causal, args->dropout)));
 }
 
 /* ---- dropout ------------------------------------------------------------------------------ */

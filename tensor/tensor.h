@@ -432,15 +432,12 @@ int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tens
 int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
                                       awl_tensor *lse, awl_tensor *targets, int ignore_index);
 /* q, k, v, out and their gradients (B, H, T, D) with a contiguous last axis
- * (any strides along B, H, T); lse (B, H, T) float32. grad_sums: NULL, or
- * (3, H, D) float32 for dq, dk and dv summed over batch and positions
- * (backend.h); AWL_ERR_UNSUPPORTED where the backend does not write them. */
+ * (any strides along B, H, T); lse (B, H, T) float32. */
 int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q, awl_tensor *k,
                                  awl_tensor *v, const awl_attention_args *args);
 int awl_tensor_attention_backward(awl_tensor *dq, awl_tensor *dk, awl_tensor *dv, awl_tensor *dout,
                                   awl_tensor *q, awl_tensor *k, awl_tensor *v, awl_tensor *out,
-                                  awl_tensor *lse, awl_tensor *grad_sums,
-                                  const awl_attention_args *args);
+                                  awl_tensor *lse, const awl_attention_args *args);
 /* out (M, N) = a (M, K) @ b (K, N) + bias (N). */
 int awl_tensor_matmul_bias(awl_tensor *out, awl_tensor *a, awl_tensor *b, awl_tensor *bias);
 /* pre (M, N) = a (M, K) @ b (K, N) + bias (N) (bias may be NULL) and out =

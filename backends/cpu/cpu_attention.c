@@ -400,28 +400,10 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     return AWL_OK;
 }
 
-/* sums (3, H, D) = dq, dk, dv summed over batch and positions: a thread
- * a (gradient, head), rows in order, so the sums are the same every run. */
-static void gradient_sums(float *sums, const heads g[3], int64_t B, int64_t H, int64_t T, int64_t D)
-{
-#pragma omp parallel for num_threads(awl_cpu_team(3 * H)) schedule(static)
-    for (int64_t gh = 0; gh < 3 * H; gh++) {
-        float *s = sums + gh * D;
-        for (int64_t d = 0; d < D; d++) s[d] = 0.0f;
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < T; t++) {
-                const float *row = row_of(&g[gh / H], b, gh % H, t);
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) s[d] += row[d];
-            }
-    }
-}
-
 int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
-                               const awl_view *dout, const awl_view *q, const awl_view *k,
-                               const awl_view *v, const awl_view *out, const awl_view *lse,
-                               const awl_view *grad_sums, double scale, bool causal,
-                               const awl_dropout_args *dropout)
+                           const awl_view *dout, const awl_view *q, const awl_view *k,
+                           const awl_view *v, const awl_view *out, const awl_view *lse,
+                           double scale, bool causal, const awl_dropout_args *dropout)
 {
     const awl_dropout_args *drop = active(dropout);
     const int64_t *shape = q->shape;
@@ -429,17 +411,11 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     lse_view hl;
     if (!heads_of(q, shape, &hq) || !heads_of(k, shape, &hk) || !heads_of(v, shape, &hv) ||
         !heads_of(out, shape, &ho) || !heads_of(dq, shape, &hdq) || !heads_of(dk, shape, &hdk) ||
-        !heads_of(dv, shape, &hdv) || !heads_of(dout, shape, &hdo) || !lse_of(lse, shape, &hl) ||
-        (grad_sums && grad_sums->dtype != AWL_F32))
+        !heads_of(dv, shape, &hdv) || !heads_of(dout, shape, &hdo) || !lse_of(lse, shape, &hl))
         return AWL_ERR_UNSUPPORTED;
     const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3], Tp = round_up(T, BLOCK),
                   ld = row_stride(Tp), Tr = round_up(T, ROWS);
-    const heads grads[3] = {hdq, hdk, hdv};
-    float *sums = grad_sums ? (float *)grad_sums->data + grad_sums->offset : NULL;
-    if (B * H * T == 0) {
-        if (sums) gradient_sums(sums, grads, B, H, T, D);
-        return AWL_OK;
-    }
+    if (B * H * T == 0) return AWL_OK;
     int nt;
     /* k and v transposed; P and dS (Tr x ld each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
@@ -536,6 +512,5 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         }
     }
     free(scratch);
-    if (sums) gradient_sums(sums, grads, B, H, T, D);
     return AWL_OK;
 }

@@ -215,7 +215,6 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
 int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                                const awl_view *dout, const awl_view *q, const awl_view *k,
                                const awl_view *v, const awl_view *out, const awl_view *lse,
-                               const awl_view *grad_sums, double scale, bool causal,
-                               const awl_dropout_args *dropout);
+                               double scale, bool causal, const awl_dropout_args *dropout);
 
 #endif

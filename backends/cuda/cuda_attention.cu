@@ -520,47 +520,10 @@ int awlc_attention_set_rung(const char *value)
 namespace
 {
 
-/* sums (3, H, D) = dq, dk, dv summed over batch and positions, after the
- * CUDA-core kernels (which have no sums of their own): a block a
- * (gradient, head), a thread a column adding its rows in order. */
-template <typename T>
-__global__ void head_sums_kernel(heads<T> dq, heads<T> dk, heads<T> dv, att_dims a, float *sums)
-{
-    const int part = blockIdx.x / a.H, h = blockIdx.x % a.H;
-    const heads<T> &g = part == 0 ? dq : part == 1 ? dk : dv;
-    for (int d = threadIdx.x; d < a.D; d += blockDim.x) {
-        float s = 0.0f;
-        for (int b = 0; b < a.B; b++)
-            for (int t = 0; t < a.T; t++) s += awlc_cast<float>(row_ptr(g, b, h, t)[d]);
-        sums[(int64_t)blockIdx.x * a.D + d] = s;
-    }
-}
-
-/* The tensor-core backward, with the column sums into sums (3, H, D) where
- * it is not NULL: each block writes its share (att_dims::sums_part, in
- * scratch), then the shares are added in a fixed order. */
-template <typename T>
-int mma_backward(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const heads<T> &dout,
-                 const heads<T> &q, const heads<T> &k, const heads<T> &v, const lse_ref &l,
-                 const float *Dv, att_dims a, float *sums)
-{
-    if (!sums) return awlc_attention_mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
-    const int64_t M = 3 * (int64_t)a.H * a.D;
-    const int chunks = a.B * ((a.T + ATT_MMA_ROWS - 1) / ATT_MMA_ROWS);
-    const size_t bytes = (size_t)chunks * (size_t)M * sizeof(float);
-    a.sums_part = (float *)awlc_scratch_alloc(bytes);
-    if (!a.sums_part) return AWL_ERR_OOM;
-    int st = awlc_attention_mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
-    if (st == AWL_OK)
-        st = awlc_sum_partials(a.sums_part, M, chunks, sums, 1, "attention_backward (sums)");
-    awlc_scratch_free(a.sums_part, bytes);
-    return st;
-}
-
 template <int DP, typename T>
 int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const heads<T> &dout,
                const heads<T> &q, const heads<T> &k, const heads<T> &v, const heads<T> &out,
-               const lse_ref &l, const att_dims &a, float *sums)
+               const lse_ref &l, const att_dims &a)
 {
     int64_t rows = (int64_t)a.B * a.H * a.T;
     size_t dbytes = (size_t)rows * sizeof(float);
@@ -569,7 +532,7 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
     int st = rowdot(Dv, dout, out, a);
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.H);
     if (st == AWL_OK && tensor_cores()) {
-        st = mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a, sums);
+        st = awlc_attention_mma_backward(dq, dk, dv, dout, q, k, v, l, Dv, a);
         awlc_scratch_free(Dv, dbytes);
         return st;
     }
@@ -583,10 +546,6 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
     if (st == AWL_OK) {
         attn_dq_kernel<DP, T><<<grid, ATT_THREADS, dq_smem(DP)>>>(dq, dout, q, k, v, l, Dv, a);
         st = awlc_check_launch("attention_backward dq");
-    }
-    if (st == AWL_OK && sums) {
-        head_sums_kernel<T><<<3 * a.H, 128>>>(dq, dk, dv, a, sums);
-        st = awlc_check_launch("attention_backward (sums)");
     }
     awlc_scratch_free(Dv, dbytes);
     return st;
@@ -625,14 +584,12 @@ int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_v
 int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                             const awl_view *dout, const awl_view *q, const awl_view *k,
                             const awl_view *v, const awl_view *out, const awl_view *lse,
-                            const awl_view *grad_sums, double scale, bool causal,
-                            const awl_dropout_args *dropout)
+                            double scale, bool causal, const awl_dropout_args *dropout)
 {
     const int64_t *shape = q->shape;
     att_dims a;
     lse_ref l;
-    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal, dropout) || !lse_of(lse, shape, &l) ||
-        (grad_sums && grad_sums->dtype != AWL_F32))
+    if (q->ndim != 4 || !dims_ok(shape, &a, scale, causal, dropout) || !lse_of(lse, shape, &l))
         return AWL_ERR_UNSUPPORTED;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
@@ -644,10 +601,9 @@ int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_vi
             !heads_of(v, shape, dt, &hv) || !heads_of(out, shape, dt, &ho))
             return AWL_ERR_UNSUPPORTED;
         AWLC_TRY_STATUS(awlc_enter(dq->data));
-        if (a.B * a.H * a.T == 0) return grad_sums ? awlc_fill(grad_sums, 0.0) : AWL_OK;
-        float *sums = grad_sums ? awlc_ptr<float>(grad_sums) : nullptr;
-        return a.D <= 64 ? bwd_launch<64>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a, sums)
-                         : bwd_launch<128>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a, sums);
+        if (a.B * a.H * a.T == 0) return AWL_OK;
+        return a.D <= 64 ? bwd_launch<64>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a)
+                         : bwd_launch<128>(hdq, hdk, hdv, hdo, hq, hk, hv, ho, l, a);
     };
     if (q->dtype == AWL_F32) return run(float());
     if (q->dtype == AWL_BF16) return run(awl_bf16());

@@ -12,9 +12,6 @@
 #include "backends/cuda/cuda_common.cuh"
 #include "common/dropout.h"
 
-/* Rows of a tensor-core kernel's tile, and so of a chunk of sums_part. */
-const int ATT_MMA_ROWS = 64;
-
 /* A (B, H, T, D) tensor: base pointer and strides along B, H, T. */
 template <typename T> struct heads {
     T *p;
@@ -40,10 +37,6 @@ struct att_dims {
     float drop_scale;
     uint64_t seed, offset;
     int group; /* the tensor-core kernels' block order: block_of */
-    /* the backward's column sums (awl_node_offer_grad_sums), or nullptr:
-     * each block's share, (B * n, 3, H, D) float32, n = ceil(T /
-     * ATT_MMA_ROWS), row b * n + tile; dq, dk, dv summed over its rows */
-    float *sums_part;
 };
 
 template <typename T>
@@ -104,8 +97,7 @@ bool awlc_attention_one_pass(void);
 /* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).
  * By default a dK/dV kernel that also stores dS^T, then a dQ kernel that
  * reads it back (scratch of B H T^2 / 2 elements under the causal mask, up
- * to 1 GiB); beyond that, as the "split" and "one-pass" settings choose
- * (the two kernels, never one pass, where a.sums_part is set). */
+ * to 1 GiB); beyond that, as the "split" and "one-pass" settings choose. */
 int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16> &dk,
                                 const heads<awl_bf16> &dv, const heads<awl_bf16> &dout,
                                 const heads<awl_bf16> &q, const heads<awl_bf16> &k,

@@ -86,7 +86,7 @@
 namespace
 {
 
-const int BR = ATT_MMA_ROWS; /* rows of a tile */
+const int BR = 64;       /* rows of a tile */
 const int THREADS = 128; /* 4 warps x 16 rows */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
@@ -419,42 +419,6 @@ __device__ void store_rows(const heads<T> &x, int b, int h, int t0, int r0,
     }
 }
 
-/* The block's share of the backward's column sums (att_dims::sums_part):
- * its 64 rows of one gradient (`part`: 0 dq, 1 dk, 2 dv) summed as
- * store_rows writes them (acc times mul, rounded to T), rows past T left
- * out. The rows go through shared memory (red: 64 rows of DP + 1 floats
- * that the block no longer uses), where a thread adds up a column in row
- * order, so the sums are the same every run. Through memory rather than
- * shuffles: the kernels run at their register limit (the dK/dV kernel at
- * 168 a thread), and the shuffles' partial sums made the compiler spill
- * inside the main loop. Every thread calls it. */
-template <typename T, int DP>
-__device__ void store_column_sums(float *red, const float acc[DP / 8][4], const float mul[2],
-                                  const att_dims &a, int b, int h, int tile, int part, int r0,
-                                  int g, int t)
-{
-    const int RS = DP + 1, ntiles = (a.T + BR - 1) / BR;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int row = r0 + g + 8 * i;
-        const bool inside = tile * BR + row < a.T;
-#pragma unroll
-        for (int nb = 0; nb < DP / 8; nb++)
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                red[row * RS + nb * 8 + 2 * t + j] =
-                    inside ? awlc_cast<float>(awlc_cast<T>(acc[nb][2 * i + j] * mul[i])) : 0.0f;
-    }
-    __syncthreads();
-    float *dst = a.sums_part + ((int64_t)(b * ntiles + tile) * 3 + part) * a.H * a.D + h * a.D;
-    for (int c = threadIdx.x; c < a.D; c += THREADS) {
-        float s = 0.0f;
-        for (int r = 0; r < BR; r++) s += red[r * RS + c];
-        dst[c] = s;
-    }
-    __syncthreads(); /* red is read before a second call writes it */
-}
-
 /* Multiplies a warp's 16 x 64 tile w of weights (C fragments: lane (g, t)
  * holds query rows row and row + 8, keys key0 + nb * 8 + 2 t and + 1, row
  * = the warp's first row + g; key0 a multiple of 64) by their dropout
@@ -750,13 +714,10 @@ __device__ __forceinline__ W *ds_tile(W *ds, const att_dims &a, int ntiles, int 
  * storing dS^T, 3 (at most 168 registers a thread, its K and V fragments
  * re-read from shared memory for every query tile instead of held; 12
  * warps an SM instead of 8: on an H100 the gpt2-124m bf16 step 1% shorter
- * with dropout 0.1, as fast without, docs/cuda.md), or 2 where it also
- * writes the column sums (SUMS: at 168 registers it spilled, 108 bytes a
- * thread); else 1. */
-template <typename M, int DP, bool STORE, bool SUMS>
-__host__ __device__ constexpr int dkdv_blocks()
+ * with dropout 0.1, as fast without, docs/cuda.md); else 1. */
+template <typename M, int DP, bool STORE> __host__ __device__ constexpr int dkdv_blocks()
 {
-    return std::is_same<M, bf16_mma>::value && DP == 64 && STORE ? (SUMS ? 2 : 3) : 1;
+    return std::is_same<M, bf16_mma>::value && DP == 64 && STORE ? 3 : 1;
 }
 
 /* dK, dV for 64 keys; the warp owns keys k0 + r0 + g (+ 8). Walks the query
@@ -764,8 +725,8 @@ __host__ __device__ constexpr int dkdv_blocks()
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. With STORE it also
  * writes each dS^T tile, rounded as the products use it, to `ds_out` (ds_tile)
  * for dq_stored_kernel. */
-template <typename M, int DP, bool DROP, bool STORE, bool SUMS>
-__global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE, SUMS>())
+template <typename M, int DP, bool DROP, bool STORE = false>
+__global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
     dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
                 heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
                 heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a,
@@ -801,7 +762,7 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE, SUMS>())
 #pragma unroll
         for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
     /* with D = 128 they would spill; in 3 blocks an SM there is no room */
-    const bool hold = M::HOLD && DP == 64 && dkdv_blocks<M, DP, STORE, SUMS>() == 1;
+    const bool hold = M::HOLD && DP == 64 && dkdv_blocks<M, DP, STORE>() == 1;
     uint32_t kf[DP / M::KS][4], vf[DP / M::KS][4];
     for (int qt = first; qt < ntiles; qt++) {
         int q0 = qt * BR, cur = (qt - first) & 1;
@@ -847,11 +808,6 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE, SUMS>())
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
     store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
-    if (SUMS) {
-        float *red = reinterpret_cast<float *>(smem_bytes);
-        store_column_sums<typename M::elem, DP>(red, gk, sc, a, b, h, kt, 1, r0, g, t);
-        store_column_sums<typename M::elem, DP>(red, gv, one, a, b, h, kt, 2, r0, g, t);
-    }
 }
 
 /* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = M (dO V^T),
@@ -925,9 +881,6 @@ __global__ void __launch_bounds__(THREADS)
     }
     const float sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
-    if (a.sums_part)
-        store_column_sums<typename M::elem, DP>(reinterpret_cast<float *>(smem_bytes), gq, sc, a, b,
-                                                h, qt, 0, r0, g, t);
 }
 
 /* Starts loading a stored 64 x 64 dS^T tile (ds_tile) into shared memory,
@@ -983,9 +936,6 @@ __global__ void __launch_bounds__(THREADS)
     }
     const float sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
-    if (a.sums_part)
-        store_column_sums<typename M::elem, DP>(reinterpret_cast<float *>(smem_bytes), gq, sc, a, b,
-                                                h, qt, 0, r0, g, t);
 }
 
 /* The backward in one pass (D <= 64): dK and dV of a key tile as in
@@ -1188,17 +1138,15 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     att_dims a = a0;
     dim3 grid = tile_grid((a.T + BR - 1) / BR, &a);
     size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    if (ds) s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
-    auto dkdv = [&](auto kernel) -> int {
-        AWLC_TRY_STATUS(allow(kernel, s1));
-        kernel<<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
-        return AWL_OK;
-    };
-    const bool sums = a.sums_part != nullptr;
-    AWLC_TRY_STATUS(ds ? (sums ? dkdv(dkdv_kernel<M, DP, DROP, true, true>)
-                               : dkdv(dkdv_kernel<M, DP, DROP, true, false>))
-                       : (sums ? dkdv(dkdv_kernel<M, DP, DROP, false, true>)
-                               : dkdv(dkdv_kernel<M, DP, DROP, false, false>)));
+    if (ds) {
+        s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
+        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
+        dkdv_kernel<M, DP, DROP, true>
+            <<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
+    } else {
+        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
+        dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+    }
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
     if (ds) {
         size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2);
@@ -1376,7 +1324,7 @@ int awlc_attention_mma_backward(const heads<awl_bf16> &dq, const heads<awl_bf16>
     if (!split && !one_pass &&
         backward_stored_m<bf16_mma>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a))
         return st;
-    if (a.D <= 64 && !split && (a.dropout || one_pass) && !a.sums_part)
+    if (a.D <= 64 && !split && (a.dropout || one_pass))
         return backward_fused_m<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     return backward_d<bf16_mma>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
 }
@@ -1399,7 +1347,7 @@ int awlc_attention_mma_backward(const heads<float> &dq, const heads<float> &dk,
         (fast ? backward_stored_m<tf32_mma<1>>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a)
               : backward_stored_m<tf32_mma<3>>(&st, dq, dk, dv, dout, q, k, v, lse, Dv, a)))
         return st;
-    if (a.D <= 64 && !split && !a.sums_part) {
+    if (a.D <= 64 && !split) {
         return fast ? backward_fused_m<tf32_mma<1>>(dq, dk, dv, dout, q, k, v, lse, Dv, a)
                     : backward_fused_m<tf32_mma<3>>(dq, dk, dv, dout, q, k, v, lse, Dv, a);
     }

@@ -89,12 +89,6 @@ unsigned awlc_grid_for(int64_t n, int threads);
 void *awlc_scratch_alloc(size_t nbytes);
 void awlc_scratch_free(void *ptr, size_t nbytes);
 
-/* sums[c * s_sums] = the sum over i < chunks of part[i * M + c], chunks in
- * a fixed order (the same sums every run): the last step of column sums
- * made as partial sums of row chunks (a bias's gradient). */
-int awlc_sum_partials(const float *part, int64_t M, int chunks, float *sums, int64_t s_sums,
-                      const char *what);
-
 /* ---- element types ------------------------------------------------------------- */
 
 /* Arithmetic happens in Compute<T>: float for float32 and bfloat16 (bf16 is
@@ -557,8 +551,7 @@ int awlc_attention_forward(const awl_view *out, const awl_view *lse, const awl_v
 int awlc_attention_backward(const awl_view *dq, const awl_view *dk, const awl_view *dv,
                             const awl_view *dout, const awl_view *q, const awl_view *k,
                             const awl_view *v, const awl_view *out, const awl_view *lse,
-                            const awl_view *grad_sums, double scale, bool causal,
-                            const awl_dropout_args *dropout);
+                            double scale, bool causal, const awl_dropout_args *dropout);
 
 /* cuda_profile.cu: device time, NVTX ranges and the chip's peak (backend.h) */
 void *awlc_marker_record(int device);

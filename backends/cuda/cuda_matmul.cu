@@ -733,23 +733,16 @@ int column_sums(const awl_view *sums, const awl_view *a)
     column_sums_part<<<dim3((unsigned)col_blocks, (unsigned)chunks), dim3(32, SUM_LANES)>>>(
         awlc_ptr<awl_bf16>(a), ld, M, K, chunk, part);
     int st = awlc_check_launch("matmul_wide (bias gradient)");
-    if (st == AWL_OK)
-        st = awlc_sum_partials(part, M, (int)chunks, awlc_ptr<float>(sums), sums->strides[0],
-                               "matmul_wide (bias gradient)");
+    if (st == AWL_OK) {
+        column_sums_finish<<<(unsigned)((M + 31) / 32), dim3(32, SUM_LANES)>>>(
+            part, M, (int)chunks, awlc_ptr<float>(sums), sums->strides[0]);
+        st = awlc_check_launch("matmul_wide (bias gradient)");
+    }
     awlc_scratch_free(part, bytes);
     return st;
 }
 
 } // namespace
-
-int awlc_sum_partials(const float *part, int64_t M, int chunks, float *sums, int64_t s_sums,
-                      const char *what)
-{
-    if (M == 0) return AWL_OK;
-    column_sums_finish<<<(unsigned)((M + 31) / 32), dim3(32, SUM_LANES)>>>(part, M, chunks, sums,
-                                                                           s_sums);
-    return awlc_check_launch(what);
-}
 
 /* ---- out (float32) = a @ b (bfloat16): mixed precision's weight gradients ---------- */
 

@@ -406,8 +406,7 @@ static const awl_dropout_args *dropout_of(const ac_args *a)
     return a->dropout.p > 0 ? &a->dropout : NULL;
 }
 
-/* forward: out, lse, q, k, v; backward: dq, dk, dv, dout, q, k, v, out, lse,
- * then grad_sums or NULL (v[9] is NULL past the case's operands). */
+/* forward: out, lse, q, k, v; backward: dq, dk, dv, dout, q, k, v, out, lse. */
 static int call_att(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
     return b->attention_forward(v[0], v[1], v[2], v[3], v[4], a->scale, a->flag, dropout_of(a));
@@ -415,8 +414,8 @@ static int call_att(const awl_backend *b, awl_view *const *v, const ac_args *a)
 
 static int call_att_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
-    return b->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
-                                 a->scale, a->flag, dropout_of(a));
+    return b->attention_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], a->scale,
+                                 a->flag, dropout_of(a));
 }
 
 /* Scaled, masked scores (B, H, T, T). */
@@ -492,18 +491,6 @@ static int ref_att_bwd(const ac_case *c, double *const *in, double **ref)
     int rc = 0;
     for (int i = 0; i < 3 && rc == 0; i++)
         rc = ac_values(grads[i], ref[i], ac_numel(4, c->op[i].shape));
-    if (rc == 0 && c->n > 9) { /* grad_sums (3, H, D): each gradient over b and t */
-        const int64_t *s = c->op[0].shape, B = s[0], H = s[1], T = s[2], D = s[3];
-        for (int i = 0; i < 3; i++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t d = 0; d < D; d++) {
-                    double sum = 0;
-                    for (int64_t b = 0; b < B; b++)
-                        for (int64_t t = 0; t < T; t++)
-                            sum += ref[i][((b * H + h) * T + t) * D + d];
-                    ref[9][(i * H + h) * D + d] = sum;
-                }
-    }
     return rc;
 }
 
@@ -600,13 +587,6 @@ static void attention_cases(ac_list *l)
                         ac_add(&b, heads(names[w], AC_IN, dt, sh, w, packed));
                     ac_add(&b, heads_transposed("out", AC_IN, dt, sh));
                     ac_add(&b, ac_operand_new("lse", AC_IN, AWL_F32, 3, bht, AC_CONTIG));
-                    ac_push(l, &b);
-                    if (!packed || d) continue;
-                    /* with the bias gradient's sums (optional: a backend may
-                     * decline them) */
-                    snprintf(b.layout, sizeof b.layout, "%.48s, sums", layout);
-                    ac_add(&b, ac_operand_new("grad_sums", AC_OUT, AWL_F32, 3,
-                                              (int64_t[]){3, sh[1], sh[3]}, AC_CONTIG));
                     ac_push(l, &b);
                 }
 }

@@ -442,7 +442,7 @@ static void free_buffers(const ac_case *c, buffer *b)
 static int run_once(const ac_case *c, buffer *b, bool second, bool strict, result *r)
 {
     awl_view views[AC_MAX_OPERANDS];
-    awl_view *vp[AC_MAX_OPERANDS] = {NULL}; /* NULL past the case's operands */
+    awl_view *vp[AC_MAX_OPERANDS];
     for (int k = 0; k < c->n; k++) {
         const ac_operand *o = &c->op[k];
         buffer *own = &b[o->alias >= 0 ? o->alias : k];

@@ -68,8 +68,7 @@ typedef struct ac_args {
 
 typedef struct ac_case ac_case;
 
-/* The call under test: the views are the operands', in order (NULL past the
- * last, so that a call may read an optional operand a case leaves out). */
+/* The call under test: the views are the operands', in order. */
 typedef int (*ac_call_fn)(const awl_backend *b, awl_view *const *v, const ac_args *a);
 /* Writes ref[k] (row-major over operand k's shape) for every OUT and INOUT
  * operand, from in[k] (the values of every operand, an INOUT's initial
