@@ -31,12 +31,10 @@
  *     get a float32 gradient (awl_node_input_widens), which the cast then
  *     passes on as it is; where it meets a bfloat16 one, they are summed in
  *     float32;
- *   - gradient copies and sums: a node whose backward casts its gradient
- *     to a narrower dtype, or sums it over all but its last axis (a bias's
- *     gradient), may get the cast or the sums already made, written beside
- *     the gradient by the kernel that writes it (awl_node_offer_grad_copy,
- *     awl_node_offer_grad_sums); the engine drops them whenever the
- *     gradient they were made from is summed or taken.
+ *   - gradient copies: a node whose backward casts its gradient to a
+ *     narrower dtype may get it cast already, written beside the gradient
+ *     by the consumer's kernel (awl_node_offer_grad_copy); the engine drops
+ *     a copy whenever the gradient it was made from is summed or taken.
  *
  * The engine is re-entrant: activation checkpointing runs a nested backward
  * from inside a node's backward function.
@@ -96,7 +94,7 @@ static awl_node *heap_pop(ready_heap *h)
  * inside and outside the segment), so every pass puts them back. */
 typedef struct scratch {
     awl_node *node;
-    awl_tensor *grad, *grad_copy, *grad_sums;
+    awl_tensor *grad, *grad_copy;
     int pending;
     bool needed;
 } scratch;
@@ -158,9 +156,8 @@ static void collect(pass *p, awl_node *root)
             p->capacity = p->capacity ? 2 * p->capacity : 64;
             p->nodes = awl_xrealloc(p->nodes, (size_t)p->capacity * sizeof *p->nodes);
         }
-        p->nodes[p->n_nodes++] =
-            (scratch){n, n->grad, n->grad_copy, n->grad_sums, n->pending, n->needed};
-        n->grad = n->grad_copy = n->grad_sums = NULL;
+        p->nodes[p->n_nodes++] = (scratch){n, n->grad, n->grad_copy, n->pending, n->needed};
+        n->grad = n->grad_copy = NULL;
         n->pending = 0;
         n->needed = !p->targets || target_index(p, n) >= 0;
         for (int i = 0; i < n->n_inputs && !n->needed; i++)
@@ -184,10 +181,8 @@ static void restore_scratch(pass *p)
         scratch *s = &p->nodes[k];
         awl_release(s->node->grad);
         awl_release(s->node->grad_copy);
-        awl_release(s->node->grad_sums);
         s->node->grad = s->grad;
         s->node->grad_copy = s->grad_copy;
-        s->node->grad_sums = s->grad_sums;
         s->node->pending = s->pending;
         s->node->needed = s->needed;
     }
@@ -208,14 +203,12 @@ static awl_tensor *sum_to_input_shape(awl_tensor *g, const awl_node_input *in)
     return awl_reshape(r, in->ndim, in->shape);
 }
 
-/* Drops what was made from a node's gradient beside it, its copy
- * (awl_node_offer_grad_copy) and its sums (awl_node_offer_grad_sums),
- * which no longer match the gradient. */
-static void drop_grad_derived(awl_node *n)
+/* Drops a node's copy of its gradient (awl_node_offer_grad_copy), which
+ * no longer matches the gradient. */
+static void drop_grad_copy(awl_node *n)
 {
     awl_release(n->grad_copy);
-    awl_release(n->grad_sums);
-    n->grad_copy = n->grad_sums = NULL;
+    n->grad_copy = NULL;
 }
 
 /* Adds g into a node's pending gradient. */
@@ -225,7 +218,7 @@ static int accumulate_into_node(pass *p, awl_node *target, awl_tensor *g)
         target->grad = awl_retain(g);
         return AWL_OK;
     }
-    drop_grad_derived(target); /* made from the gradient before this sum */
+    drop_grad_copy(target); /* a copy of the gradient before this sum */
     awl_tensor *have = target->grad;
     if (have->dtype != g->dtype) {
         /* a gradient widened past a cast (awl_node_input_widens) meets one
@@ -291,24 +284,17 @@ awl_tensor *awl_node_take_pending_grad(awl_node *node, int i)
         memcmp(g->shape, in->shape, (size_t)in->ndim * sizeof(int64_t)) != 0)
         return NULL;
     in->node->grad = NULL;
-    drop_grad_derived(in->node); /* g will be summed into another gradient */
+    drop_grad_copy(in->node); /* g will be summed into another gradient */
     return awl_adopt(g);
-}
-
-/* Input i's producer when the gradient node returns for it will be the
- * producer's whole gradient: nothing delivered yet, no other edge to come
- * (pending counts the edges still to deliver, this node's among them). */
-static awl_node *whole_gradient_to(const awl_node *node, int i)
-{
-    if (awl_is_grad_enabled() || !node || i < 0 || i >= node->n_inputs) return NULL;
-    awl_node *src = node->inputs[i].node;
-    return src && src->needed && !src->grad && src->pending == 1 ? src : NULL;
 }
 
 bool awl_node_input_wants_grad_copy(const awl_node *node, int i, awl_dtype *dtype)
 {
-    const awl_node *src = whole_gradient_to(node, i);
-    if (!src || !src->wants_grad_copy) return false;
+    if (awl_is_grad_enabled() || !node || i < 0 || i >= node->n_inputs) return false;
+    const awl_node *src = node->inputs[i].node;
+    /* pending counts the edges still to deliver, this node's among them */
+    if (!src || !src->needed || !src->wants_grad_copy || src->grad || src->pending != 1)
+        return false;
     *dtype = src->grad_copy_dtype;
     return true;
 }
@@ -324,7 +310,7 @@ int awl_node_offer_grad_copy(awl_node *node, int i, awl_tensor *copy)
                          "producer did not ask for, or of another shape or dtype",
                          node ? node->base.name : "(null)", i);
     awl_node *src = node->inputs[i].node;
-    awl_release(src->grad_copy);
+    drop_grad_copy(src);
     src->grad_copy = awl_retain(copy);
     return AWL_OK;
 }
@@ -335,35 +321,6 @@ awl_tensor *awl_node_take_grad_copy(awl_node *node, awl_dtype dtype)
     awl_tensor *copy = node->grad_copy;
     node->grad_copy = NULL;
     return awl_adopt(copy);
-}
-
-bool awl_node_input_wants_grad_sums(const awl_node *node, int i)
-{
-    const awl_node *src = whole_gradient_to(node, i);
-    return src && src->wants_grad_sums;
-}
-
-int awl_node_offer_grad_sums(awl_node *node, int i, awl_tensor *sums)
-{
-    const awl_node_input *in = node && i >= 0 && i < node->n_inputs ? &node->inputs[i] : NULL;
-    if (!sums || !in || in->ndim < 1 || !awl_node_input_wants_grad_sums(node, i) ||
-        sums->dtype != AWL_F32 || sums->ndim != 1 || sums->shape[0] != in->shape[in->ndim - 1])
-        return awl_error(AWL_ERR_INVALID,
-                         "awl_node_offer_grad_sums: %s offered gradient sums that input %d's "
-                         "producer did not ask for, or not float32 (last axis) sums",
-                         node ? node->base.name : "(null)", i);
-    awl_node *src = in->node;
-    awl_release(src->grad_sums);
-    src->grad_sums = awl_retain(sums);
-    return AWL_OK;
-}
-
-awl_tensor *awl_node_take_grad_sums(awl_node *node)
-{
-    if (!node || !node->grad_sums) return NULL;
-    awl_tensor *sums = node->grad_sums;
-    node->grad_sums = NULL;
-    return awl_adopt(sums);
 }
 
 /* Runs one node: its backward function, then hands each input's gradient
@@ -393,7 +350,7 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
         const awl_node_input *in = &n->inputs[i];
         if (!in->node || !in->node->needed || !grads[i]) continue;
         awl_tensor *gi = sum_to_input_shape(grads[i], in);
-        if (gi != grads[i]) drop_grad_derived(in->node); /* made from grads[i], not its sum */
+        if (gi != grads[i]) drop_grad_copy(in->node); /* a copy of grads[i], not of its sum */
         if (!gi || gi->ndim != in->ndim ||
             memcmp(gi->shape, in->shape, (size_t)in->ndim * sizeof(int64_t)) != 0) {
             char s1[160], s2[160];
@@ -437,7 +394,7 @@ static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
         awl_profiler_end();
         awl_scope_end();
         awl_release(g);
-        drop_grad_derived(n); /* what its backward did not take */
+        drop_grad_copy(n); /* one its backward did not take */
         for (int i = 0; status == AWL_OK && i < n->n_inputs; i++) {
             awl_node *next = n->inputs[i].node;
             if (next && next->needed && --next->pending == 0) heap_push(&ready, next);

@@ -91,7 +91,6 @@ static void node_destroy(awl_node_base *base)
     }
     awl_release(n->grad);
     awl_release(n->grad_copy);
-    awl_release(n->grad_sums);
     free(n->inputs);
     free(n);
 }
@@ -205,13 +204,6 @@ void awl_node_want_grad_copy(awl_node *node, awl_dtype dtype)
     node->wants_grad_copy = true;
     node->grad_copy_dtype = dtype;
 }
-
-void awl_node_want_grad_sums(awl_node *node)
-{
-    if (node) node->wants_grad_sums = true;
-}
-
-bool awl_node_wants_grad_sums(const awl_node *node) { return node && node->wants_grad_sums; }
 
 bool awl_node_needs_grad(const awl_node *node, int i)
 {

@@ -73,14 +73,10 @@ struct awl_node {
      * to grad_copy_dtype */
     bool wants_grad_copy;
     awl_dtype grad_copy_dtype;
-    /* awl_node_want_grad_sums: the backward sums the gradient it is given
-     * over every axis but the last */
-    bool wants_grad_sums;
 
     /* engine scratch, valid during one backward pass */
     awl_tensor *grad;
     awl_tensor *grad_copy; /* grad in grad_copy_dtype, or NULL */
-    awl_tensor *grad_sums; /* grad summed over all but its last axis, or NULL */
     int pending;
     int visit;
     bool needed;
@@ -154,37 +150,6 @@ int awl_node_offer_grad_copy(awl_node *node, int i, awl_tensor *copy);
 /* In a producer's backward: the copy of the gradient it is given, in
  * dtype, taken from the engine (the current scope owns it), or NULL. */
 awl_tensor *awl_node_take_grad_copy(awl_node *node, awl_dtype dtype);
-
-/* A gradient with its sums over every axis but the last (float32, one per
- * column), written by the kernel that writes the gradient. A linear
- * layer's bias gradient is those sums of its output's gradient: a pass
- * that reads the whole gradient again, where the kernel that writes it
- * can add its columns up as it goes: a LayerNorm's backward, for the
- * layer that ends the residual branch added just before it (through the
- * addition, which passes the sums on). The same protocol as the copies
- * above: the consumer asks
- * when it is recorded (awl_node_want_grad_sums), the producer of its
- * gradient checks that the gradient reaches it whole
- * (awl_node_input_wants_grad_sums) and hands the sums over with it
- * (awl_node_offer_grad_sums), the consumer takes them
- * (awl_node_take_grad_sums) instead of summing; the engine drops them
- * whenever the gradient changes. A node whose backward passes its
- * gradient on unchanged to an input (a residual addition without dropout)
- * may pass the sums on as well: it asks for them when that input's
- * producer does (awl_node_wants_grad_sums). Without create_graph only. */
-void awl_node_want_grad_sums(awl_node *node);
-/* Whether node (an input's producer, while recording) asks for sums. */
-bool awl_node_wants_grad_sums(const awl_node *node);
-/* During a backward that is not recorded: whether input i's producer wants
- * its gradient's sums and will get the whole gradient this node returns for
- * it (the conditions of awl_node_input_wants_grad_copy). */
-bool awl_node_input_wants_grad_sums(const awl_node *node, int i);
-/* Hands sums (float32, of the gradient this backward returns in grads[i],
- * one per element of input i's last axis) to input i's producer. */
-int awl_node_offer_grad_sums(awl_node *node, int i, awl_tensor *sums);
-/* In the consumer's backward: the sums of the gradient it is given, taken
- * from the engine (the current scope owns them), or NULL. */
-awl_tensor *awl_node_take_grad_sums(awl_node *node);
 
 static inline void *awl_node_ctx(awl_node *node) { return node->ctx; }
 

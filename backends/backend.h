@@ -308,17 +308,11 @@ typedef struct awl_backend {
      * x, or NULL: dx written a second time, rounded to bfloat16 (the cast
      * that a bfloat16 branch of the residual stream reads,
      * awl_node_offer_grad_copy); AWL_ERR_UNSUPPORTED if the backend does
-     * not write it, and the framework casts dx itself. dx_sums (C) float32,
-     * or NULL: dx summed over the rows, of its values as dx_copy holds them
-     * where dx_copy is given (the bias gradient of the layer whose output
-     * the residual addition before this LayerNorm adds,
-     * awl_node_offer_grad_sums); AWL_ERR_UNSUPPORTED, before anything is
-     * written, if the backend does not write them, and the framework calls
-     * again without. */
+     * not write it, and the framework casts dx itself. */
     int (*layernorm_backward)(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                               const awl_view *dy, const awl_view *x, const awl_view *weight,
                               const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
-                              const awl_view *dx_copy, const awl_view *dx_sums);
+                              const awl_view *dx_copy);
 
     /* Cross-entropy per row: logits (N, V); targets int32 (N); loss (N) =
      * logsumexp(logits[i]) - logits[i, t_i], 0 where t_i == ignore_index;

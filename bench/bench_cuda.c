@@ -208,7 +208,7 @@ static int b_ln_bwd(const void *c)
 {
     const views *x = c;
     return be->layernorm_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5], x->v[6],
-                                  x->v[7], x->v[8], x->v[9], NULL);
+                                  x->v[7], x->v[8], x->v[9]);
 }
 static int b_ce(const void *c)
 {

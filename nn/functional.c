@@ -98,17 +98,6 @@ static awl_tensor *weight_gradient(awl_node *node, int i, awl_tensor *a, awl_ten
     return awl_matmul(a, b);
 }
 
-/* The gradient of input j, a bias, from the sums that came with the node's
- * gradient (awl_node_want_grad_sums), or NULL: float32 where the bias is
- * float32 or widens (a bfloat16 cast of a float32 parameter), else cast to
- * the bias's dtype. */
-static awl_tensor *bias_gradient_given(awl_node *node, int j)
-{
-    awl_tensor *sums = awl_node_take_grad_sums(node);
-    if (!sums || node->inputs[j].dtype == AWL_F32 || awl_node_input_widens(node, j)) return sums;
-    return awl_cast(sums, node->inputs[j].dtype);
-}
-
 static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const linear_ctx *c = awl_node_ctx(node);
@@ -118,14 +107,10 @@ static int linear_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
         awl_tensor *w = awl_node_saved(node, c->w_slot);
         grads[0] = awl_reshape(awl_matmul(g, w), node->inputs[0].ndim, node->inputs[0].shape);
     }
-    /* db: the sums that came with the gradient (awl_node_take_grad_sums),
-     * else from dW's product where it can, else a sum of its own */
-    awl_tensor *db = awl_node_needs_grad(node, 2) ? bias_gradient_given(node, 2) : NULL;
-    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x */
+    awl_tensor *db = NULL;
+    if (c->x_slot >= 0) { /* dW (out, in) = g^T @ x, and db with it where it can */
         awl_tensor *x2 = awl_reshape(awl_node_saved(node, c->x_slot), AWL_SHAPE(-1, in_f));
-        awl_tensor *sums = NULL;
-        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2, db ? -1 : 2, &sums);
-        if (!db) db = sums;
+        grads[1] = weight_gradient(node, 1, awl_transpose(g, 0, 1), x2, 2, &db);
     }
     if (awl_node_needs_grad(node, 2)) grads[2] = db ? db : awl_sum(g, AWL_DIMS(0), false);
     return AWL_OK;
@@ -179,7 +164,6 @@ awl_tensor *awl_linear(awl_tensor *x, awl_tensor *weight, awl_tensor *bias)
         linear_ctx *c = awl_node_ctx(node);
         c->w_slot = awl_node_needs_grad(node, 0) ? awl_node_save(node, weight) : -1;
         c->x_slot = awl_node_needs_grad(node, 1) ? awl_node_save(node, x) : -1;
-        if (awl_node_needs_grad(node, 2)) awl_node_want_grad_sums(node);
     }
     return out;
 }
@@ -427,11 +411,6 @@ static int dropout_add_backward(awl_node *node, awl_tensor *grad, awl_tensor **g
             if (c->d.p > 0.0) g = awl_nn_dropout_at(g, &c->d);
         }
         grads[1] = g;
-        /* without dropout the branch's gradient is grad (or its copy), so
-         * its sums, where they came with grad, are the branch's too */
-        awl_tensor *sums = c->d.p == 0.0 ? awl_node_take_grad_sums(node) : NULL;
-        if (sums && awl_node_input_wants_grad_sums(node, 1))
-            return awl_node_offer_grad_sums(node, 1, sums);
     }
     return AWL_OK;
 }
@@ -463,11 +442,8 @@ static void record_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h,
                                      (awl_tensor *[]){x, h}, sizeof *c);
     if (!node) return;
     *(dropout_add_ctx *)awl_node_ctx(node) = *c;
-    /* a bfloat16 branch's gradient is the cast of the stream's; without
-     * dropout, its sums are the stream's (dropout_add_backward) */
+    /* a bfloat16 branch's gradient is the cast of the stream's */
     if (c->d.p == 0.0 && h->dtype != x->dtype) awl_node_want_grad_copy(node, h->dtype);
-    if (c->d.p == 0.0 && awl_node_wants_grad_sums(node->inputs[1].node))
-        awl_node_want_grad_sums(node);
 }
 
 /* x + dropout(h) with c's draw: the kernel, or the composed ops. */
@@ -856,34 +832,24 @@ static int layer_norm_backward(awl_node *node, awl_tensor *grad, awl_tensor **gr
         if (!xc || !dx || (need_w && !dw) || (need_b && !db)) return AWL_ERR_INVALID;
         if (awl_node_needs_grad(node, 0)) pending = awl_node_take_pending_grad(node, 0);
         /* dx rounded to bfloat16 as well, where x's producer (a residual
-         * addition) would cast dx for its bfloat16 branch, and dx's column
-         * sums, where that producer passes them on to its branch's last
-         * layer as its bias gradient; each dropped where the backend
-         * declines it (the consumers then cast and sum themselves) */
+         * addition) would cast dx for its bfloat16 branch */
         awl_dtype copy_dtype;
-        awl_tensor *copy = NULL, *sums = NULL;
+        awl_tensor *copy = NULL;
         if (awl_node_input_wants_grad_copy(node, 0, &copy_dtype) && copy_dtype == AWL_BF16 &&
             x->dtype == AWL_F32)
             copy = awl_tensor_new_on(x, x->ndim, x->shape, copy_dtype);
-        if (awl_node_input_wants_grad_sums(node, 0)) sums = awl_tensor_new_on(x, 1, &C, AWL_F32);
         int status =
-            awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending, copy, sums);
-        if (status == AWL_ERR_UNSUPPORTED && sums) {
-            sums = NULL;
-            status = awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending,
-                                                   copy, NULL);
-        }
-        if (status == AWL_ERR_UNSUPPORTED && copy) {
+            awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending, copy);
+        if (status == AWL_ERR_UNSUPPORTED && copy) { /* the producer casts instead */
             copy = NULL;
-            status = awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending,
-                                                   NULL, NULL);
+            status =
+                awl_tensor_layernorm_backward(dx, dw, db, grad, xc, w, mean, rstd, pending, NULL);
         }
         if (status != AWL_ERR_UNSUPPORTED) {
             grads[0] = awl_node_needs_grad(node, 0) ? dx : NULL;
             grads[1] = dw;
             grads[2] = db;
             if (status == AWL_OK && copy) status = awl_node_offer_grad_copy(node, 0, copy);
-            if (status == AWL_OK && sums) status = awl_node_offer_grad_sums(node, 0, sums);
             return status;
         }
     }

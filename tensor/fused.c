@@ -248,14 +248,14 @@ int awl_tensor_dropout_add_layernorm(awl_tensor *sum, awl_tensor *out, awl_tenso
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
                                   awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
                                   awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add,
-                                  awl_tensor *dx_copy, awl_tensor *dx_sums)
+                                  awl_tensor *dx_copy)
 {
     const char *op = "awl_tensor_layernorm_backward";
     if (!dx || !dy || !x || !mean || !rstd) return AWL_ERR_INVALID;
     int64_t C = last_dim(x), rows = C ? awl_numel(x) / C : 0;
-    if (check_devices(op, 11,
-                      (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add,
-                                       dx_copy, dx_sums}) < 0 ||
+    if (check_devices(
+            op, 10,
+            (awl_tensor *[]){x, dx, dweight, dbias, dy, weight, mean, rstd, dx_add, dx_copy}) < 0 ||
         check_shape(op, "dx", dx, x) < 0 || check_shape(op, "dy", dy, x) < 0 ||
         check_shape(op, "dx_add", dx_add, x) < 0 ||
         check_dtype(op, "dx_add", dx_add, x->dtype) < 0 ||
@@ -269,14 +269,12 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         check_dtype(op, "mean", mean, AWL_F32) < 0 || check_dtype(op, "rstd", rstd, AWL_F32) < 0 ||
         check_numel(op, "mean", mean, rows) < 0 || check_numel(op, "rstd", rstd, rows) < 0 ||
         check_numel(op, "weight", weight, C) < 0 || check_numel(op, "dweight", dweight, C) < 0 ||
-        check_numel(op, "dbias", dbias, C) < 0 ||
-        check_dtype(op, "dx_sums", dx_sums, AWL_F32) < 0 ||
-        check_numel(op, "dx_sums", dx_sums, C) < 0)
+        check_numel(op, "dbias", dbias, C) < 0)
         return AWL_ERR_INVALID;
-    awl_view v[6], *p[6];
+    awl_view v[5], *p[5];
     if (!awl_fused_available(AWL_KERNEL_LAYERNORM_BACKWARD, x) || !awl_is_contiguous(x) ||
         !awl_is_contiguous(dx) || (dx_copy && !awl_is_contiguous(dx_copy)) ||
-        !vectors_of(6, (awl_tensor *[]){dweight, dbias, weight, mean, rstd, dx_sums}, v, p))
+        !vectors_of(5, (awl_tensor *[]){dweight, dbias, weight, mean, rstd}, v, p))
         return AWL_ERR_UNSUPPORTED;
     awl_scope_begin();
     awl_tensor *dyc = awl_tensor_contiguous(dy), *addc = dx_add ? awl_tensor_contiguous(dx_add) : NULL;
@@ -294,10 +292,10 @@ int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tenso
         awl_trace k;
         AWL_TRACE_BEGIN(&k, "layernorm_backward", x, AWL_WORK(OUTPUT, addc ? 15 : 14), n_out, n,
                         views);
-        status = kernel_status(
-            op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
-                                      &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4],
-                                      addc ? &vadd : NULL, dx_copy ? &vcopy : NULL, p[5])));
+        status =
+            kernel_status(op, awl_trace_end(&k, awl_tensor_backend(x)->layernorm_backward(
+                                                    &vdx, p[0], p[1], &vdy, &vx, p[2], p[3], p[4],
+                                                    addc ? &vadd : NULL, dx_copy ? &vcopy : NULL)));
     }
     awl_scope_end();
     return status;

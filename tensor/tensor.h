@@ -421,12 +421,10 @@ int awl_tensor_dropout_add_layernorm(awl_tensor *sum, awl_tensor *out, awl_tenso
                                      awl_tensor *rstd, awl_tensor *x, awl_tensor *h,
                                      awl_tensor *weight, awl_tensor *bias, double eps,
                                      const awl_dropout_args *d);
-/* backend.h's layernorm_backward; dx_copy and dx_sums (float32, C) may be
- * NULL, and AWL_ERR_UNSUPPORTED where the backend does not write them. */
 int awl_tensor_layernorm_backward(awl_tensor *dx, awl_tensor *dweight, awl_tensor *dbias,
                                   awl_tensor *dy, awl_tensor *x, awl_tensor *weight,
                                   awl_tensor *mean, awl_tensor *rstd, awl_tensor *dx_add,
-                                  awl_tensor *dx_copy, awl_tensor *dx_sums);
+                                  awl_tensor *dx_copy);
 /* logits (..., V); targets, loss, lse and dloss of numel / V elements
  * (dloss may be a broadcast vector). */
 int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tensor *logits,

@@ -528,7 +528,7 @@ static void grad_profiled(awl_tensor *y, int n, awl_tensor *const *in, awl_tenso
 {
     awl_profiler_clear();
     ck_assert_int_eq(awl_profiler_start(), 0);
-    ck_assert_msg(awl_grad(y, n, in, grads, opts) == 0, "%s", awl_last_error());
+    ck_assert_int_eq(awl_grad(y, n, in, grads, opts), 0);
     awl_profiler_stop();
     awl_profile_totals t;
     ck_assert_int_eq(awl_profiler_totals(&t), 0);
@@ -839,64 +839,6 @@ START_TEST(test_tied_embedding_gradient)
 }
 END_TEST
 
-/* x + linear(a) then a LayerNorm, the sum read by one more op (as a
- * residual stream is): the linear's input a, its weight and bias (cast to
- * dt), and the loss's two weightings r, r2. */
-static awl_tensor *residual_branch_loss(awl_tensor *const *in, awl_dtype dt, awl_tensor *h_leaf,
-                                        awl_tensor **h_out)
-{
-    awl_tensor *h = h_leaf ? h_leaf : awl_linear(in[1], awl_cast(in[2], dt), awl_cast(in[3], dt));
-    if (h_out) *h_out = h;
-    awl_tensor *s = awl_dropout_add(in[0], h, 0.0, true);
-    awl_tensor *y = awl_layer_norm(s, NULL, NULL, 1e-5);
-    return awl_add(awl_sum_all(awl_mul(y, in[4])), awl_sum_all(awl_mul(s, in[5])));
-}
-
-/* The bias gradient of the layer that ends a residual branch comes with
- * the LayerNorm's backward after the addition (awl_node_offer_grad_sums,
- * passed on by the addition): no sum kernel, and the sums of the gradient
- * that reaches the branch (taken from a second graph that starts at a
- * detached branch). float32, and on CUDA a bfloat16 branch of a float32
- * stream (autocast's), whose sums are of the gradient rounded to bfloat16. */
-START_TEST(test_residual_bias_sums)
-{
-    const char *dev = awl_gc_device();
-    bool cuda = strcmp(dev, "cpu") != 0; /* the CPU has no bfloat16 products */
-    for (int bf = 0; bf < (cuda ? 2 : 1); bf++) {
-        awl_scope_begin();
-        awl_dtype dt = bf ? AWL_BF16 : AWL_F32;
-        awl_tensor *in[6] = {awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev),
-                             awl_cast(awl_randn(AWL_SHAPE(3, 5, 8), AWL_F32, dev), dt),
-                             awl_randn(AWL_SHAPE(16, 8), AWL_F32, dev),
-                             awl_randn(AWL_SHAPE(16), AWL_F32, dev),
-                             awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev),
-                             awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev)};
-        awl_requires_grad_(in[0], true);
-        awl_requires_grad_(in[3], true);
-        awl_tensor *h, *db, *dh;
-        int64_t sums;
-        grad_profiled(residual_branch_loss(in, dt, NULL, &h), 1, &in[3], &db, NULL, 1,
-                      (const char *[]){"sum"}, &sums);
-        ck_assert_msg(sums == 0, "bf16 %d: %lld sum kernels", bf, (long long)sums);
-        awl_tensor *leaf = awl_requires_grad_(awl_detach(h), true);
-        ck_assert_int_eq(awl_grad(residual_branch_loss(in, dt, leaf, NULL), 1, &leaf, &dh, NULL),
-                         0);
-        double *got = awl_gc_values(db), *g = awl_gc_values(dh), want[16] = {0}, mag[16] = {0};
-        for (int64_t i = 0; i < 15; i++)
-            for (int c = 0; c < 16; c++) {
-                want[c] += g[i * 16 + c];
-                mag[c] += fabs(g[i * 16 + c]);
-            }
-        for (int c = 0; c < 16; c++)
-            ck_assert_msg(fabs(got[c] - want[c]) <= 1e-5 * mag[c] + 1e-6,
-                          "bf16 %d: db[%d] %.9g, sum of dh %.9g", bf, c, got[c], want[c]);
-        free(got);
-        free(g);
-        awl_scope_end();
-    }
-}
-END_TEST
-
 START_TEST(test_cross_entropy_values)
 {
     awl_gc_begin(8);
@@ -1109,6 +1051,6 @@ int main(void)
                             test_embedding_layernorm_gelu, test_layer_norm_strided_params,
                             test_attention, test_block_mlp, test_fused_vs_composed,
                             test_residual_gradient_copy, test_dropout_add_layer_norm,
-                            test_tied_embedding_gradient, test_residual_bias_sums,
-                            test_cross_entropy_values, test_dropout, test_init);
+                            test_tied_embedding_gradient, test_cross_entropy_values, test_dropout,
+                            test_init);
 }

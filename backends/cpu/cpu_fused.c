@@ -202,28 +202,26 @@ static int64_t ln_chunk_rows(int64_t rows)
 
 /* dy, x, dx (rows, C); weight (C) or NULL; mean, rstd (rows) from forward;
  * dweight, dbias (C) written, each may be NULL; dx_add (rows, C) or NULL;
- * dx_copy (rows, C) bfloat16 or NULL: dx rounded, written beside it;
- * dx_sums (C) float32 or NULL: dx's column sums (of the copy's values).
+ * dx_copy (rows, C) bfloat16 or NULL: dx rounded, written beside it.
  * With xhat = (x - mean) rstd and g = dy * weight:
  *   dx = rstd (g - mean(g) - xhat mean(g xhat)) [+ dx_add],
  *   dweight = sum over rows of dy xhat, dbias = sum over rows of dy. */
 int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                                const awl_view *dy, const awl_view *x, const awl_view *weight,
                                const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
-                               const awl_view *dx_copy, const awl_view *dx_sums)
+                               const awl_view *dx_copy)
 {
     if (!rows_f32(dx) || !rows_f32(dy) || !rows_f32(x) || (dx_add && !rows_f32(dx_add)) ||
         (dx_copy && (dx_copy->dtype != AWL_BF16 || !awl_view_is_contiguous(dx_copy) ||
                      awl_view_numel(dx_copy) != awl_view_numel(dx))))
         return AWL_ERR_UNSUPPORTED;
     const int64_t C = last_dim(x), rows = C ? awl_view_numel(x) / C : 0;
-    char *pm, *pr, *pw = NULL, *pdw = NULL, *pdb = NULL, *pds = NULL;
-    int64_t sm, sr, sw = 0, sdw = 0, sdb = 0, sds = 0;
+    char *pm, *pr, *pw = NULL, *pdw = NULL, *pdb = NULL;
+    int64_t sm, sr, sw = 0, sdw = 0, sdb = 0;
     if (!vector_of(mean, AWL_F32, rows, &pm, &sm) || !vector_of(rstd, AWL_F32, rows, &pr, &sr) ||
         (weight && !vector_of(weight, AWL_F32, C, &pw, &sw)) ||
         (dweight && !vector_of(dweight, AWL_F32, C, &pdw, &sdw)) ||
-        (dbias && !vector_of(dbias, AWL_F32, C, &pdb, &sdb)) ||
-        (dx_sums && !vector_of(dx_sums, AWL_F32, C, &pds, &sds)))
+        (dbias && !vector_of(dbias, AWL_F32, C, &pdb, &sdb)))
         return AWL_ERR_UNSUPPORTED;
     const float *g0 = (const float *)cpu_view_ptr(dy), *x0 = (const float *)cpu_view_ptr(x);
     const float *w, *m0 = (const float *)pm, *r0 = (const float *)pr;
@@ -235,14 +233,12 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
     const float *add0 = dx_add ? (const float *)cpu_view_ptr(dx_add) : NULL;
     awl_bf16 *copy0 = dx_copy ? (awl_bf16 *)cpu_view_ptr(dx_copy) : NULL;
 
-    const bool partials = dweight || dbias || dx_sums;
+    const bool partials = dweight || dbias;
     const int64_t chunk = ln_chunk_rows(rows), nchunks = (rows + chunk - 1) / chunk;
-    /* Per chunk: C partial sums of dy*xhat, then C of dy, then (dx_sums)
-     * C of dx: a chunk's row of pc */
-    const int64_t pc = (dx_sums ? 3 : 2) * C;
+    /* Per chunk: C partial sums of dy*xhat, then C of dy. */
     double *part = NULL;
     if (partials && nchunks > 0) {
-        part = calloc((size_t)(nchunks * pc), sizeof *part);
+        part = calloc((size_t)(nchunks * 2 * C), sizeof *part);
         if (!part) {
             free(wcopy);
             return awl_error(AWL_ERR_OOM, "awl_cpu layernorm_backward: out of memory (%lld x %lld)",
@@ -252,8 +248,7 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
     int nt = awl_cpu_threads_for(rows * C, CPU_GRAIN_CHEAP);
 #pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(nchunks, nt))
     for (int64_t c = 0; c < nchunks; c++) {
-        double *pw_sum = part ? part + c * pc : NULL, *pb_sum = pw_sum ? pw_sum + C : NULL;
-        double *px_sum = part && dx_sums ? pw_sum + 2 * C : NULL;
+        double *pw_sum = part ? part + c * 2 * C : NULL, *pb_sum = pw_sum ? pw_sum + C : NULL;
         const int64_t r1 = (c + 1) * chunk < rows ? (c + 1) * chunk : rows;
         for (int64_t r = c * chunk; r < r1; r++) {
             const float *g = g0 + r * C, *xr = x0 + r * C;
@@ -303,11 +298,6 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
             if (copy0) {
                 awl_bf16 *copy = copy0 + r * C;
                 for (int64_t j = 0; j < C; j++) copy[j] = awl_float_to_bf16(d[j]);
-                if (px_sum)
-                    for (int64_t j = 0; j < C; j++) px_sum[j] += awl_bf16_to_float(copy[j]);
-            } else if (px_sum) {
-#pragma omp simd
-                for (int64_t j = 0; j < C; j++) px_sum[j] += d[j];
             }
         }
     }
@@ -315,18 +305,15 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
         /* 2 C nchunks adds (tens of thousands at a GPT's sizes): one thread
          * does them sooner than a second parallel region starts. Chunk 0's
          * partials gather the others, row by row, in chunk order. */
-        float *dw = (float *)pdw, *db = (float *)pdb, *ds = (float *)pds;
+        float *dw = (float *)pdw, *db = (float *)pdb;
         for (int64_t c = 1; c < nchunks; c++)
 #pragma omp simd
-            for (int64_t j = 0; j < pc; j++) part[j] += part[c * pc + j];
+            for (int64_t j = 0; j < 2 * C; j++) part[j] += part[c * 2 * C + j];
         for (int64_t j = 0; j < C; j++) {
             if (dw) dw[j * sdw] = (float)part[j];
             if (db) db[j * sdb] = (float)part[C + j];
-            if (ds) ds[j * sds] = (float)part[2 * C + j];
         }
         free(part);
-    } else if (pds) { /* no rows */
-        for (int64_t j = 0; j < C; j++) ((float *)pds)[j * sds] = 0.0f;
     }
     free(wcopy);
     return AWL_OK;

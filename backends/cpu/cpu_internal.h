@@ -192,7 +192,7 @@ int awl_cpu_layernorm_forward(const awl_view *out, const awl_view *mean, const a
 int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                                const awl_view *dy, const awl_view *x, const awl_view *weight,
                                const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
-                               const awl_view *dx_copy, const awl_view *dx_sums);
+                               const awl_view *dx_copy);
 int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
                                   const awl_view *targets, int ignore_index);
 int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,

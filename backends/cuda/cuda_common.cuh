@@ -534,7 +534,7 @@ int awlc_dropout_add_layernorm(const awl_view *sum, const awl_view *out, const a
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
                             const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
-                            const awl_view *dx_copy, const awl_view *dx_sums);
+                            const awl_view *dx_copy);
 
 /* cuda_matmul.cu; the "fp32_matmul" setting: "3xtf32" (the default: awl's
  * tensor-core kernel where it takes the product) or "sgemm" (cuBLAS's

@@ -31,12 +31,7 @@
  * dx_copy, when given (a float32 x), is dx again rounded to bfloat16, the
  * copy a bfloat16 branch of the residual stream reads
  * (awl_node_offer_grad_copy): half a write more, where a cast kernel would
- * read dx back and write the copy. dx_sums, when given, are dx's column
- * sums (of the copy's values where there is one): the bias gradient of the
- * layer whose output the residual addition before this LayerNorm adds
- * (awl_node_offer_grad_sums), kept in registers like dweight's partials
- * and added up the same way, where a column-sum kernel would read dx (or
- * its copy) again. The register path only.
+ * read dx back and write the copy.
  *
  * Dtypes: float32 and bfloat16 (x, out, weight, bias, dy, dx of one dtype;
  * arithmetic in float), and a float32 x with a bfloat16 out (forward) or dy
@@ -50,7 +45,6 @@
  * float64 gradient checks, so float64 is AWL_ERR_UNSUPPORTED and composed.
  */
 #include <algorithm>
-#include <type_traits>
 
 #include "backends/cuda/cuda_common.cuh"
 
@@ -238,7 +232,7 @@ __global__ void __launch_bounds__(256)
  * warp's dweight/dbias partials too (a lane always owns the same columns),
  * written to shared memory once at the end. dy's packs are V elements of
  * TG (8 bytes for a bfloat16 dy of a float32 x). */
-template <typename T, typename TG, int NP, bool SUMS>
+template <typename T, typename TG, int NP>
 __global__ void __launch_bounds__(256)
     ln_bwd_reg_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, const T *x, int64_t sx,
                       int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
@@ -250,7 +244,7 @@ __global__ void __launch_bounds__(256)
     extern __shared__ float acc[];
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
     int nw = blockDim.x / AWLC_WARP, np = (int)(C / V);
-    float w[NP][V], dw[NP][V], db[NP][V], ds[NP][V];
+    float w[NP][V], dw[NP][V], db[NP][V];
 #pragma unroll
     for (int j = 0; j < NP; j++) {
         int p = lane + AWLC_WARP * j;
@@ -259,7 +253,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int e = 0; e < V; e++) {
             w[j][e] = v.w && p < np ? awlc_cast<float>(pk.v[e]) : 1.0f;
-            dw[j][e] = db[j][e] = ds[j][e] = 0.0f;
+            dw[j][e] = db[j][e] = 0.0f;
         }
     }
     /* The next row's dy, x, mean and rstd are loaded before this row is
@@ -338,16 +332,12 @@ __global__ void __launch_bounds__(256)
                 float d = rs * (g[j][e] - am - xh[j][e] * bm);
                 o.v[e] = awlc_cast<T>(dadd ? d + awlc_cast<float>(add[j].v[e]) : d);
                 oc.v[e] = awlc_cast<awl_bf16>(awlc_cast<float>(o.v[e]));
-                if (SUMS) ds[j][e] += copyr ? awlc_cast<float>(oc.v[e]) : awlc_cast<float>(o.v[e]);
             }
             outr[p] = o;
             if (copyr) copyr[p] = oc;
         }
     }
     if (!partial) return;
-    /* the block's partial row: dweight's and dbias's sums, then the column
-     * sums (with `sums`) through the same shared memory, [warp][2C] */
-    const int64_t pc = (SUMS ? 3 : 2) * C;
 #pragma unroll
     for (int j = 0; j < NP; j++) {
         int p = lane + AWLC_WARP * j;
@@ -362,22 +352,7 @@ __global__ void __launch_bounds__(256)
     for (int64_t j = threadIdx.x; j < 2 * C; j += blockDim.x) {
         float s = 0;
         for (int k = 0; k < nw; k++) s += acc[(size_t)k * 2 * C + j];
-        partial[(size_t)blockIdx.x * pc + j] = s;
-    }
-    if (!SUMS) return;
-    __syncthreads(); /* every warp has read the first round */
-#pragma unroll
-    for (int j = 0; j < NP; j++) {
-        int p = lane + AWLC_WARP * j;
-        if (p >= np) continue;
-#pragma unroll
-        for (int e = 0; e < V; e++) acc[(size_t)warp * 2 * C + p * V + e] = ds[j][e];
-    }
-    __syncthreads();
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        float s = 0;
-        for (int k = 0; k < nw; k++) s += acc[(size_t)k * 2 * C + j];
-        partial[(size_t)blockIdx.x * pc + 2 * C + j] = s;
+        partial[(size_t)blockIdx.x * 2 * C + j] = s;
     }
 }
 
@@ -431,33 +406,29 @@ __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, con
     }
 }
 
-/* dweight[j], dbias[j] (and sums[j], float32, where given) = sums of the
- * blocks' partials, in a fixed order: block (32, 16) on 32 of the 2C (3C)
- * partial columns; thread y sums blocks
+/* dweight[j], dbias[j] = sums of the blocks' partials, in a fixed order:
+ * block (32, 16) on 32 of the 2C partial columns; thread y sums blocks
  * y, y + 16, ..., then thread 0 of each column adds the 16 sums in y order.
  * (One thread per column summing all blocks is 512 dependent loads deep.) */
 const int PS_Y = 16;
 
 template <typename T>
 __global__ void ln_sum_partials(const float *partial, int nblocks, int64_t C, T *dw, int64_t sdw,
-                                T *db, int64_t sdb, float *sums)
+                                T *db, int64_t sdb)
 {
     __shared__ float part[PS_Y][AWLC_WARP + 1];
-    const int64_t pc = (sums ? 3 : 2) * C; /* a block's partial row */
     int64_t j = (int64_t)blockIdx.x * AWLC_WARP + threadIdx.x;
     float s = 0;
-    if (j < pc)
-        for (int k = threadIdx.y; k < nblocks; k += PS_Y) s += partial[(size_t)k * pc + j];
+    if (j < 2 * C)
+        for (int k = threadIdx.y; k < nblocks; k += PS_Y) s += partial[(size_t)k * 2 * C + j];
     part[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
-    if (threadIdx.y != 0 || j >= pc) return;
+    if (threadIdx.y != 0 || j >= 2 * C) return;
     for (int y = 1; y < PS_Y; y++) s += part[y][threadIdx.x];
     if (j < C) {
         if (dw) dw[j * sdw] = awlc_cast<T>(s);
-    } else if (j < 2 * C) {
-        if (db) db[(j - C) * sdb] = awlc_cast<T>(s);
-    } else {
-        sums[j - 2 * C] = s;
+    } else if (db) {
+        db[(j - C) * sdb] = awlc_cast<T>(s);
     }
 }
 
@@ -540,15 +511,13 @@ int ln_forward_as(const awl_view *out, int64_t so, const awl_view *x, int64_t sx
 }
 
 /* The backward for x and dx of T and dy of TG, then dweight and dbias (T)
- * and the column sums (float32, sums: NULL for none) from the blocks'
- * partials. AWL_ERR_UNSUPPORTED, before any launch, for sums off the
- * register path. */
+ * from the blocks' partials. */
 template <typename T, typename TG>
 int ln_backward_as(const awl_view *dx, int64_t sdx, const awl_view *dy, int64_t sdy,
                    const awl_view *x, int64_t sx, int64_t rows, int64_t C, const ln_vecs &v,
                    int warps, int nblocks, size_t smem, float *partial, const awl_view *dweight,
                    int64_t sdw, const awl_view *dbias, int64_t sdb, const awl_view *dx_add,
-                   int64_t sda, const awl_view *dx_copy, int64_t sdc, float *sums)
+                   int64_t sda, const awl_view *dx_copy, int64_t sdc)
 {
     /* Five register rows of NP * V floats each: past 24 the compiler
      * spills, so wider rows take the generic kernel. */
@@ -558,36 +527,27 @@ int ln_backward_as(const awl_view *dx, int64_t sdx, const awl_view *dy, int64_t 
                  ? reg_packs<T>(C, x, sx, v)
                  : 0;
     if (np * (int)(16 / sizeof(T)) > 24) np = 0;
-    if (sums && np == 0) return AWL_ERR_UNSUPPORTED;
     T *d = awlc_ptr<T>(dx);
     const TG *gy = awlc_ptr<TG>(dy);
     const T *xp = awlc_ptr<T>(x), *add = dx_add ? awlc_ptr<T>(dx_add) : NULL;
     awl_bf16 *copy = dx_copy ? awlc_ptr<awl_bf16>(dx_copy) : NULL;
     const unsigned th = warps * AWLC_WARP;
-    auto launch = [&](auto kernel) {
-        kernel<<<nblocks, th, smem>>>(d, sdx, gy, sdy, xp, sx, rows, C, v, partial, add, sda, copy,
-                                      sdc);
-    };
-    /* the register kernel for NP packs a lane, with or without the sums */
-    auto reg = [&](auto np_tag) {
-        constexpr int NP = decltype(np_tag)::value;
-        sums ? launch(ln_bwd_reg_kernel<T, TG, NP, true>)
-             : launch(ln_bwd_reg_kernel<T, TG, NP, false>);
-    };
+#define LN_BWD_ARGS d, sdx, gy, sdy, xp, sx, rows, C, v, partial, add, sda, copy, sdc
     switch (np) {
-    case 1: reg(std::integral_constant<int, 1>()); break;
-    case 2: reg(std::integral_constant<int, 2>()); break;
-    case 3: reg(std::integral_constant<int, 3>()); break;
-    case 4: reg(std::integral_constant<int, 4>()); break;
-    case 6: reg(std::integral_constant<int, 6>()); break;
-    default: launch(ln_bwd_kernel<T, TG>);
+    case 1: ln_bwd_reg_kernel<T, TG, 1><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 2: ln_bwd_reg_kernel<T, TG, 2><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 3: ln_bwd_reg_kernel<T, TG, 3><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 4: ln_bwd_reg_kernel<T, TG, 4><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    case 6: ln_bwd_reg_kernel<T, TG, 6><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
+    default: ln_bwd_kernel<T, TG><<<nblocks, th, smem>>>(LN_BWD_ARGS);
     }
+#undef LN_BWD_ARGS
     AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
     if (!partial) return AWL_OK;
-    unsigned gs = (unsigned)(((sums ? 3 : 2) * C + AWLC_WARP - 1) / AWLC_WARP);
+    unsigned gs = (unsigned)((2 * C + AWLC_WARP - 1) / AWLC_WARP);
     ln_sum_partials<T><<<gs, dim3(AWLC_WARP, PS_Y)>>>(partial, nblocks, C,
                                                       dweight ? awlc_ptr<T>(dweight) : NULL, sdw,
-                                                      dbias ? awlc_ptr<T>(dbias) : NULL, sdb, sums);
+                                                      dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
     return awlc_check_launch("layernorm_backward partials");
 }
 
@@ -677,9 +637,9 @@ int awlc_dropout_add_layernorm(const awl_view *sum, const awl_view *out, const a
 int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const awl_view *dbias,
                             const awl_view *dy, const awl_view *x, const awl_view *weight,
                             const awl_view *mean, const awl_view *rstd, const awl_view *dx_add,
-                            const awl_view *dx_copy, const awl_view *dx_sums)
+                            const awl_view *dx_copy)
 {
-    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0, sda = 0, sdc = 0, sds = 0;
+    int64_t rows, C, sx, sdx, sdy, sdw = 0, sdb = 0, sda = 0, sdc = 0;
     ln_vecs v;
     const bool mixed = rounds_to_bf16(x, dy);
     if (ln_setup(x, mean, rstd, weight, NULL, &rows, &C, &sx, &v) != AWL_OK ||
@@ -688,10 +648,9 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
         (dx_add && !same_rows(dx_add, x->dtype, rows, C, &sda)) ||
         (dx_copy && (x->dtype != AWL_F32 || !same_rows(dx_copy, AWL_BF16, rows, C, &sdc))) ||
         (dweight && (dweight->dtype != x->dtype || !awlc_vector_of(dweight, C, &sdw))) ||
-        (dbias && (dbias->dtype != x->dtype || !awlc_vector_of(dbias, C, &sdb))) ||
-        (dx_sums && (dx_sums->dtype != AWL_F32 || !awlc_vector_of(dx_sums, C, &sds) || sds != 1)))
+        (dbias && (dbias->dtype != x->dtype || !awlc_vector_of(dbias, C, &sdb))))
         return AWL_ERR_UNSUPPORTED;
-    bool partials = dweight || dbias || dx_sums;
+    bool partials = dweight || dbias;
     int warps = partials ? (int)std::min<int64_t>(8, (int64_t)(LN_SMEM / (8 * (size_t)C))) : 8;
     if (warps < 1) return AWL_ERR_UNSUPPORTED; /* C > 6144: composed instead */
     AWLC_TRY_STATUS(awlc_enter(dx->data));
@@ -699,13 +658,11 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
         int st = AWL_OK;
         if (dweight) st = awlc_fill(dweight, 0.0);
         if (st == AWL_OK && dbias) st = awlc_fill(dbias, 0.0);
-        if (st == AWL_OK && dx_sums) st = awlc_fill(dx_sums, 0.0);
         return st;
     }
     int nblocks = (int)std::min<int64_t>((rows + warps - 1) / warps, LN_BLOCKS);
-    /* shared memory [warp][2C] (the sums reuse it); partial rows of 2C, 3C with the sums */
     size_t smem = partials ? (size_t)warps * 2 * C * sizeof(float) : 0;
-    size_t pbytes = (size_t)nblocks * (dx_sums ? 3 : 2) * C * sizeof(float);
+    size_t pbytes = (size_t)nblocks * 2 * C * sizeof(float);
     float *partial = NULL;
     if (partials) {
         partial = (float *)awlc_scratch_alloc(pbytes);
@@ -716,7 +673,7 @@ int awlc_layernorm_backward(const awl_view *dx, const awl_view *dweight, const a
                : x->dtype == AWL_F32 ? ln_backward_as<float, float>
                                      : ln_backward_as<awl_bf16, awl_bf16>;
     int st = run(dx, sdx, dy, sdy, x, sx, rows, C, v, warps, nblocks, smem, partial, dweight, sdw,
-                 dbias, sdb, dx_add, sda, dx_copy, sdc, dx_sums ? awlc_ptr<float>(dx_sums) : NULL);
+                 dbias, sdb, dx_add, sda, dx_copy, sdc);
     if (partial) awlc_scratch_free(partial, pbytes);
     return st;
 }

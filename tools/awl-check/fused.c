@@ -132,12 +132,12 @@ static int call_ln(const awl_backend *b, awl_view *const *v, const ac_args *a)
 }
 
 /* backward: dx, dy, x, mean, rstd [, weight, dweight, dbias] [, dx_add]
- * [, dx_copy] [, dx_sums]. */
+ * [, dx_copy]. */
 static int call_ln_bwd(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
     return b->layernorm_backward(v[0], a->flag ? v[6] : NULL, a->flag ? v[7] : NULL, v[1], v[2],
                                  a->flag ? v[5] : NULL, v[3], v[4], a->extra ? v[a->extra] : NULL,
-                                 a->extra2 ? v[a->extra2] : NULL, a->extra3 ? v[a->extra3] : NULL);
+                                 a->extra2 ? v[a->extra2] : NULL);
 }
 
 /* mean and 1/sqrt(var + eps) of the rows of x, composed. */
@@ -176,8 +176,6 @@ static int ref_ln_bwd(const ac_case *c, double *const *in, double **ref)
         c->args.extra ? awl_add(grads[0], ac_cpu_tensor(c, in, c->args.extra)) : grads[0];
     int rc = ac_values(dx, ref[0], n);
     if (c->args.extra2 && rc == 0) rc = ac_values(dx, ref[c->args.extra2], n); /* dx_copy */
-    if (c->args.extra3 && rc == 0)                                             /* dx_sums */
-        rc = ac_values(awl_sum(dx, AWL_DIMS(0), false), ref[c->args.extra3], C);
     if (affine && rc == 0) rc = ac_values(grads[1], ref[6], C);
     if (affine && rc == 0) rc = ac_values(grads[2], ref[7], C);
     return rc;
@@ -206,18 +204,6 @@ static void push_with_dx_copy(ac_list *l, ac_case *b, const int64_t *x2, const c
     ac_operand copy = ac_operand_new("dx_copy", AC_OUT, AWL_BF16, 2, x2, AC_CONTIG);
     copy.tol = 1e-2; /* bfloat16 rounding of a float32 dx */
     ac_add(b, copy);
-    ac_push(l, b);
-}
-
-/* b again with dx's column sums (dx_sums: the bias gradient of the layer
- * before the residual addition, of dx_copy's values where b has one). */
-static void push_with_dx_sums(ac_list *l, ac_case *b, const int64_t *C, const char *layout)
-{
-    snprintf(b->layout, sizeof b->layout, "%s", layout);
-    b->args.extra3 = b->n;
-    ac_operand sums = ac_operand_new("dx_sums", AC_OUT, AWL_F32, 1, C, AC_CONTIG);
-    if (b->args.extra2) sums.tol = 1e-2; /* sums of dx rounded to bfloat16 */
-    ac_add(b, sums);
     ac_push(l, b);
 }
 
@@ -269,12 +255,7 @@ static void layernorm_cases(ac_list *l)
                 b.args.extra = b.n;
                 ac_add(&b, ac_operand_new("dx_add", AC_IN, dt, 2, x2, AC_CONTIG));
                 ac_push(l, &b);
-                if (dt == AWL_F32) {
-                    ac_case s = b;
-                    push_with_dx_sums(l, &s, C, "affine, dx_add, dx_sums");
-                    push_with_dx_copy(l, &b, x2, "affine, dx_add, dx_copy");
-                    push_with_dx_sums(l, &b, C, "affine, dx_add, dx_copy, dx_sums");
-                }
+                if (dt == AWL_F32) push_with_dx_copy(l, &b, x2, "affine, dx_add, dx_copy");
             }
         }
     /* autocast's LayerNorm feeding a matmul: a float32 x with a bfloat16 out
@@ -315,7 +296,6 @@ static void layernorm_cases(ac_list *l)
         ac_add(&b, ac_operand_new("dx_add", AC_IN, AWL_F32, 2, x2, AC_CONTIG));
         ac_push(l, &b);
         push_with_dx_copy(l, &b, x2, "float32 x, bfloat16 dy, dx_add, dx_copy");
-        push_with_dx_sums(l, &b, C, "float32 x, bfloat16 dy, dx_add, dx_copy, dx_sums");
     }
 }
 

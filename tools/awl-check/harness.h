@@ -64,7 +64,6 @@ typedef struct ac_args {
     awl_dropout_args dropout; /* attention, dropout; p = 0: none */
     int extra; /* an optional operand's index (layernorm backward's dx_add); 0: none */
     int extra2; /* a second one (layernorm backward's dx_copy); 0: none */
-    int extra3; /* a third one (layernorm backward's dx_sums); 0: none */
 } ac_args;
 
 typedef struct ac_case ac_case;
