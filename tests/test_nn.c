@@ -691,6 +691,21 @@ static awl_tensor *residual_copy_loss(awl_tensor *const *in, int extra)
     return s2 ? awl_add(y, s2) : y;
 }
 
+/* A residual addition's and its LayerNorm's inputs, (B, T, C): the stream
+ * x (float32), the branch h (in dtype ht), the LayerNorm's weight and bias,
+ * each needing a gradient, and r (float32), a loss's weighting of the
+ * output. */
+static void residual_ln_inputs(const char *dev, int64_t B, int64_t T, int64_t C, awl_dtype ht,
+                               awl_tensor **in)
+{
+    in[0] = awl_randn(AWL_SHAPE(B, T, C), AWL_F32, dev);
+    in[1] = awl_cast(awl_randn(AWL_SHAPE(B, T, C), AWL_F32, dev), ht);
+    in[2] = awl_randn(AWL_SHAPE(C), AWL_F32, dev);
+    in[3] = awl_randn(AWL_SHAPE(C), AWL_F32, dev);
+    in[4] = awl_randn(AWL_SHAPE(B, T, C), AWL_F32, dev);
+    for (int i = 0; i < 4; i++) awl_requires_grad_(in[i], true);
+}
+
 /* Under autocast, the residual addition's backward hands its bfloat16
  * branch the cast of the stream's gradient; LayerNorm's backward kernel
  * writes that cast beside its own output (awl_node_offer_grad_copy), so
@@ -702,12 +717,8 @@ START_TEST(test_residual_gradient_copy)
     const char *dev = awl_gc_device();
     for (int extra = 0; extra < 2; extra++) {
         awl_scope_begin();
-        awl_tensor *in[5] = {awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev),
-                             awl_cast(awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev), AWL_BF16),
-                             awl_randn(AWL_SHAPE(16), AWL_F32, dev),
-                             awl_randn(AWL_SHAPE(16), AWL_F32, dev),
-                             awl_randn(AWL_SHAPE(3, 5, 16), AWL_F32, dev)};
-        for (int i = 0; i < 4; i++) awl_requires_grad_(in[i], true);
+        awl_tensor *in[5];
+        residual_ln_inputs(dev, 3, 5, 16, AWL_BF16, in);
         awl_tensor *grads[2];
         int64_t calls[2]; /* layernorm_backward, copy (the cast) */
         grad_profiled(residual_copy_loss(in, extra), 2, in, grads, NULL, 2,
@@ -763,12 +774,8 @@ START_TEST(test_dropout_add_layer_norm)
         for (int drop = 0; drop < 2; drop++) {
             awl_scope_begin();
             awl_dtype ht = bf ? AWL_BF16 : AWL_F32;
-            awl_tensor *in[5] = {awl_randn(AWL_SHAPE(4, 7, 64), AWL_F32, dev),
-                                 awl_cast(awl_randn(AWL_SHAPE(4, 7, 64), AWL_F32, dev), ht),
-                                 awl_randn(AWL_SHAPE(64), AWL_F32, dev),
-                                 awl_randn(AWL_SHAPE(64), AWL_F32, dev),
-                                 awl_randn(AWL_SHAPE(4, 7, 64), AWL_F32, dev)};
-            for (int i = 0; i < 4; i++) awl_requires_grad_(in[i], true);
+            awl_tensor *in[5];
+            residual_ln_inputs(dev, 4, 7, 64, ht, in);
             double p = drop ? 0.3 : 0.0, *one[6], *two[6];
             dropout_add_ln_run(in, p, ht, true, one);
             dropout_add_ln_run(in, p, ht, false, two);
