@@ -129,34 +129,7 @@ typedef struct awl_adamw_args {
      * factor applied as the gradients are read: nn/optim.h's
      * awl_optimizer_clip_grad_norm); 1 for none. The grads are not written. */
     float grad_scale;
-    /* Clipping whose factor stays on the device (awl_optimizer_clip_grad_norm_tensor):
-     * where not NULL, a float64 scalar on the parameters' device, the sum of
-     * the gradients' squares (sum_squares's output). The kernel then reads it
-     * and uses, in place of grad_scale, c = clip_max_norm / (sqrt(sum) +
-     * 1e-6) in float64, 1 where c >= 1, rounded to float32 (the factor the
-     * host computes, bit for bit); where the sum is not finite it writes
-     * nothing at all: parameters and moments stay as they were. */
-    const awl_view *clip_sum;
-    double clip_max_norm;
 } awl_adamw_args;
-
-/* Gradient clipping's factor for a norm: c = max_norm / (norm + 1e-6), or 1
- * where c >= 1, written so that a NaN norm gives a NaN factor (PyTorch's
- * clamp). nn/optim.c computes it on the host and the AdamW kernels from
- * awl_adamw_args.clip_sum on the device, both with this function, so both
- * give the same bits. */
-static inline AWL_HOST_DEVICE double awl_clip_factor(double max_norm, double norm)
-{
-    double coef = max_norm / (norm + 1e-6);
-    return coef >= 1.0 ? 1.0 : coef;
-}
-
-/* The float32 factor an AdamW kernel applies: grad_scale, or the one from
- * clip_sum's value `sum` (see above). */
-static inline AWL_HOST_DEVICE float awl_adamw_grad_scale(const awl_adamw_args *a, double sum)
-{
-    return a->clip_sum ? (float)awl_clip_factor(a->clip_max_norm, sqrt(sum)) : a->grad_scale;
-}
 
 /* ---- the table ------------------------------------------------------------ */
 

@@ -9,9 +9,8 @@
  * One timed step is what train_gpt does: zero_grad, forward, cross-entropy,
  * backward, gradient clipping when --grad-clip X > 0 (off by default: the
  * CPU peer does not clip, the GPU peer clips to 1.0, and scripts/gpu_run.sh
- * passes --grad-clip 1; awl_optimizer_clip_grad_norm_tensor, whose factor
- * the AdamW kernel computes on the device and applies as it reads the
- * gradients, as train_gpt clips), AdamW step (constant LR; dropout 0 unless
+ * passes --grad-clip 1; awl_optimizer_clip_grad_norm, whose factor the
+ * AdamW step applies as it reads the gradients), AdamW step (constant LR; dropout 0 unless
  * --dropout P, which applies nanoGPT's dropout to the embeddings, the
  * attention weights and the residual branches, as the PyTorch peer's
  * --dropout does), as the PyTorch peer script
@@ -21,7 +20,9 @@
  *   ms_per_step   median over the timed steps
  *   host_ms_per_step  median time for the host to issue a step (until
  *                 train_one returns; a GPU may still be running it). On a
- *                 GPU, ms_per_step less this is what was still queued
+ *                 GPU, ms_per_step less this is what was still queued;
+ *                 with --grad-clip the host waits for the backward, whose
+ *                 norm it reads back
  *   tokens_per_s  batch * block / median step time
  *   mfu           model FLOPs per second (6 N + 12 L T C per token) over the
  *                 device's fixed peak for the run's precision
@@ -149,11 +150,7 @@ static int train_one(awl_gpt *model, awl_optimizer *opt, double grad_clip, awl_t
     awl_optimizer_zero_grad_ex(opt, true); /* set_to_none, as the PyTorch peer */
     *loss = awl_gpt_loss(model, x, y);
     if (!*loss || awl_backward(*loss) < 0) return -1;
-    /* as train_gpt: the norm and the factor stay on the device, and the
-     * step updates nothing where the norm or the loss is not finite */
-    if (grad_clip > 0 && (!awl_optimizer_clip_grad_norm_tensor(opt, grad_clip) ||
-                          awl_optimizer_require_finite(opt, *loss) < 0))
-        return -1;
+    if (grad_clip > 0 && awl_optimizer_clip_grad_norm(opt, grad_clip) < 0) return -1;
     return awl_optimizer_step(opt) < 0 ? -1 : 0;
 }
 

@@ -40,12 +40,6 @@ struct awl_optimizer {
     /* The factor awl_optimizer_clip_grad_norm left for the next step to
      * apply to the gradients as it reads them; 1 when none. */
     double grad_scale;
-    /* Or, from awl_optimizer_clip_grad_norm_tensor, the factor's source left
-     * on the device: the gradients' sum of squares (a float64 scalar, one
-     * reference) that the fused AdamW kernel reads, with its max_norm; NULL
-     * when none. */
-    awl_tensor *clip_sum;
-    double clip_max_norm;
 
     int n; /* parameters, without duplicates */
     char **names;
@@ -219,18 +213,9 @@ int awl_adamw_set_decay_all(awl_optimizer *o, bool all)
     return AWL_OK;
 }
 
-/* Drops a clipping factor left for the next step, on the host or the device. */
-static void drop_clip(awl_optimizer *o)
-{
-    o->grad_scale = 1.0;
-    awl_release(o->clip_sum);
-    o->clip_sum = NULL;
-}
-
 void awl_optimizer_free(awl_optimizer *o)
 {
     if (!o) return;
-    drop_clip(o);
     for (int i = 0; i < o->n; i++) {
         free(o->names[i]);
         awl_release(o->params[i]);
@@ -383,7 +368,6 @@ static bool fusable(const awl_optimizer *o, int i)
  * went without a grad). */
 static int adamw_fused(awl_optimizer *o, bool *done)
 {
-
     bool *grouped = awl_xcalloc((size_t)o->n, sizeof *grouped);
     int *members = awl_xmalloc((size_t)o->n * sizeof *members);
     awl_tensor **group = awl_xmalloc((size_t)o->n * 4 * sizeof *group);
@@ -411,14 +395,8 @@ static int adamw_fused(awl_optimizer *o, bool *done)
                                .eps = (float)o->eps,
                                .step = o->steps[lead] + 1,
                                .grad_scale = (float)o->grad_scale};
-        /* a factor left on the device goes to the groups of its device */
-        awl_tensor *clip_sum = NULL;
-        if (o->clip_sum && awl_same_device(o->clip_sum, o->params[lead])) {
-            clip_sum = o->clip_sum;
-            args.clip_max_norm = o->clip_max_norm;
-        }
         int s = awl_tensor_adamw_step(count, group, group + o->n, group + 2 * o->n,
-                                      group + 3 * o->n, decay, &args, clip_sum);
+                                      group + 3 * o->n, decay, &args);
         if (s == AWL_ERR_UNSUPPORTED) continue;
         if (s < 0) {
             status = s;
@@ -440,18 +418,6 @@ static int adamw_fused(awl_optimizer *o, bool *done)
 
 static int scale_grads(int n, awl_tensor **grads, double factor);
 
-/* A factor left on the device, read on the host into grad_scale for the
- * composed updates; *skip where the sum is not finite. */
-static int host_clip_factor(awl_optimizer *o, bool *skip)
-{
-    unsigned long errors = awl_error_count();
-    double sum = awl_item(o->clip_sum);
-    if (awl_error_count() != errors) return AWL_ERR_DEVICE;
-    *skip = !isfinite(sum);
-    o->grad_scale = awl_clip_factor(o->clip_max_norm, sqrt(sum));
-    return AWL_OK;
-}
-
 int awl_optimizer_step(awl_optimizer *o)
 {
     if (!o) return AWL_ERR_INVALID;
@@ -463,22 +429,9 @@ int awl_optimizer_step(awl_optimizer *o)
     int status = AWL_OK;
     awl_profiler_begin(AWL_PROFILE_PHASE, "optimizer");
     if (o->kind == AWL_OPTIM_ADAMW && awl_fused_kernels_enabled()) status = adamw_fused(o, done);
-    /* the parameters the kernel did not take read a factor left on the
-     * device here, on the host, and are left as they are where it is not
-     * finite, as the kernel leaves its own */
-    bool skip = false;
-    for (int i = 0; i < o->n && o->clip_sum && status >= 0; i++)
-        if (!done[i] && o->params[i]->grad) {
-            status = host_clip_factor(o, &skip);
-            break;
-        }
     for (int i = 0; i < o->n && status >= 0; i++) {
         awl_tensor *g = o->params[i]->grad;
         if (done[i] || !g) continue;
-        if (skip) {
-            o->steps[i]++;
-            continue;
-        }
         int64_t step = o->steps[i] + 1;
         /* the composed forms apply a clipping factor as awl_clip_grad_norm
          * does, to the grad in place (the scale kernel's bits) */
@@ -491,7 +444,7 @@ int awl_optimizer_step(awl_optimizer *o)
     }
     awl_profiler_end();
     free(done);
-    drop_clip(o);
+    o->grad_scale = 1.0;
     if (status < 0) return status;
     o->step_count++;
     return AWL_OK;
@@ -500,7 +453,7 @@ int awl_optimizer_step(awl_optimizer *o)
 int awl_optimizer_zero_grad_ex(awl_optimizer *o, bool set_to_none)
 {
     if (!o) return AWL_ERR_INVALID;
-    drop_clip(o);
+    o->grad_scale = 1.0;
     for (int i = 0; i < o->n; i++) {
         awl_tensor *p = o->params[i];
         if (!p->grad) continue;
@@ -684,6 +637,15 @@ static double grads_norm(awl_tensor **grads, int n)
     return status < 0 ? status : sqrt(total);
 }
 
+/* The factor that brings a norm down to max_norm, or 1 where it is below:
+ * written so that a NaN norm gives a NaN factor, which then scales too, as
+ * PyTorch's clamp does. */
+static double clip_factor(double max_norm, double norm)
+{
+    double coef = max_norm / (norm + 1e-6);
+    return coef >= 1.0 ? 1.0 : coef;
+}
+
 static int check_max_norm(const char *op, double max_norm)
 {
     if (!(max_norm >= 0))
@@ -697,7 +659,7 @@ double awl_clip_grad_norm(const awl_param_list *params, double max_norm)
     TRY(check_max_norm("awl_clip_grad_norm", max_norm));
     awl_tensor **grads = awl_xmalloc(((size_t)params->count + 1) * sizeof *grads);
     int n = distinct_grads(params, grads);
-    double norm = grads_norm(grads, n), coef = awl_clip_factor(max_norm, norm);
+    double norm = grads_norm(grads, n), coef = clip_factor(max_norm, norm);
     int status = norm < 0 ? (int)norm : coef != 1.0 ? scale_grads(n, grads, coef) : AWL_OK;
     free(grads);
     return status < 0 ? status : norm;
@@ -707,7 +669,6 @@ double awl_optimizer_clip_grad_norm(awl_optimizer *o, double max_norm)
 {
     if (!o) return AWL_ERR_INVALID;
     TRY(check_max_norm("awl_optimizer_clip_grad_norm", max_norm));
-    drop_clip(o);
     awl_tensor **grads = awl_xmalloc(((size_t)o->n + 1) * sizeof *grads);
     int n = 0;
     for (int i = 0; i < o->n; i++)
@@ -715,69 +676,8 @@ double awl_optimizer_clip_grad_norm(awl_optimizer *o, double max_norm)
     double norm = grads_norm(grads, n);
     free(grads);
     if (norm < 0) return norm;
-    o->grad_scale = awl_clip_factor(max_norm, norm);
+    o->grad_scale = clip_factor(max_norm, norm);
     return norm;
-}
-
-awl_tensor *awl_optimizer_clip_grad_norm_tensor(awl_optimizer *o, double max_norm)
-{
-    if (!o) {
-        awl_error(AWL_ERR_INVALID, "awl_optimizer_clip_grad_norm_tensor: NULL optimizer");
-        return NULL;
-    }
-    if (check_max_norm("awl_optimizer_clip_grad_norm_tensor", max_norm) < 0) return NULL;
-    awl_tensor **grads = awl_xmalloc(((size_t)o->n + 1) * sizeof *grads);
-    int n = 0;
-    for (int i = 0; i < o->n; i++)
-        if (o->params[i]->grad) grads[n++] = o->params[i]->grad;
-    device_sum *sums = awl_xcalloc((size_t)n + 1, sizeof *sums);
-    int n_sums = 0;
-    drop_clip(o);
-    awl_tensor *norm = NULL;
-    awl_scope_begin();
-    int status = sum_squares(grads, n, sums, &n_sums);
-    if (status >= 0 && n_sums == 1) {
-        /* one device: the sum stays there for the step's kernel, and the
-         * norm is computed there too (float64's sqrt, the host's bits) */
-        o->clip_sum = awl_retain(sums[0].sum);
-        o->clip_max_norm = max_norm;
-        norm = awl_keep(awl_tensor_unary(AWL_UNARY_SQRT, sums[0].sum, 0));
-    }
-    awl_scope_end();
-    free(sums);
-    if (status >= 0 && n_sums != 1) {
-        /* no gradient, or several devices: the factor on the host */
-        double host = awl_optimizer_clip_grad_norm(o, max_norm);
-        if (host >= 0 || isnan(host)) norm = awl_full(0, NULL, host, AWL_F64, "cpu");
-    }
-    free(grads);
-    if (!norm) drop_clip(o);
-    return norm;
-}
-
-int awl_optimizer_require_finite(awl_optimizer *o, awl_tensor *x)
-{
-    if (!o || !x) return AWL_ERR_INVALID;
-    if (o->clip_sum && !awl_same_device(o->clip_sum, x))
-        return awl_error(AWL_ERR_INVALID,
-                         "awl_optimizer_require_finite: x is on another device than the gradients");
-    int status = AWL_OK;
-    awl_scope_begin();
-    /* 0 * sum(x) in float64: 0 where every element is finite, NaN where one
-     * is not; added to the sum of squares, it leaves a finite sum's bits */
-    awl_tensor *sum = awl_tensor_reduce(AWL_REDUCE_SUM, x, 0, NULL, false);
-    awl_tensor *zero =
-        sum ? awl_tensor_unary(AWL_UNARY_MUL_SCALAR, awl_tensor_cast(sum, AWL_F64), 0) : NULL;
-    if (!zero)
-        status = AWL_ERR_DEVICE;
-    else if (o->clip_sum)
-        status = awl_tensor_binary_out(AWL_BINARY_ADD, o->clip_sum, o->clip_sum, zero);
-    else {
-        o->clip_sum = awl_retain(zero); /* a check alone: no clipping */
-        o->clip_max_norm = INFINITY;
-    }
-    awl_scope_end();
-    return status;
 }
 
 /* grads[i] *= factor for n grads: the backend's scale kernel over as many

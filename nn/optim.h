@@ -163,29 +163,6 @@ double awl_clip_grad_norm(const awl_param_list *params, double max_norm);
  * clipping, or a negative value after recording an error. */
 double awl_optimizer_clip_grad_norm(awl_optimizer *opt, double max_norm);
 
-/* The same clipping without waiting for the device, as PyTorch's
- * clip_grad_norm_ (which returns a tensor): the norm comes back as a
- * float64 scalar tensor (owned by the current scope) that the caller reads
- * when it wants to, and, where every grad is on one device, the factor is
- * left there: the next awl_optimizer_step's fused AdamW kernel computes it
- * from the sum of squares as it starts, so the host queues the step
- * without reading anything back. Parameters and state come out bit for
- * bit as with awl_optimizer_clip_grad_norm, except where the norm is not
- * finite: then the step updates nothing (parameters and moments stay as
- * they were, as PyTorch's fused AdamW does on its found_inf flag), though
- * the step counts still advance. Grads on several devices, or a step
- * without the fused kernel, read the sum on the host. NULL after recording
- * an error. */
-awl_tensor *awl_optimizer_clip_grad_norm_tensor(awl_optimizer *opt, double max_norm);
-
-/* The next awl_optimizer_step updates nothing (as above) where the sum of
- * x's elements is not finite (x, a loss, holds NaN or infinity), checked
- * on the device as the step starts, without a wait: train_gpt's stop on a
- * loss that is not finite, which an overflowing forward gives with finite
- * gradients. Call it after the clipping, which starts afresh. Returns 0 or
- * a negative status. */
-int awl_optimizer_require_finite(awl_optimizer *opt, awl_tensor *x);
-
 /* Multiplies every existing grad by factor in place (1 / n after
  * accumulating n micro-batches). Returns 0 or a negative status. */
 int awl_scale_grads(const awl_param_list *params, double factor);

@@ -642,19 +642,10 @@ int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)
 
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
                           awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
-                          const awl_adamw_args *args, awl_tensor *clip_sum)
+                          const awl_adamw_args *args)
 {
     const char *op = "awl_tensor_adamw_step";
     if (n <= 0 || !params || !grads || !m || !v || !weight_decay || !args) return AWL_ERR_INVALID;
-    if (clip_sum && (check_dtype(op, "clip_sum", clip_sum, AWL_F64) < 0 ||
-                     awl_check_same_device(op, params[0], clip_sum) < 0))
-        return AWL_ERR_INVALID;
-    if (clip_sum && awl_numel(clip_sum) != 1)
-        return awl_error(AWL_ERR_INVALID, "%s: clip_sum holds %lld elements (must be a scalar)", op,
-                         (long long)awl_numel(clip_sum));
-    awl_adamw_args with_sum = *args;
-    awl_view sum_view = clip_sum ? awl_tensor_view(clip_sum) : (awl_view){0};
-    with_sum.clip_sum = clip_sum ? &sum_view : NULL;
     for (int i = 0; i < n; i++) {
         awl_tensor *set[4] = {params[i], grads[i], m[i], v[i]};
         static const char *const names[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
@@ -682,7 +673,7 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
     awl_trace_set_work(&k, 7 * size * elements, 12 * elements);
     int status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(
                                                          n, views, views + n, views + 2 * n,
-                                                         views + 3 * n, weight_decay, &with_sum)));
+                                                         views + 3 * n, weight_decay, args)));
     free(views);
     return status;
 }

@@ -537,8 +537,7 @@ static bool flat_part(const int64_t *start, int i, int64_t lo, int64_t hi, int64
 /* ---- AdamW ------------------------------------------------------------------------ */
 
 /* n parameters, each with grads, m, v of its shape, all contiguous float32;
- * in place, with g = grad * grad_scale (or the clipping factor from
- * clip_sum; nothing at all where its sum is not finite): p -= lr wd p; m = b1 m + (1 - b1) g;
+ * in place, with g = grad * grad_scale: p -= lr wd p; m = b1 m + (1 - b1) g;
  * v = b2 v + (1 - b2) g^2;
  * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
  * arrangement). All parameters form one flat range split evenly between
@@ -549,20 +548,13 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
     for (int i = 0; i < n; i++)
         if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) || !rows_f32(&v[i]))
             return AWL_ERR_UNSUPPORTED;
-    double sum = 0;
-    if (args->clip_sum) {
-        if (args->clip_sum->dtype != AWL_F64 || awl_view_numel(args->clip_sum) != 1)
-            return AWL_ERR_UNSUPPORTED;
-        sum = *(const double *)cpu_view_ptr(args->clip_sum);
-        if (!isfinite(sum)) return AWL_OK;
-    }
     int status = AWL_OK;
     int64_t *start = flat_starts(n, params, "adamw_step", &status);
     if (!start) return status;
     const int64_t total = start[n];
     const double t = (double)args->step;
     const float b1 = args->beta1, b2 = args->beta2, eps = args->eps, lr = args->lr,
-                gs = awl_adamw_grad_scale(args, sum);
+                gs = args->grad_scale;
     const float step_size = (float)(lr / (1.0 - pow(b1, t)));
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
     int nt = awl_cpu_threads_for(total, CPU_GRAIN_CHEAP);

@@ -15,8 +15,7 @@
  * The arithmetic is the CPU backend's, operation for operation, with every
  * product and sum explicitly rounded (__fmul_rn, __fadd_rn) so the compiler
  * cannot contract them into FMAs: the same inputs give bit-identical updates
- * on both backends. With t = args->step and g = grad * args->grad_scale
- * (or the clipping factor computed from args->clip_sum, on the device):
+ * on both backends. With t = args->step and g = grad * args->grad_scale:
  *   p = p (1 - lr wd);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
  */
@@ -39,15 +38,12 @@ struct adam_table {
     float decay[ADAM_MAX];
     float b1, b2, step_size, inv_bc2_sqrt, eps;
     float grad_scale; /* awl_adamw_args's: each gradient times this first */
-    /* awl_adamw_args's clip_sum (NULL: none) and clip_max_norm */
-    const double *clip_sum;
-    double clip_max_norm;
 };
 
-__device__ __forceinline__ void adam_one(const adam_table &t, float gs, float decay, float &p,
-                                         float grad, float &m, float &v)
+__device__ __forceinline__ void adam_one(const adam_table &t, float decay, float &p, float grad,
+                                         float &m, float &v)
 {
-    float g = __fmul_rn(grad, gs);
+    float g = __fmul_rn(grad, t.grad_scale);
     float pe = __fmul_rn(p, decay);
     float me = __fadd_rn(__fmul_rn(t.b1, m), __fmul_rn(1.0f - t.b1, g));
     float ve = __fadd_rn(__fmul_rn(t.b2, v), __fmul_rn(__fmul_rn(1.0f - t.b2, g), g));
@@ -65,24 +61,15 @@ __global__ void adamw_kernel(adam_table t)
     int64_t n = t.numel[k], step = (int64_t)gridDim.x * blockDim.x;
     int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t done = 0;
-    /* a factor left on the device by the gradients' norm: every thread reads
-     * the sum (one cached word) and computes the host's factor; a sum that
-     * is not finite leaves the step undone */
-    float gs = t.grad_scale;
-    if (t.clip_sum) {
-        double sum = *t.clip_sum;
-        if (!isfinite(sum)) return;
-        gs = (float)awl_clip_factor(t.clip_max_norm, sqrt(sum));
-    }
     if (((uintptr_t)p | (uintptr_t)m | (uintptr_t)v | (uintptr_t)g) % 16 == 0) {
         int64_t nv = n / 4;
         for (int64_t i = first; i < nv; i += step) {
             float4 P = ((float4 *)p)[i], M = ((float4 *)m)[i], Vv = ((float4 *)v)[i];
             float4 G = ((const float4 *)g)[i];
-            adam_one(t, gs, t.decay[k], P.x, G.x, M.x, Vv.x);
-            adam_one(t, gs, t.decay[k], P.y, G.y, M.y, Vv.y);
-            adam_one(t, gs, t.decay[k], P.z, G.z, M.z, Vv.z);
-            adam_one(t, gs, t.decay[k], P.w, G.w, M.w, Vv.w);
+            adam_one(t, t.decay[k], P.x, G.x, M.x, Vv.x);
+            adam_one(t, t.decay[k], P.y, G.y, M.y, Vv.y);
+            adam_one(t, t.decay[k], P.z, G.z, M.z, Vv.z);
+            adam_one(t, t.decay[k], P.w, G.w, M.w, Vv.w);
             ((float4 *)p)[i] = P;
             ((float4 *)m)[i] = M;
             ((float4 *)v)[i] = Vv;
@@ -90,7 +77,7 @@ __global__ void adamw_kernel(adam_table t)
         done = nv * 4;
     }
     for (int64_t i = done + first; i < n; i += step)
-        adam_one(t, gs, t.decay[k], p[i], g[i], m[i], v[i]);
+        adam_one(t, t.decay[k], p[i], g[i], m[i], v[i]);
 }
 
 bool plain_f32(const awl_view *v, int64_t n)
@@ -337,13 +324,6 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
     tab.b2 = args->beta2;
     tab.eps = args->eps;
     tab.grad_scale = args->grad_scale;
-    tab.clip_sum = nullptr;
-    tab.clip_max_norm = args->clip_max_norm;
-    if (args->clip_sum) {
-        const awl_view *c = args->clip_sum;
-        if (c->dtype != AWL_F64 || awl_view_numel(c) != 1) return AWL_ERR_UNSUPPORTED;
-        tab.clip_sum = awlc_ptr<double>(c);
-    }
     tab.step_size = (float)(args->lr / (1.0 - pow(args->beta1, t)));
     tab.inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(args->beta2, t)));
     for (int start = 0; start < n; start += ADAM_MAX) {

@@ -57,16 +57,6 @@ double clip_gradients(trainer *t, double max_norm)
     return awl_optimizer_clip_grad_norm(t->opt, max_norm);
 }
 
-awl_tensor *clip_gradients_on_device(trainer *t, double max_norm, awl_tensor **losses, int n)
-{
-    if (t->zero || t->tp_model) return NULL;
-    awl_tensor *norm = awl_optimizer_clip_grad_norm_tensor(t->opt, max_norm);
-    /* one process stops on its loss; DDP ranks, on the norm they share */
-    for (int i = 0; i < n && norm && t->world == 1; i++)
-        if (awl_optimizer_require_finite(t->opt, losses[i]) < 0) norm = NULL;
-    return norm;
-}
-
 int optimizer_step(trainer *t)
 {
     return t->zero ? awl_zero_step(t->zero) : awl_optimizer_step(t->opt);

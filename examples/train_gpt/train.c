@@ -202,28 +202,10 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         return step_failed(t, "averaging the gradients");
     }
     /* the norm is measured even without clipping: it is the check that
-     * every gradient is finite. Where its factor can stay on the device,
-     * the update is queued before the norm and the losses are read back,
-     * so the device goes from the backward to the update without waiting
-     * for the host; the AdamW kernel updates nothing where the norm or a
-     * loss is not finite, so the stops below still come before any update.
-     * Elsewhere (ZeRO, tensor parallelism) the norm is read first and the
-     * update waits for it. */
+     * every gradient is finite */
     awl_profiler_begin(AWL_PROFILE_PHASE, "grad_clip");
-    double max_norm = s->grad_clip > 0 ? s->grad_clip : INFINITY, norm = -1;
-    unsigned long errors = awl_error_count();
-    awl_scope_begin();
-    awl_tensor *on_device = clip_gradients_on_device(t, max_norm, losses, s->grad_accum);
-    bool queued = on_device != NULL;
-    if (!queued && awl_error_count() == errors) norm = clip_gradients(t, max_norm);
+    double norm = clip_gradients(t, s->grad_clip > 0 ? s->grad_clip : INFINITY);
     awl_profiler_end();
-    int step_status = queued ? optimizer_step(t) : 0;
-    if (queued) norm = awl_item(on_device);
-    awl_scope_end();
-    if (step_status < 0) {
-        release_all(losses, s->grad_accum);
-        return step_failed(t, "the optimizer");
-    }
     /* a rank alone does not stop on its loss: DDP ranks stop together on
      * the norm (see above) */
     double bad = 0;
@@ -232,7 +214,7 @@ static int train_step(trainer *t, double lr, double *mean_loss)
     if (!finite && t->world == 1) return non_finite(t, "the loss", bad);
     if (!isfinite(norm)) return non_finite(t, "the gradient norm", norm);
     if (norm < 0) return step_failed(t, "clipping the gradients");
-    if (!queued && optimizer_step(t) < 0) return step_failed(t, "the optimizer");
+    if (optimizer_step(t) < 0) return step_failed(t, "the optimizer");
     if (zero_gradients(t) < 0) return step_failed(t, "zeroing the gradients");
     return 0;
 }

@@ -176,14 +176,6 @@ int wait_gradients(trainer *t);
 double gradient_wait_seconds(const trainer *t);
 /* The global norm, clipped to max_norm (INFINITY: measured only). */
 double clip_gradients(trainer *t, double max_norm);
-/* The same with the norm left on the device as a float64 scalar tensor (the
- * current scope's) and its factor left there for the next optimizer_step,
- * which then updates nothing where the norm, or (one process) one of the n
- * losses, is not finite (awl_optimizer_clip_grad_norm_tensor,
- * awl_optimizer_require_finite); NULL for ZeRO and tensor parallelism,
- * which read the norm on the host, or after an error (awl_error_count
- * tells which). */
-awl_tensor *clip_gradients_on_device(trainer *t, double max_norm, awl_tensor **losses, int n);
 int optimizer_step(trainer *t);
 int zero_gradients(trainer *t);
 /* --tensor-parallel: this rank's pieces of a whole model's optimizer state. */
