@@ -22,6 +22,9 @@ time). A GRAD_CLIP argument (awl only) passes --grad-clip to bench_gpt,
 as the bench stage does. Given the PyTorch peer script (a .py whose run()
 trains one configuration, ../shared/peers/torch_gpt_gpu.py) instead, it
 profiles the peer's eager step the same way, for a side-by-side view.
+With NEIGHBOURS=TEXT in the environment it also prints to stderr, for
+each run, the kernels just before and just after every kernel whose name
+holds TEXT (NEIGHBOURS=Memset: which products the memsets come with).
 Development tool only: nothing in awl's build or tests uses Python.
 """
 import collections
@@ -71,6 +74,15 @@ def kernel_times(runner, target, data, config, precision, dropout, steps):
             idle[name][0] += start - busy_until
             idle[name][1] += 1
         busy_until = end if busy_until is None else max(busy_until, end)
+    if os.environ.get("NEIGHBOURS"):
+        # which kernels come before and after the ones whose names hold
+        # NEIGHBOURS (e.g. Memset): counts of (before, after) pairs
+        pairs = collections.Counter()
+        for i, (_, _, name) in enumerate(spans):
+            if os.environ["NEIGHBOURS"] in name and 0 < i < len(spans) - 1:
+                pairs[(spans[i - 1][2][:70], spans[i + 1][2][:70])] += 1
+        for (before, after), n in pairs.most_common(12):
+            print(f"  {n:5d}  {before}  ->  {after}", file=sys.stderr)
     return out, idle
 
 
