@@ -109,7 +109,14 @@ typedef struct pass {
     /* every node reached, children before their consumers (post-order) */
     scratch *nodes;
     int n_nodes, capacity;
+    /* the root's gradient where it was implied (a scalar root: 1), else NULL */
+    const awl_tensor *implied_one;
 } pass;
+
+/* The running pass's implied_one, for awl_grad_is_implied_one. */
+static _Thread_local const awl_tensor *implied_one_now;
+
+bool awl_grad_is_implied_one(const awl_tensor *grad) { return grad && grad == implied_one_now; }
 
 /* Distinguishes passes without clearing node->visit. Each pass takes a
  * fresh mark, so passes in different threads over different graphs never
@@ -378,6 +385,8 @@ static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
         awl_set_grad_enabled(previous_mode);
         return AWL_OK;
     }
+    const awl_tensor *outer_implied = implied_one_now; /* a pass inside a backward */
+    implied_one_now = p->implied_one;
     root->grad = awl_retain(root_grad);
     ready_heap ready = {0};
     heap_push(&ready, root);
@@ -400,6 +409,7 @@ static int run_pass(pass *p, awl_node *root, awl_tensor *root_grad)
             if (next && next->needed && --next->pending == 0) heap_push(&ready, next);
         }
     }
+    implied_one_now = outer_implied;
     restore_scratch(p);
     free(ready.items);
     free(p->nodes);
@@ -456,6 +466,7 @@ int awl_backward_ex(awl_tensor *root, const awl_backward_options *options)
         pass p = {0};
         p.retain_graph = options && (options->retain_graph || options->create_graph);
         p.create_graph = options && options->create_graph;
+        p.implied_one = options && options->grad ? NULL : grad;
         awl_node *start = start_node(root);
         awl_profiler_begin(AWL_PROFILE_PHASE, "backward");
         status = run_pass(&p, start, grad);
@@ -486,6 +497,7 @@ int awl_grad(awl_tensor *root, int n, awl_tensor *const *inputs, awl_tensor **gr
         pass p = {0};
         p.retain_graph = options && (options->retain_graph || options->create_graph);
         p.create_graph = options && options->create_graph;
+        p.implied_one = options && options->grad ? NULL : grad;
         for (int i = 0; i < n; i++) targets[i] = start_node(inputs[i]);
         p.n_targets = n;
         p.targets = targets;

@@ -102,6 +102,13 @@ int awl_node_save_output(awl_node *node, awl_tensor *out);
 awl_tensor *awl_node_saved(awl_node *node, int i);
 /* Whether input i needs a gradient. */
 bool awl_node_needs_grad(const awl_node *node, int i);
+/* Whether grad, handed to a backward function, is the gradient the pass
+ * started from where it was implied: exactly 1, for the scalar root of
+ * awl_backward(root) or awl_grad without options->grad. A node whose
+ * forward already wrote its input's gradient for that case (the fused
+ * cross-entropy) then hands it on without reading grad, which would wait
+ * for the device. */
+bool awl_grad_is_implied_one(const awl_tensor *grad);
 /* During a backward that is not recorded (no create_graph): the gradient
  * that input i has received so far from its other consumers, taken from
  * the engine (the current scope owns it), or NULL when there is none yet

@@ -324,6 +324,16 @@ typedef struct awl_backend {
     int (*cross_entropy_backward)(const awl_view *dlogits, const awl_view *dloss,
                                   const awl_view *logits, const awl_view *lse,
                                   const awl_view *targets, int ignore_index);
+    /* Both in one kernel, for training, where dloss (the rows' share of
+     * the loss's gradient, 1 / count for a mean) is known before backward
+     * (nn/functional.c: the loss is backward's root): loss and lse as
+     * cross_entropy_forward, dlogits as cross_entropy_backward, the same
+     * values, from one read of each row (CUDA keeps the row in shared
+     * memory between its two passes). */
+    int (*cross_entropy_forward_backward)(const awl_view *loss, const awl_view *lse,
+                                          const awl_view *dlogits, const awl_view *dloss,
+                                          const awl_view *logits, const awl_view *targets,
+                                          int ignore_index);
 
     /* Scaled dot-product attention, q, k, v, out (B, H, T, D), possibly
      * strided along B, H and T (D contiguous); lse (B, H, T) float32.

@@ -201,6 +201,7 @@ typedef enum awl_reduce_op {
     X(LAYERNORM_BACKWARD,      layernorm_backward,      0,         AWL_DTYPES_FLOAT,    0) \
     X(CROSS_ENTROPY_FORWARD,   cross_entropy_forward,   0,         AWL_DTYPES_FLOAT,    0) \
     X(CROSS_ENTROPY_BACKWARD,  cross_entropy_backward,  0,         AWL_DTYPES_FLOAT,    0) \
+    X(CROSS_ENTROPY_FORWARD_BACKWARD, cross_entropy_forward_backward, 0, AWL_DTYPES_FLOAT, 0) \
     X(ATTENTION_FORWARD,       attention_forward,       0,         AWL_DTYPES_FLOAT,    0) \
     X(ATTENTION_BACKWARD,      attention_backward,      0,         AWL_DTYPES_FLOAT,    0) \
     X(MATMUL_BIAS,             matmul_bias,             0,         AWL_DTYPES_FLOAT,    0) \

@@ -220,6 +220,12 @@ static int b_ce_bwd(const void *c)
     const views *x = c;
     return be->cross_entropy_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], -1);
 }
+static int b_ce_both(const void *c)
+{
+    const views *x = c;
+    return be->cross_entropy_forward_backward(x->v[0], x->v[1], x->v[2], x->v[3], x->v[4], x->v[5],
+                                              -1);
+}
 static int b_att(const void *c)
 {
     const views *x = c;
@@ -383,6 +389,10 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         be->cross_entropy_forward(&loss.v, &lse.v, &lg.v, &t.v, -1);
         views vb = {.v = {&dl.v, &g.v, &lg.v, &lse.v, &t.v}};
         report_bytes(name, "cross_entropy_backward", time_ms(b_ce_bwd, &vb), 2.0 * lg.bytes);
+        /* both in one kernel: the logits read from DRAM once, dlogits written */
+        views vf = {.v = {&loss.v, &lse.v, &dl.v, &g.v, &lg.v, &t.v}};
+        report_bytes(name, "cross_entropy_forward_backward", time_ms(b_ce_both, &vf),
+                     2.0 * lg.bytes);
         drop(&lg);
         drop(&dl);
         drop(&loss);

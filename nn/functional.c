@@ -542,6 +542,8 @@ awl_tensor *awl_add_dropout(awl_tensor *x, awl_tensor *h, double p, bool trainin
 typedef struct ce_ctx {
     int ignore_index;
     int64_t count; /* rows not ignored; -1: counted on the device (saved tensor 3) */
+    double scale;  /* the loss is scale times the mean */
+    int dl_slot;   /* saved index of the gradient the forward wrote; -1: none */
 } ce_ctx;
 
 /* The loss's dtype: float32 for bfloat16 logits, else the logits'. */
@@ -600,7 +602,7 @@ static int ce_index_tensors(awl_tensor *logits, const int32_t *host, int64_t n, 
 }
 
 static awl_tensor *cross_entropy_composed(awl_tensor *logits2, const int32_t *host, int64_t n,
-                                          int ignore_index, int64_t count)
+                                          int ignore_index, int64_t count, double scale)
 {
     awl_tensor *idx, *mask;
     if (ce_index_tensors(logits2, host, n, ignore_index, &idx, &mask) < 0) return NULL;
@@ -608,7 +610,8 @@ static awl_tensor *cross_entropy_composed(awl_tensor *logits2, const int32_t *ho
     if (mask) picked = awl_mul(picked, mask);
     if (picked && picked->dtype != ce_loss_dtype(picked->dtype))
         picked = awl_cast(picked, ce_loss_dtype(picked->dtype));
-    return awl_mul_scalar(awl_sum_all(picked), -1.0 / (double)count);
+    awl_tensor *mean = awl_mul_scalar(awl_sum_all(picked), -1.0 / (double)count);
+    return scale != 1.0 ? awl_mul_scalar(mean, scale) : mean;
 }
 
 /* d loss / d logits = (softmax(logits) - onehot(t)) * mask * grad / count, as
@@ -638,21 +641,38 @@ static awl_tensor *cross_entropy_grad_composed(awl_tensor *logits, awl_tensor *t
     return awl_reshape(d, logits->ndim, logits->shape);
 }
 
-/* Saved: logits, lse (N) float32, targets. */
+/* Each row's share of the loss's gradient grad (a scalar), as the kernels
+ * take it: grad * scale / count in logits' dtype, n of them. */
+static awl_tensor *ce_row_grads(awl_tensor *grad, const ce_ctx *c, awl_tensor *count_t, int64_t n,
+                                awl_dtype dtype)
+{
+    if (c->scale != 1.0) grad = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, c->scale);
+    awl_tensor *scaled = !grad ? NULL
+                         : c->count < 0
+                             ? awl_tensor_binary(AWL_BINARY_DIV, grad, count_t)
+                             : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
+    return awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)), dtype);
+}
+
+/* Saved: logits, lse (N) float32, targets, then count_t where counted on
+ * the device and the forward's gradient (ctx.dl_slot) where it wrote one. */
 static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor **grads)
 {
     const ce_ctx *c = awl_node_ctx(node);
     awl_tensor *logits = awl_node_saved(node, 0), *lse = awl_node_saved(node, 1),
                *targets = awl_node_saved(node, 2);
     if (!logits || !lse || !targets) return AWL_ERR_INVALID;
+    /* the forward wrote the gradient for a gradient of exactly 1: the loss
+     * is backward's root (awl_cross_entropy_scaled's note) */
+    if (c->dl_slot >= 0 && !awl_is_grad_enabled() && awl_grad_is_implied_one(grad)) {
+        grads[0] = awl_node_saved(node, c->dl_slot);
+        return grads[0] ? AWL_OK : AWL_ERR_INVALID;
+    }
     if (!awl_is_grad_enabled() && awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, logits)) {
         int64_t n = awl_numel(targets);
         awl_tensor *lc = awl_tensor_contiguous(logits);
-        awl_tensor *scaled =
-            c->count < 0 ? awl_tensor_binary(AWL_BINARY_DIV, grad, awl_node_saved(node, 3))
-                         : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, grad, 1.0 / (double)c->count);
         awl_tensor *dloss =
-            awl_tensor_cast(awl_tensor_contiguous(awl_tensor_expand(scaled, 1, &n)), logits->dtype);
+            ce_row_grads(grad, c, c->count < 0 ? awl_node_saved(node, 3) : NULL, n, logits->dtype);
         awl_tensor *dl = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
         if (!lc || !dloss || !dl) return AWL_ERR_INVALID;
         int status =
@@ -662,6 +682,7 @@ static int cross_entropy_backward(awl_node *node, awl_tensor *grad, awl_tensor *
             return status;
         }
     }
+    if (c->scale != 1.0) grad = awl_mul_scalar(grad, c->scale);
     grads[0] = cross_entropy_grad_composed(logits, targets, c, grad);
     return AWL_OK;
 }
@@ -683,10 +704,40 @@ static awl_tensor *count_on_device(awl_tensor *targets, int64_t V, int ignore_in
     return awl_tensor_reduce(AWL_REDUCE_SUM, awl_tensor_cast(kept, dtype), 0, NULL, false);
 }
 
+/* In training (grad mode on, logits needing a gradient), on a backend with
+ * the cross_entropy_forward_backward kernel: the loss and, from the same
+ * read of the logits, the gradient that backward will hand on when the
+ * loss is its root (a gradient of exactly 1), into *dl; else the forward
+ * kernel alone. Returns the kernel's status. */
+static int ce_forward(awl_tensor *rows, awl_tensor *lse, awl_tensor *lc, awl_tensor *logits,
+                      awl_tensor *targets, const ce_ctx *c, awl_tensor *count_t, awl_tensor **dl)
+{
+    *dl = NULL;
+    if (awl_is_grad_enabled() && logits->requires_grad &&
+        awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD_BACKWARD, logits)) {
+        char device[32];
+        awl_tensor_device_name(logits, device, sizeof device);
+        /* backward's implied gradient, as the engine makes it */
+        awl_tensor *one = awl_full(0, NULL, 1.0, ce_loss_dtype(logits->dtype), device);
+        awl_tensor *dloss =
+            one ? ce_row_grads(one, c, count_t, awl_numel(targets), logits->dtype) : NULL;
+        awl_tensor *d = awl_tensor_new_on(logits, logits->ndim, logits->shape, logits->dtype);
+        int status = dloss && d ? awl_tensor_cross_entropy_forward_backward(
+                                      rows, lse, d, dloss, lc, targets, c->ignore_index)
+                                : AWL_ERR_INVALID;
+        if (status != AWL_ERR_UNSUPPORTED) {
+            *dl = status == AWL_OK ? d : NULL;
+            return status;
+        }
+    }
+    return awl_tensor_cross_entropy_forward(rows, lse, lc, targets, c->ignore_index);
+}
+
 /* The fused forward, over count rows (count_t, on the device, when count
  * is -1); NULL with *unsupported set when the kernel declines. */
 static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, int ignore_index,
-                                       int64_t count, awl_tensor *count_t, bool *unsupported)
+                                       int64_t count, awl_tensor *count_t, double scale,
+                                       bool *unsupported)
 {
     int64_t n = awl_numel(targets);
     *unsupported = false;
@@ -694,9 +745,10 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
     awl_tensor *lc = awl_tensor_contiguous(logits);
     awl_tensor *rows = awl_tensor_new_on(logits, 1, &n, logits->dtype);
     awl_tensor *lse = awl_tensor_new_on(logits, 1, &n, AWL_F32);
-    awl_tensor *loss = NULL;
+    awl_tensor *loss = NULL, *dl = NULL;
+    ce_ctx ctx = {ignore_index, count, scale, -1};
     if (lc && rows && lse) {
-        int status = awl_tensor_cross_entropy_forward(rows, lse, lc, targets, ignore_index);
+        int status = ce_forward(rows, lse, lc, logits, targets, &ctx, count_t, &dl);
         *unsupported = status == AWL_ERR_UNSUPPORTED;
         awl_tensor *sum =
             status != AWL_OK
@@ -707,15 +759,17 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
         if (sum)
             loss = count < 0 ? awl_tensor_binary(AWL_BINARY_DIV, sum, count_t)
                              : awl_tensor_unary(AWL_UNARY_MUL_SCALAR, sum, 1.0 / (double)count);
+        if (loss && scale != 1.0) loss = awl_tensor_unary(AWL_UNARY_MUL_SCALAR, loss, scale);
     }
     awl_node *node =
         awl_node_record(loss, "cross_entropy", cross_entropy_backward, 1, &logits, sizeof(ce_ctx));
     if (node) {
-        *(ce_ctx *)awl_node_ctx(node) = (ce_ctx){ignore_index, count};
         awl_node_save(node, logits);
         awl_node_save(node, lse);
         awl_node_save(node, targets);
         if (count < 0) awl_node_save(node, count_t);
+        if (dl) ctx.dl_slot = awl_node_save(node, dl);
+        *(ce_ctx *)awl_node_ctx(node) = ctx;
     }
     loss = awl_keep(loss);
     awl_scope_end();
@@ -723,6 +777,12 @@ static awl_tensor *cross_entropy_fused(awl_tensor *logits, awl_tensor *targets, 
 }
 
 awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignore_index)
+{
+    return awl_cross_entropy_scaled(logits, targets, ignore_index, 1.0);
+}
+
+awl_tensor *awl_cross_entropy_scaled(awl_tensor *logits, awl_tensor *targets, int ignore_index,
+                                     double scale)
 {
     if (!logits || !targets) return NULL;
     const char *op = "awl_cross_entropy";
@@ -755,18 +815,19 @@ awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignor
             awl_scope_end();
             return NULL;
         }
-        loss = awl_keep(cross_entropy_fused(logits, targets, ignore_index, -1, count_t,
-                                            &unsupported));
+        loss = awl_keep(
+            cross_entropy_fused(logits, targets, ignore_index, -1, count_t, scale, &unsupported));
         awl_scope_end();
         if (loss || !unsupported) return loss;
         fused = false; /* the kernel declined: the composed path, from the host */
     }
     int32_t *host = targets_to_host(targets, V, ignore_index, &count);
     if (!host) return NULL;
-    if (fused) loss = cross_entropy_fused(logits, targets, ignore_index, count, NULL, &unsupported);
+    if (fused)
+        loss = cross_entropy_fused(logits, targets, ignore_index, count, NULL, scale, &unsupported);
     if (!loss && unsupported)
         loss = cross_entropy_composed(awl_reshape(logits, AWL_SHAPE(n, V)), host, n, ignore_index,
-                                      count);
+                                      count, scale);
     free(host);
     return loss;
 }

@@ -385,6 +385,11 @@ awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx)
  * accumulates in float32 and the loss comes back float32. */
 awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets)
 {
+    return awl_gpt_loss_scaled(model, idx, targets, 1.0);
+}
+
+awl_tensor *awl_gpt_loss_scaled(awl_gpt *model, awl_tensor *idx, awl_tensor *targets, double scale)
+{
     if (!model || !targets) return NULL;
-    return awl_cross_entropy(awl_gpt_forward(model, idx), targets, -1);
+    return awl_cross_entropy_scaled(awl_gpt_forward(model, idx), targets, -1, scale);
 }

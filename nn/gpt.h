@@ -109,6 +109,9 @@ awl_tensor *awl_gpt_forward(awl_gpt *model, awl_tensor *idx);
 /* Mean cross-entropy of the next-token prediction: idx, targets int32
  * (B, T) -> scalar (targets equal to -1 are ignored). */
 awl_tensor *awl_gpt_loss(awl_gpt *model, awl_tensor *idx, awl_tensor *targets);
+/* scale times the loss as one op (awl_cross_entropy_scaled): gradient
+ * accumulation's loss / n, whose gradient the forward can then write. */
+awl_tensor *awl_gpt_loss_scaled(awl_gpt *model, awl_tensor *idx, awl_tensor *targets, double scale);
 
 /* Checkpoint every block (autograd/checkpoint.h): activations of the blocks
  * are recomputed in backward instead of kept. Gradients are unchanged. */

@@ -294,6 +294,16 @@ awl_tensor *awl_mlp(awl_tensor *x, awl_tensor *w1, awl_tensor *b1, awl_tensor *w
  * ignored, as PyTorch). Fused: one node whose backward is the backend's
  * cross-entropy kernel. */
 awl_tensor *awl_cross_entropy(awl_tensor *logits, awl_tensor *targets, int ignore_index);
+/* scale times awl_cross_entropy, as one node: gradient accumulation's
+ * loss / n without a second node after it. In training, where the backend
+ * has cross_entropy_forward_backward, the forward also writes the logits'
+ * gradient for the case where the loss is backward's root (its gradient
+ * exactly 1), from the same read of the logits, and backward hands it on;
+ * a loss that is not the root (another op after it, or a gradient given to
+ * awl_backward_ex) gets its gradient computed again in backward, as
+ * without the kernel, and the forward's is not used. */
+awl_tensor *awl_cross_entropy_scaled(awl_tensor *logits, awl_tensor *targets, int ignore_index,
+                                     double scale);
 
 /* LayerNorm over the last axis: x (..., C), weight and bias (C) or NULL. */
 awl_tensor *awl_layer_norm(awl_tensor *x, awl_tensor *weight, awl_tensor *bias, double eps);

@@ -361,6 +361,35 @@ int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, aw
                                                    &vd, &vg, &vx, &vz, &vt, ignore_index)));
 }
 
+int awl_tensor_cross_entropy_forward_backward(awl_tensor *loss, awl_tensor *lse,
+                                              awl_tensor *dlogits, awl_tensor *dloss,
+                                              awl_tensor *logits, awl_tensor *targets,
+                                              int ignore_index)
+{
+    const char *op = "awl_tensor_cross_entropy_forward_backward";
+    if (!loss || !dlogits || !dloss || !lse || !logits || !targets) return AWL_ERR_INVALID;
+    if (check_cross_entropy(op, logits, targets, lse, loss, "loss") < 0 ||
+        check_cross_entropy(op, logits, targets, lse, dloss, "dloss") < 0 ||
+        check_devices(op, 2, (awl_tensor *[]){logits, dlogits}) < 0 ||
+        check_shape(op, "dlogits", dlogits, logits) < 0 ||
+        check_dtype(op, "dlogits", dlogits, logits->dtype) < 0)
+        return AWL_ERR_INVALID;
+    awl_view vl, vg, vz, vt;
+    if (!awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD_BACKWARD, logits) ||
+        !awl_is_contiguous(logits) || !awl_is_contiguous(dlogits) || !vector_view(loss, &vl) ||
+        !vector_view(dloss, &vg) || !vector_view(lse, &vz) || !vector_view(targets, &vt))
+        return AWL_ERR_UNSUPPORTED;
+    awl_view vd = rows_view(dlogits), vx = rows_view(logits);
+    awl_trace k;
+    /* the logits read once and dlogits written; the forward's 4 and the
+     * backward's 4 FLOPs a logit */
+    AWL_TRACE_BEGIN(&k, "cross_entropy_forward_backward", logits, AWL_WORK(OUTPUT, 8), 2, 4,
+                    (const awl_view *[]){&vl, &vd, &vx, &vt});
+    return kernel_status(
+        op, awl_trace_end(&k, awl_tensor_backend(logits)->cross_entropy_forward_backward(
+                                  &vl, &vz, &vd, &vg, &vx, &vt, ignore_index)));
+}
+
 /* ---- attention ------------------------------------------------------------------------------ */
 
 /* Every (B, H, T, D) tensor of ts[0..n) has q's shape and dtype and a

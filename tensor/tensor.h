@@ -431,6 +431,12 @@ int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tens
                                      awl_tensor *targets, int ignore_index);
 int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
                                       awl_tensor *lse, awl_tensor *targets, int ignore_index);
+/* Both at once (the backend's cross_entropy_forward_backward): loss and lse
+ * as the forward writes them, dlogits as the backward would from dloss. */
+int awl_tensor_cross_entropy_forward_backward(awl_tensor *loss, awl_tensor *lse,
+                                              awl_tensor *dlogits, awl_tensor *dloss,
+                                              awl_tensor *logits, awl_tensor *targets,
+                                              int ignore_index);
 /* q, k, v, out and their gradients (B, H, T, D) with a contiguous last axis
  * (any strides along B, H, T); lse (B, H, T) float32. */
 int awl_tensor_attention_forward(awl_tensor *out, awl_tensor *lse, awl_tensor *q, awl_tensor *k,

@@ -876,6 +876,79 @@ START_TEST(test_cross_entropy_values)
 }
 END_TEST
 
+/* The gradient the cross-entropy's forward writes (the backend's
+ * cross_entropy_forward_backward) is what backward hands on where the loss
+ * is the root: no cross-entropy kernel runs in backward, and the gradient
+ * has the bits backward's own kernel gives where the loss is not the root
+ * (times 1 after it, or a gradient of 1 given explicitly). With a scale,
+ * the root's gradient is the scaled loss's, bit for bit too. float32, and
+ * bfloat16 where the device has the kernel for it. */
+static awl_tensor *call_ce_scaled(awl_tensor *const *in, void *user)
+{
+    return awl_cross_entropy_scaled(in[0], user, 2, 0.25);
+}
+
+START_TEST(test_cross_entropy_gradient_from_forward)
+{
+    awl_gc_begin(9);
+    int32_t tv[] = {0, 2, 6, 3, 1, 2, 5, 4};
+    awl_tensor *targets = int_tensor(tv, AWL_SHAPE(2, 4));
+    static const char *const names[2] = {"cross_entropy_backward",
+                                         "cross_entropy_forward_backward"};
+    const awl_dtype dtypes[2] = {AWL_F32, AWL_BF16};
+    for (int d = 0; d < 2; d++) {
+        awl_tensor *logits = awl_tensor_cast(
+            awl_mul_scalar(awl_randn(AWL_SHAPE(2, 4, 7), AWL_F32, awl_gc_device()), 3.0),
+            dtypes[d]);
+        if (!awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD_BACKWARD, logits)) continue;
+        awl_requires_grad_(logits, true);
+        for (int scaled = 0; scaled < 2; scaled++) {
+            test_fn f = scaled ? call_ce_scaled : call_ce;
+            awl_tensor *g[3];
+            int64_t calls[3][2];
+            /* the root; then times 1 after it; then a gradient of 1 given */
+            awl_profiler_clear();
+            ck_assert_int_eq(awl_profiler_start(), 0);
+            awl_tensor *root = f(&logits, targets);
+            awl_profiler_stop();
+            awl_profile_totals t;
+            ck_assert_int_eq(awl_profiler_totals(&t), 0);
+            int64_t forward_calls = 0;
+            for (int i = 0; i < t.n_ops; i++)
+                if (strcmp(t.ops[i].name, names[1]) == 0) forward_calls += t.ops[i].calls;
+            awl_profile_totals_free(&t);
+            ck_assert_int_eq(forward_calls, 1);
+            grad_profiled(root, 1, &logits, &g[0], NULL, 2, names, calls[0]);
+            grad_profiled(awl_mul_scalar(f(&logits, targets), 1.0), 1, &logits, &g[1], NULL, 2,
+                          names, calls[1]);
+            awl_tensor *root2 = f(&logits, targets);
+            awl_backward_options given = {.grad = awl_ones_like(root2)};
+            grad_profiled(root2, 1, &logits, &g[2], &given, 2, names, calls[2]);
+            ck_assert_int_eq(calls[0][0], 0); /* handed on */
+            ck_assert_int_eq(calls[1][0], 1); /* computed again */
+            ck_assert_int_eq(calls[2][0], 1);
+            int64_t n = awl_numel(logits);
+            double *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+            ck_assert_int_eq(awl_to_host(awl_tensor_cast(g[0], AWL_F64), a, (size_t)n * 8), 0);
+            for (int k = 1; k < 3; k++) {
+                ck_assert_int_eq(awl_to_host(awl_tensor_cast(g[k], AWL_F64), b, (size_t)n * 8), 0);
+                ck_assert_msg(memcmp(a, b, (size_t)n * sizeof *a) == 0,
+                              "%s%s: the forward's gradient differs from backward's (case %d)",
+                              awl_dtype_name(dtypes[d]), scaled ? ", scaled" : "", k);
+            }
+            free(a);
+            free(b);
+        }
+    }
+    /* the scale in float64 against finite differences (composed path) */
+    awl_tensor *logits = awl_gc_randn(AWL_SHAPE(2, 3, 4));
+    int32_t t2[] = {0, 3, 1, 2, 2, 1};
+    ck_assert(awl_gradcheck(call_ce_scaled, int_tensor(t2, AWL_SHAPE(2, 3)), 1, &logits,
+                            "cross_entropy_scaled"));
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 /* ---- dropout and init ------------------------------------------------------------------ */
 
 START_TEST(test_dropout)
@@ -1058,6 +1131,6 @@ int main(void)
                             test_embedding_layernorm_gelu, test_layer_norm_strided_params,
                             test_attention, test_block_mlp, test_fused_vs_composed,
                             test_residual_gradient_copy, test_dropout_add_layer_norm,
-                            test_tied_embedding_gradient, test_cross_entropy_values, test_dropout,
-                            test_init);
+                            test_tied_embedding_gradient, test_cross_entropy_values,
+                            test_cross_entropy_gradient_from_forward, test_dropout, test_init);
 }

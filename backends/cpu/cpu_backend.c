@@ -104,6 +104,7 @@ static const awl_backend cpu_backend = {
     .layernorm_backward = awl_cpu_layernorm_backward,
     .cross_entropy_forward = awl_cpu_cross_entropy_forward,
     .cross_entropy_backward = awl_cpu_cross_entropy_backward,
+    .cross_entropy_forward_backward = awl_cpu_cross_entropy_forward_backward,
     .attention_forward = awl_cpu_attention_forward,
     .attention_backward = awl_cpu_attention_backward,
     .dropout = awl_cpu_dropout,

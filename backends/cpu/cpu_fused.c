@@ -400,6 +400,19 @@ int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dlos
     return AWL_OK;
 }
 
+/* Both, one after the other: on the CPU a row the forward has just read is
+ * still in cache when the backward reads it, so a single kernel would save
+ * little; this keeps the values of the two calls, bit for bit. */
+int awl_cpu_cross_entropy_forward_backward(const awl_view *loss, const awl_view *lse,
+                                           const awl_view *dlogits, const awl_view *dloss,
+                                           const awl_view *logits, const awl_view *targets,
+                                           int ignore_index)
+{
+    int status = awl_cpu_cross_entropy_forward(loss, lse, logits, targets, ignore_index);
+    if (status != AWL_OK) return status;
+    return awl_cpu_cross_entropy_backward(dlogits, dloss, logits, lse, targets, ignore_index);
+}
+
 /* ---- GELU backward: dx, dy, x contiguous float32 of one shape ------------------ */
 
 int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view *x)

@@ -195,6 +195,10 @@ int awl_cpu_layernorm_backward(const awl_view *dx, const awl_view *dweight, cons
                                const awl_view *dx_copy);
 int awl_cpu_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const awl_view *logits,
                                   const awl_view *targets, int ignore_index);
+int awl_cpu_cross_entropy_forward_backward(const awl_view *loss, const awl_view *lse,
+                                           const awl_view *dlogits, const awl_view *dloss,
+                                           const awl_view *logits, const awl_view *targets,
+                                           int ignore_index);
 int awl_cpu_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
                                    const awl_view *logits, const awl_view *lse,
                                    const awl_view *targets, int ignore_index);

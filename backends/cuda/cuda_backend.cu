@@ -219,7 +219,8 @@ static bool cuda_supports(awl_kernel kernel, int op, awl_dtype dtype)
     case AWL_KERNEL_ATTENTION_BACKWARD:
     case AWL_KERNEL_MATMUL_BIAS:
     case AWL_KERNEL_CROSS_ENTROPY_FORWARD:
-    case AWL_KERNEL_CROSS_ENTROPY_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
+    case AWL_KERNEL_CROSS_ENTROPY_BACKWARD:
+    case AWL_KERNEL_CROSS_ENTROPY_FORWARD_BACKWARD: return dtype == AWL_F32 || dtype == AWL_BF16;
     case AWL_KERNEL_CAST_MANY:
     case AWL_KERNEL_MATMUL_WIDE: return dtype == AWL_BF16;
     /* cuBLASLt's GELU epilogues: bfloat16 only. In float32 its GELU
@@ -297,6 +298,7 @@ static awl_backend make_table(void)
     t.dropout_add_layernorm = awlc_dropout_add_layernorm;
     t.cross_entropy_forward = awlc_cross_entropy_forward;
     t.cross_entropy_backward = awlc_cross_entropy_backward;
+    t.cross_entropy_forward_backward = awlc_cross_entropy_forward_backward;
     t.attention_forward = awlc_attention_forward;
     t.attention_backward = awlc_attention_backward;
     t.dropout = awlc_dropout;

@@ -522,6 +522,10 @@ int awlc_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const 
 int awlc_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
                                 const awl_view *logits, const awl_view *lse,
                                 const awl_view *targets, int ignore_index);
+int awlc_cross_entropy_forward_backward(const awl_view *loss, const awl_view *lse,
+                                        const awl_view *dlogits, const awl_view *dloss,
+                                        const awl_view *logits, const awl_view *targets,
+                                        int ignore_index);
 
 /* cuda_layernorm.cu */
 int awlc_layernorm_forward(const awl_view *out, const awl_view *mean, const awl_view *rstd,

@@ -14,7 +14,9 @@
  *   softmax backward:       1 pass for the row dot product, 1 read + write;
  *   cross-entropy forward:  1 read pass (no output the size of the logits);
  *   cross-entropy backward: 1 read + 1 write pass, the probabilities
- *                           recomputed from the saved lse, never stored.
+ *                           recomputed from the saved lse, never stored;
+ *   both at once (training): 1 read pass that keeps the row in shared
+ *                           memory, then 1 write pass from there.
  * The second read of a row usually hits L2. Every row is reduced in an order
  * fixed by its length and the block size, so results are deterministic.
  *
@@ -106,35 +108,61 @@ template <typename T> constexpr bool fast_exp = std::is_same<T, awl_bf16>::value
  * eight to a pack: the cross-entropy forward was bound by that, not by
  * its bytes; docs/cuda.md). With FAST, the exponentials are
  * exp_shifted's fast form. */
-template <typename T, typename A, bool FAST = false>
-__device__ online<A> row_online(const T *row, int64_t n)
+/* One 16-byte pack into the running (m, s) state. */
+template <typename T, typename A, bool FAST, int V>
+__device__ __forceinline__ void online_pack(online<A> &o, const awlc_pack<T, V> &p)
 {
-    const int V = 16 / sizeof(T);
+    A x[V], m = o.m;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        x[j] = awlc_cast<A>(p.v[j]);
+        m = x[j] > m ? x[j] : m;
+    }
+    /* every entry so far masked: no shift (a NaN still gets through) */
+    const A shift = m == (A)-INFINITY ? (A)0 : m;
+    A sum = o.s * exp_shifted<FAST>(o.m, shift);
+#pragma unroll
+    for (int j = 0; j < V; j++) sum += exp_shifted<FAST>(x[j], shift);
+    o.m = m;
+    o.s = sum;
+}
+
+template <typename T, typename A, bool FAST = false>
+__device__ online<A> row_online(const T *row, int64_t n, T *stash = nullptr)
+{
+    const int V = 16 / sizeof(T), LOADS = 4;
     online<A> o = {(A)-INFINITY, (A)0};
     int64_t done = 0;
     if (((uintptr_t)row & 15u) == 0) {
         const int64_t nv = n / V;
-        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-            awlc_pack<T, V> p = reinterpret_cast<const awlc_pack<T, V> *>(row)[i];
-            A x[V], m = o.m;
+        const awlc_pack<T, V> *packs = reinterpret_cast<const awlc_pack<T, V> *>(row);
+        /* a thread's packs i, i + blockDim.x, ... in that order, LOADS of
+         * them loaded before any is used, so that that many loads are in
+         * flight at once: the running (m, s) chains the arithmetic, and a
+         * load issued after the last pack's arithmetic would wait for it
+         * (the stash, a plain pointer, may alias the row for the compiler) */
+        for (int64_t i = threadIdx.x; i < nv; i += LOADS * (int64_t)blockDim.x) {
+            awlc_pack<T, V> p[LOADS];
 #pragma unroll
-            for (int j = 0; j < V; j++) {
-                x[j] = awlc_cast<A>(p.v[j]);
-                m = x[j] > m ? x[j] : m;
+            for (int u = 0; u < LOADS; u++) {
+                int64_t k = i + u * (int64_t)blockDim.x;
+                if (k < nv) p[u] = packs[k];
             }
-            /* every entry so far masked: no shift (a NaN still gets through) */
-            const A shift = m == (A)-INFINITY ? (A)0 : m;
-            A sum = o.s * exp_shifted<FAST>(o.m, shift);
 #pragma unroll
-            for (int j = 0; j < V; j++) sum += exp_shifted<FAST>(x[j], shift);
-            o.m = m;
-            o.s = sum;
+            for (int u = 0; u < LOADS; u++) {
+                int64_t k = i + u * (int64_t)blockDim.x;
+                if (k >= nv) break;
+                if (stash) reinterpret_cast<awlc_pack<T, V> *>(stash)[k] = p[u];
+                online_pack<T, A, FAST, V>(o, p[u]);
+            }
         }
         done = nv * V;
     }
-    for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x)
+    for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+        if (stash) stash[i] = row[i];
         o = online_add(o, awlc_cast<A>(row[i]));
-    return block_online(o);
+    }
+    return block_online(o); /* its barriers also publish the stash */
 }
 
 template <typename T>
@@ -219,6 +247,47 @@ __global__ void ce_bwd_kernel(T *dlogits, int64_t s_dlogits, const T *dloss, int
     }
 }
 
+/* Both: the forward's (m, s) pass over a row, then the backward's pass,
+ * each value computed as by the two kernels above. With STASH the first
+ * pass keeps the row in shared memory (dynamic, V elements) and the
+ * second reads it there, so the logits are read once; without it (a row
+ * too long for shared memory) the second pass reads the row again, from
+ * L2 where it is still there. */
+template <typename T, bool STASH>
+__global__ void ce_fwd_bwd_kernel(T *loss, int64_t s_loss, T *dlogits, int64_t s_dlogits,
+                                  const T *dloss, int64_t s_dloss, const T *logits, ce_args a)
+{
+    typedef typename Compute<T>::type A;
+    extern __shared__ __align__(16) unsigned char ce_smem[];
+    T *stash = STASH ? reinterpret_cast<T *>(ce_smem) : nullptr;
+    for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
+        const T *x = logits + r * a.s_logits;
+        online<A> o = row_online<T, A, fast_exp<T>>(x, a.V, stash);
+        const A lse = o.m + awlc_log(o.s);
+        const int32_t t = a.targets[r * a.s_targets];
+        const bool skip = t == a.ignore_index || t < 0 || t >= a.V;
+        if (threadIdx.x == 0) {
+            A l = t == a.ignore_index   ? (A)0
+                  : (t < 0 || t >= a.V) ? (A)NAN
+                                        : lse - awlc_cast<A>(x[t]);
+            a.lse[r * a.s_lse] = (float)lse;
+            loss[r * s_loss] = awlc_cast<T>(l);
+        }
+        /* the backward takes lse as saved, in float32 */
+        const A g = skip ? (A)0 : awlc_cast<A>(dloss[r * s_dloss]), ls = (A)(float)lse;
+        awlc_row_map(dlogits + r * s_dlogits, STASH ? stash : x, a.V, [&](int64_t j, T v) {
+            if (skip) return awlc_cast<T>((A)0);
+            A p = exp_shifted<fast_exp<T>>(awlc_cast<A>(v), ls);
+            return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
+        });
+        if (STASH) __syncthreads(); /* the stash is read before the next row fills it */
+    }
+}
+
+/* The shared memory a row's stash may take: two blocks an SM on an H100 or
+ * H200 (227 KB a block at most, 228 an SM). */
+const size_t CE_STASH_MAX = 112 * 1024;
+
 unsigned row_threads(int64_t n)
 {
     unsigned t = 64;
@@ -300,15 +369,59 @@ int awlc_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const 
     return AWLC_DISPATCH_FLOAT(logits->dtype, run);
 }
 
+/* The backward's dloss (N) and dlogits (N, V) against the rows of a, in
+ * the logits' dtype; false where the kernels do not take them. */
+static bool ce_grad_views(const awl_view *dlogits, const awl_view *dloss, awl_dtype dtype,
+                          const ce_args &a, int64_t *s_dlogits, int64_t *s_dloss)
+{
+    int64_t r2, v2;
+    return awlc_vector_of(dloss, a.N, s_dloss) && awlc_rows_of(dlogits, &r2, &v2, s_dlogits) &&
+           r2 == a.N && v2 == a.V && dloss->dtype == dtype && dlogits->dtype == dtype;
+}
+
+int awlc_cross_entropy_forward_backward(const awl_view *loss, const awl_view *lse,
+                                        const awl_view *dlogits, const awl_view *dloss,
+                                        const awl_view *logits, const awl_view *targets,
+                                        int ignore_index)
+{
+    ce_args a;
+    int64_t s_loss, s_dloss, s_dlogits;
+    if (ce_setup(logits, lse, targets, ignore_index, &a) != AWL_OK ||
+        !awlc_vector_of(loss, a.N, &s_loss) || loss->dtype != logits->dtype ||
+        !ce_grad_views(dlogits, dloss, logits->dtype, a, &s_dlogits, &s_dloss))
+        return AWL_ERR_UNSUPPORTED;
+    AWLC_TRY_STATUS(awlc_enter(loss->data));
+    if (a.N == 0 || a.V == 0) return AWL_OK;
+    auto run = [&](auto tag) -> int {
+        typedef decltype(tag) T;
+        const size_t bytes = ((size_t)a.V * sizeof(T) + 15) / 16 * 16;
+        if (bytes <= CE_STASH_MAX) {
+            if (bytes > 48 * 1024)
+                AWLC_TRY(cudaFuncSetAttribute(ce_fwd_bwd_kernel<T, true>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)bytes),
+                         "cross_entropy_forward_backward (shared memory)");
+            ce_fwd_bwd_kernel<T, true><<<row_blocks(a.N), row_threads(a.V), bytes>>>(
+                awlc_ptr<T>(loss), s_loss, awlc_ptr<T>(dlogits), s_dlogits, awlc_ptr<T>(dloss),
+                s_dloss, awlc_ptr<T>(logits), a);
+        } else {
+            ce_fwd_bwd_kernel<T, false><<<row_blocks(a.N), row_threads(a.V)>>>(
+                awlc_ptr<T>(loss), s_loss, awlc_ptr<T>(dlogits), s_dlogits, awlc_ptr<T>(dloss),
+                s_dloss, awlc_ptr<T>(logits), a);
+        }
+        return awlc_check_launch("cross_entropy_forward_backward");
+    };
+    return AWLC_DISPATCH_FLOAT(logits->dtype, run);
+}
+
 int awlc_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
                                 const awl_view *logits, const awl_view *lse,
                                 const awl_view *targets, int ignore_index)
 {
     ce_args a;
-    int64_t s_dloss, r2, v2, s_dlogits;
+    int64_t s_dloss, s_dlogits;
     if (ce_setup(logits, lse, targets, ignore_index, &a) != AWL_OK ||
-        !awlc_vector_of(dloss, a.N, &s_dloss) || !awlc_rows_of(dlogits, &r2, &v2, &s_dlogits) ||
-        r2 != a.N || v2 != a.V || dloss->dtype != logits->dtype || dlogits->dtype != logits->dtype)
+        !ce_grad_views(dlogits, dloss, logits->dtype, a, &s_dlogits, &s_dloss))
         return AWL_ERR_UNSUPPORTED;
     AWLC_TRY_STATUS(awlc_enter(dlogits->data));
     if (a.N == 0 || a.V == 0) return AWL_OK;

@@ -19,9 +19,11 @@ int set_lr(trainer *t, double lr)
     return t->zero ? awl_zero_set_lr(t->zero, lr) : awl_optimizer_set_lr(t->opt, lr);
 }
 
-awl_tensor *model_loss(trainer *t, awl_tensor *x, awl_tensor *y)
+awl_tensor *model_loss(trainer *t, awl_tensor *x, awl_tensor *y, double scale)
 {
-    return t->tp_model ? awl_tp_gpt_loss(t->tp_model, x, y) : awl_gpt_loss(t->model, x, y);
+    if (!t->tp_model) return awl_gpt_loss_scaled(t->model, x, y, scale);
+    awl_tensor *loss = awl_tp_gpt_loss(t->tp_model, x, y);
+    return scale != 1.0 ? awl_mul_scalar(loss, scale) : loss;
 }
 
 void accumulate_locally(trainer *t, bool on)

@@ -177,8 +177,7 @@ static int train_step(trainer *t, double lr, double *mean_loss)
         awl_profiler_end();
         if (got == 0) {
             awl_profiler_begin(AWL_PROFILE_PHASE, "forward");
-            awl_tensor *l = model_loss(t, x, y);
-            loss = awl_keep(s->grad_accum > 1 ? awl_div_scalar(l, s->grad_accum) : l);
+            loss = awl_keep(model_loss(t, x, y, 1.0 / s->grad_accum));
             awl_profiler_end();
         }
         awl_scope_end();
@@ -234,7 +233,7 @@ static int evaluate(trainer *t, awl_data_split split, double *mean)
         awl_tensor *x, *y;
         if (awl_text_dataset_batch_at(t->data, split, t->eval_seed, (uint64_t)i, t->cfg.batch,
                                       t->s.device, &x, &y) == 0)
-            sum += awl_item(model_loss(t, x, y));
+            sum += awl_item(model_loss(t, x, y, 1.0));
         else
             status = -1;
         awl_scope_end();

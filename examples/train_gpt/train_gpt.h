@@ -168,7 +168,10 @@ int init_from_weights(trainer *t);
 /* ---- a step's verbs, whatever runs it (parallel.c) ------------------------------ */
 
 int set_lr(trainer *t, double lr);
-awl_tensor *model_loss(trainer *t, awl_tensor *x, awl_tensor *y);
+/* The model's mean loss on a batch, times scale (1 / grad_accum in
+ * training: the whole model's loss takes it as one op, so that its
+ * gradient comes from the forward, awl_gpt_loss_scaled). */
+awl_tensor *model_loss(trainer *t, awl_tensor *x, awl_tensor *y, double scale);
 /* Gradient accumulation: backward only adds locally between on and off. */
 void accumulate_locally(trainer *t, bool on);
 /* The gradients complete on every rank (DDP's average, ZeRO's shards). */

@@ -342,6 +342,36 @@ static int ref_ce_bwd(const ac_case *c, double *const *in, double **ref)
     return rc;
 }
 
+/* both: loss, lse, dlogits, dloss, logits, targets */
+static int call_ce_both(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return b->cross_entropy_forward_backward(v[0], v[1], v[2], v[3], v[4], v[5], a->ignore_index);
+}
+
+/* The forward's loss and lse and the backward's dlogits from dloss. */
+static int ref_ce_both(const ac_case *c, double *const *in, double **ref)
+{
+    int64_t N = c->op[4].shape[0], V = c->op[4].shape[1];
+    int rc = ac_values(awl_logsumexp(ac_cpu_tensor(c, in, 4), -1, false), ref[1], N);
+    if (rc == 0) rc = ac_values(awl_softmax(ac_cpu_tensor(c, in, 4), -1), ref[2], N * V);
+    for (int64_t i = 0; rc == 0 && i < N; i++) {
+        int t = (int)in[5][i];
+        bool ignored = t == c->args.ignore_index;
+        ref[0][i] = ignored ? 0 : ref[1][i] - in[4][i * V + t];
+        for (int64_t j = 0; j < V; j++) {
+            double *d = &ref[2][i * V + j];
+            *d = ignored ? 0 : in[3][i] * (*d - (j == t));
+        }
+    }
+    return rc;
+}
+
+static void init_ce_both(const ac_case *c, double **in)
+{
+    (void)c;
+    in[5][2] = CE_IGNORE;
+}
+
 /* Row 2 is ignored. */
 static void init_ce(const ac_case *c, double **in)
 {
@@ -361,6 +391,17 @@ static void init_ce_bwd(const ac_case *c, double **in)
     awl_scope_end();
 }
 
+/* A case of cross-entropy kernel k whose init ignores row 2's target. */
+static ac_case ce_case(awl_kernel k, awl_dtype dt, const char *layout, ac_call_fn call,
+                       ac_ref_fn ref, ac_init_fn init)
+{
+    ac_case c = ac_case_new(k, "", dt, layout, call, ref);
+    c.args.ignore_index = CE_IGNORE;
+    c.init = init;
+    c.tol = tol_of(dt, 1e-5, 3e-2);
+    return c;
+}
+
 static void cross_entropy_cases(ac_list *l)
 {
     static const int64_t shapes[][2] = {{9, 11}, {64, 1000}, {32, 50304}};
@@ -373,20 +414,14 @@ static void cross_entropy_cases(ac_list *l)
                 const char *layout = strided ? "sliced targets, broadcast dloss" : "contiguous";
                 ac_layout lt = strided ? AC_SLICED : AC_CONTIG;
                 ac_case f =
-                    ac_case_new(AWL_KERNEL_CROSS_ENTROPY_FORWARD, "", dt, layout, call_ce, ref_ce);
-                f.args.ignore_index = CE_IGNORE;
-                f.init = init_ce;
-                f.tol = tol_of(dt, 1e-5, 3e-2);
+                    ce_case(AWL_KERNEL_CROSS_ENTROPY_FORWARD, dt, layout, call_ce, ref_ce, init_ce);
                 ac_add(&f, ac_operand_new("loss", AC_OUT, dt, 1, N, AC_CONTIG));
                 ac_add(&f, ac_operand_new("lse", AC_OUT, AWL_F32, 1, N, AC_CONTIG));
                 ac_add(&f, ac_operand_new("logits", AC_IN, dt, 2, shapes[s], AC_CONTIG));
                 ac_add(&f, ac_ints(ac_operand_new("targets", AC_IN, AWL_I32, 1, N, lt), 0, V - 1));
                 ac_push(l, &f);
-                ac_case b = ac_case_new(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, "", dt, layout,
-                                        call_ce_bwd, ref_ce_bwd);
-                b.args.ignore_index = CE_IGNORE;
-                b.init = init_ce_bwd;
-                b.tol = tol_of(dt, 1e-5, 3e-2);
+                ac_case b = ce_case(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, dt, layout, call_ce_bwd,
+                                    ref_ce_bwd, init_ce_bwd);
                 ac_add(&b, ac_operand_new("dlogits", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
                 ac_add(&b,
                        ac_operand_new("dloss", AC_IN, dt, 1, N, strided ? AC_BCAST0 : AC_CONTIG));
@@ -394,6 +429,16 @@ static void cross_entropy_cases(ac_list *l)
                 ac_add(&b, ac_operand_new("lse", AC_IN, AWL_F32, 1, N, AC_CONTIG));
                 ac_add(&b, ac_ints(ac_operand_new("targets", AC_IN, AWL_I32, 1, N, lt), 0, V - 1));
                 ac_push(l, &b);
+                ac_case fb = ce_case(AWL_KERNEL_CROSS_ENTROPY_FORWARD_BACKWARD, dt, layout,
+                                     call_ce_both, ref_ce_both, init_ce_both);
+                ac_add(&fb, ac_operand_new("loss", AC_OUT, dt, 1, N, AC_CONTIG));
+                ac_add(&fb, ac_operand_new("lse", AC_OUT, AWL_F32, 1, N, AC_CONTIG));
+                ac_add(&fb, ac_operand_new("dlogits", AC_OUT, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&fb,
+                       ac_operand_new("dloss", AC_IN, dt, 1, N, strided ? AC_BCAST0 : AC_CONTIG));
+                ac_add(&fb, ac_operand_new("logits", AC_IN, dt, 2, shapes[s], AC_CONTIG));
+                ac_add(&fb, ac_ints(ac_operand_new("targets", AC_IN, AWL_I32, 1, N, lt), 0, V - 1));
+                ac_push(l, &fb);
             }
 }
 
