@@ -338,16 +338,25 @@ int awl_tensor_cross_entropy_forward(awl_tensor *loss, awl_tensor *lse, awl_tens
                                                    &vl, &vz, &vx, &vt, ignore_index)));
 }
 
-int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
-                                      awl_tensor *lse, awl_tensor *targets, int ignore_index)
+/* The backward's checks: check_cross_entropy's with dloss, and dlogits of
+ * the logits' device, shape and dtype. */
+static int check_ce_gradient(const char *op, awl_tensor *logits, awl_tensor *targets,
+                             awl_tensor *lse, awl_tensor *dloss, awl_tensor *dlogits)
 {
-    const char *op = "awl_tensor_cross_entropy_backward";
-    if (!dlogits || !dloss || !logits || !lse || !targets) return AWL_ERR_INVALID;
     if (check_cross_entropy(op, logits, targets, lse, dloss, "dloss") < 0 ||
         check_devices(op, 2, (awl_tensor *[]){logits, dlogits}) < 0 ||
         check_shape(op, "dlogits", dlogits, logits) < 0 ||
         check_dtype(op, "dlogits", dlogits, logits->dtype) < 0)
         return AWL_ERR_INVALID;
+    return AWL_OK;
+}
+
+int awl_tensor_cross_entropy_backward(awl_tensor *dlogits, awl_tensor *dloss, awl_tensor *logits,
+                                      awl_tensor *lse, awl_tensor *targets, int ignore_index)
+{
+    const char *op = "awl_tensor_cross_entropy_backward";
+    if (!dlogits || !dloss || !logits || !lse || !targets) return AWL_ERR_INVALID;
+    if (check_ce_gradient(op, logits, targets, lse, dloss, dlogits) < 0) return AWL_ERR_INVALID;
     awl_view vg, vz, vt;
     if (!awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_BACKWARD, logits) ||
         !awl_is_contiguous(logits) || !awl_is_contiguous(dlogits) || !vector_view(dloss, &vg) ||
@@ -369,10 +378,7 @@ int awl_tensor_cross_entropy_forward_backward(awl_tensor *loss, awl_tensor *lse,
     const char *op = "awl_tensor_cross_entropy_forward_backward";
     if (!loss || !dlogits || !dloss || !lse || !logits || !targets) return AWL_ERR_INVALID;
     if (check_cross_entropy(op, logits, targets, lse, loss, "loss") < 0 ||
-        check_cross_entropy(op, logits, targets, lse, dloss, "dloss") < 0 ||
-        check_devices(op, 2, (awl_tensor *[]){logits, dlogits}) < 0 ||
-        check_shape(op, "dlogits", dlogits, logits) < 0 ||
-        check_dtype(op, "dlogits", dlogits, logits->dtype) < 0)
+        check_ce_gradient(op, logits, targets, lse, dloss, dlogits) < 0)
         return AWL_ERR_INVALID;
     awl_view vl, vg, vz, vt;
     if (!awl_fused_available(AWL_KERNEL_CROSS_ENTROPY_FORWARD_BACKWARD, logits) ||
