@@ -101,13 +101,6 @@ template <bool FAST, typename A> __device__ __forceinline__ A exp_shifted(A x, A
 /* Whether the cross-entropy of T rows takes the fast exponential. */
 template <typename T> constexpr bool fast_exp = std::is_same<T, awl_bf16>::value;
 
-/* The (m, s) state of one row. A thread takes its 16-byte packs whole:
- * the pack's maximum first, then one rescale of the running sum to it and
- * the pack's exponentials, where online_add would compare, branch and
- * perhaps rescale at every element (bfloat16 logits of gpt2-124m's head,
- * eight to a pack: the cross-entropy forward was bound by that, not by
- * its bytes; docs/cuda.md). With FAST, the exponentials are
- * exp_shifted's fast form. */
 /* One 16-byte pack into the running (m, s) state. */
 template <typename T, typename A, bool FAST, int V>
 __device__ __forceinline__ void online_pack(online<A> &o, const awlc_pack<T, V> &p)
@@ -127,6 +120,14 @@ __device__ __forceinline__ void online_pack(online<A> &o, const awlc_pack<T, V> 
     o.s = sum;
 }
 
+/* The (m, s) state of one row. A thread takes its 16-byte packs whole:
+ * the pack's maximum first, then one rescale of the running sum to it and
+ * the pack's exponentials, where online_add would compare, branch and
+ * perhaps rescale at every element (bfloat16 logits of gpt2-124m's head,
+ * eight to a pack: the cross-entropy forward was bound by that, not by
+ * its bytes; docs/cuda.md). With FAST, the exponentials are
+ * exp_shifted's fast form. With a stash (shared memory, n elements) the
+ * row is also copied there, for a second pass that does not read it again. */
 template <typename T, typename A, bool FAST = false>
 __device__ online<A> row_online(const T *row, int64_t n, T *stash = nullptr)
 {
