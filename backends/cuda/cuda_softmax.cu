@@ -211,6 +211,31 @@ struct ce_args {
     int ignore_index;
 };
 
+/* Row r's loss and lse, from its logits x, its target t and its lse: lse -
+ * x[t], 0 for an ignored row, NaN for a target outside [0, V). */
+template <typename T, typename A>
+__device__ __forceinline__ void ce_write_loss(T *loss, int64_t s_loss, const T *x, A lse, int32_t t,
+                                              int64_t r, const ce_args &a)
+{
+    A l = t == a.ignore_index ? (A)0 : (t < 0 || t >= a.V) ? (A)NAN : lse - awlc_cast<A>(x[t]);
+    a.lse[r * a.s_lse] = (float)lse;
+    loss[r * s_loss] = awlc_cast<T>(l);
+}
+
+/* A row of dlogits d from the row's logits x (in global or shared memory),
+ * its lse, its share g of the loss's gradient and its target t: g
+ * (softmax - onehot(t)), zeros where skip (an ignored or invalid target). */
+template <typename T, typename A>
+__device__ __forceinline__ void ce_write_grad(T *d, const T *x, int64_t V, A g, A lse, int32_t t,
+                                              bool skip)
+{
+    awlc_row_map(d, x, V, [&](int64_t j, T v) {
+        if (skip) return awlc_cast<T>((A)0);
+        A p = exp_shifted<fast_exp<T>>(awlc_cast<A>(v), lse);
+        return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
+    });
+}
+
 template <typename T>
 __global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args a)
 {
@@ -220,12 +245,7 @@ __global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args 
         online<A> o = row_online<T, A, fast_exp<T>>(x, a.V);
         if (threadIdx.x == 0) {
             A lse = o.m + awlc_log(o.s);
-            int32_t t = a.targets[r * a.s_targets];
-            A l = t == a.ignore_index   ? (A)0
-                  : (t < 0 || t >= a.V) ? (A)NAN
-                                        : lse - awlc_cast<A>(x[t]);
-            a.lse[r * a.s_lse] = (float)lse;
-            loss[r * s_loss] = awlc_cast<T>(l);
+            ce_write_loss(loss, s_loss, x, lse, a.targets[r * a.s_targets], r, a);
         }
     }
 }
@@ -240,11 +260,7 @@ __global__ void ce_bwd_kernel(T *dlogits, int64_t s_dlogits, const T *dloss, int
         bool skip = t == a.ignore_index || t < 0 || t >= a.V;
         A g = skip ? (A)0 : awlc_cast<A>(dloss[r * s_dloss]);
         A lse = (A)a.lse[r * a.s_lse];
-        awlc_row_map(dlogits + r * s_dlogits, logits + r * a.s_logits, a.V, [&](int64_t j, T x) {
-            if (skip) return awlc_cast<T>((A)0);
-            A p = exp_shifted<fast_exp<T>>(awlc_cast<A>(x), lse);
-            return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
-        });
+        ce_write_grad(dlogits + r * s_dlogits, logits + r * a.s_logits, a.V, g, lse, t, skip);
     }
 }
 
@@ -267,20 +283,10 @@ __global__ void ce_fwd_bwd_kernel(T *loss, int64_t s_loss, T *dlogits, int64_t s
         const A lse = o.m + awlc_log(o.s);
         const int32_t t = a.targets[r * a.s_targets];
         const bool skip = t == a.ignore_index || t < 0 || t >= a.V;
-        if (threadIdx.x == 0) {
-            A l = t == a.ignore_index   ? (A)0
-                  : (t < 0 || t >= a.V) ? (A)NAN
-                                        : lse - awlc_cast<A>(x[t]);
-            a.lse[r * a.s_lse] = (float)lse;
-            loss[r * s_loss] = awlc_cast<T>(l);
-        }
+        if (threadIdx.x == 0) ce_write_loss(loss, s_loss, x, lse, t, r, a);
         /* the backward takes lse as saved, in float32 */
         const A g = skip ? (A)0 : awlc_cast<A>(dloss[r * s_dloss]), ls = (A)(float)lse;
-        awlc_row_map(dlogits + r * s_dlogits, STASH ? stash : x, a.V, [&](int64_t j, T v) {
-            if (skip) return awlc_cast<T>((A)0);
-            A p = exp_shifted<fast_exp<T>>(awlc_cast<A>(v), ls);
-            return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
-        });
+        ce_write_grad(dlogits + r * s_dlogits, STASH ? stash : x, a.V, g, ls, t, skip);
         if (STASH) __syncthreads(); /* the stash is read before the next row fills it */
     }
 }
