@@ -109,7 +109,7 @@ __device__ __forceinline__ void online_pack(online<A> &o, const awlc_pack<T, V> 
 #pragma unroll
     for (int j = 0; j < V; j++) {
         x[j] = awlc_cast<A>(p.v[j]);
-        m = x[j] > m ? x[j] : m;
+        m = fmax(x[j], m); /* a NaN x leaves m as it is; the sum takes it */
     }
     /* every entry so far masked: no shift (a NaN still gets through) */
     const A shift = m == (A)-INFINITY ? (A)0 : m;
@@ -224,16 +224,27 @@ __device__ __forceinline__ void ce_write_loss(T *loss, int64_t s_loss, const T *
 
 /* A row of dlogits d from the row's logits x (in global or shared memory),
  * its lse, its share g of the loss's gradient and its target t: g
- * (softmax - onehot(t)), zeros where skip (an ignored or invalid target). */
+ * (softmax - onehot(t)), zeros where skip (an ignored or invalid target).
+ * The row is written as g softmax, with no test against t at every
+ * element; thread 0 then writes g (softmax - 1) over the target's entry,
+ * after a barrier that orders the two writes and ends every read of x (so
+ * a stash in shared memory may take the next row). */
 template <typename T, typename A>
 __device__ __forceinline__ void ce_write_grad(T *d, const T *x, int64_t V, A g, A lse, int32_t t,
                                               bool skip)
 {
-    awlc_row_map(d, x, V, [&](int64_t j, T v) {
-        if (skip) return awlc_cast<T>((A)0);
-        A p = exp_shifted<fast_exp<T>>(awlc_cast<A>(v), lse);
-        return awlc_cast<T>(g * (p - (j == t ? (A)1 : (A)0)));
+    if (skip) {
+        awlc_row_map(d, x, V, [](int64_t, T) { return awlc_cast<T>((A)0); });
+        __syncthreads();
+        return;
+    }
+    awlc_row_map(d, x, V, [&](int64_t, T v) {
+        return awlc_cast<T>(g * exp_shifted<fast_exp<T>>(awlc_cast<A>(v), lse));
     });
+    A at_t = 0;
+    if (threadIdx.x == 0) at_t = g * (exp_shifted<fast_exp<T>>(awlc_cast<A>(x[t]), lse) - (A)1);
+    __syncthreads();
+    if (threadIdx.x == 0) d[t] = awlc_cast<T>(at_t);
 }
 
 template <typename T>
@@ -287,7 +298,6 @@ __global__ void ce_fwd_bwd_kernel(T *loss, int64_t s_loss, T *dlogits, int64_t s
         /* the backward takes lse as saved, in float32 */
         const A g = skip ? (A)0 : awlc_cast<A>(dloss[r * s_dloss]), ls = (A)(float)lse;
         ce_write_grad(dlogits + r * s_dlogits, STASH ? stash : x, a.V, g, ls, t, skip);
-        if (STASH) __syncthreads(); /* the stash is read before the next row fills it */
     }
 }
 
