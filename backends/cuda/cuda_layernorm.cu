@@ -52,7 +52,10 @@ namespace
 {
 
 const int LN_WARPS = 8;    /* rows in flight per block of the forward */
-const int LN_BLOCKS = 512; /* blocks of the backward: partial rows */
+/* Blocks of the backward, each a partial row: one wave on an H100 or H200
+ * (132 SMs), where the register path fits one block an SM, so that every
+ * SM starts and ends its block once (docs/cuda.md). */
+const int LN_BLOCKS = 132;
 const size_t LN_SMEM = 48 * 1024;
 
 struct ln_vecs {
