@@ -105,7 +105,8 @@ template <> struct Compute<int32_t> {
 };
 
 /* Conversions between the storage types, the same as the CPU backend's C
- * casts: bf16 rounds to nearest even through awl_float_to_bf16. */
+ * casts: bf16 rounds to nearest even through awl_float_to_bf16 (on the
+ * device one cvt.rn.bf16.f32, the same bits but for a NaN's payload). */
 template <typename To> struct Conv {
     template <typename From> static __host__ __device__ __forceinline__ To from(From x)
     {
