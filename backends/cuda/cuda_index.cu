@@ -17,14 +17,20 @@
  *   - index_add (embedding backward, many source rows onto few destination
  *     rows): the (index, position) pairs are sorted with CUB's stable radix
  *     sort, so each destination row's sources form one run in position
- *     order. A run shorter than 64 (a large vocabulary's are mostly one
- *     long) is added in order by one warp, 32 columns at a time; a longer
- *     one, listed by that first kernel, by blocks of 8 warps (a block per 32
- *     columns) that take every 8th source in order, their sums then added
- *     in warp order. Which way a run goes, and so how it is grouped, depends
- *     only on its length: the result is the same on every run (not the
- *     serial loop's rounding for long runs, but as close). The sort costs
- *     two short launches and R * 16 bytes of scratch.
+ *     order. The sorted pairs are then cut into windows of 64, one block
+ *     each, and the runs cut each window into pieces, each summed in order
+ *     (a long piece by the whole block, a thread per column; a short one,
+ *     as a large vocabulary's runs mostly are, by one warp). A run inside
+ *     one window is added onto its row by that block; the pieces of a run
+ *     that crosses windows go to scratch and a second kernel adds them, in
+ *     window order, onto the row. So a frequent token's run (with a
+ *     character vocabulary every run is long: a space is one token in six)
+ *     is summed by as many blocks as it spans at once, not walked by one
+ *     block from end to end. How a run is cut depends
+ *     only on where it lies among the sorted pairs: the result is the same
+ *     on every run (not the serial loop's rounding, but as close). The sort
+ *     costs two short launches and R * 16 bytes of scratch, the pieces'
+ *     sums R / 32 floats a column.
  *
  * Index checks (check_indices) run on the device too, so that no indices
  * are copied to the host: a kernel compares each index with its limit and
@@ -37,6 +43,7 @@
  */
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -69,133 +76,148 @@ template <typename T> struct select_fn {
     }
 };
 
-/* Each destination run: position p starts a run when sorted key p differs
- * from key p - 1, and its sources vals[p..end) (positions in idx order) go
- * into row key[p] of dst. Rows and columns are mapped through small
- * layouts. */
-template <typename T> struct run_args {
+/* The sorted (index, position) pairs, and how rows and columns map: the
+ * sources of destination row keys[p] are the rows vals[p] of src (positions
+ * in idx), and the keys ascend, so each row's sources are one run of p. */
+template <typename T> struct add_args {
+    typedef typename Compute<T>::type A;
     T *dst;
     const T *src;
     const int32_t *keys, *vals;
-    int64_t R, inner, V; /* V: dst's rows (a key outside [0, V) is skipped) */
+    int64_t R, inner, V; /* pairs; columns; dst's rows (a key outside [0, V) is skipped) */
     int64_t dst_row_stride;
     awlc_layout<2> cols; /* inner columns: dst and src strides */
     awlc_layout<1> rows; /* src rows (idx's shape): src strides */
+    A *head, *tail;      /* (windows, inner) each: the pieces of runs that cross windows */
 };
 
-const int ADD_COLS = 32;  /* columns of a warp at a time: one per lane */
-const int ADD_GROUPS = 8; /* warps of a block */
-/* Runs at least this long take a whole block (eight warps on each 32
- * columns); a shorter run is summed by one warp, its rows one after
- * another. With 64, the short runs of a character vocabulary's rarer
- * characters took 0.80 ms of a gpt2-124m step's embedding backward, against
- * 0.11 with 8 (docs/cuda.md). */
-const int LONG_RUN = 8;
+const int WIN = 64;          /* pairs a block takes: a window */
+const int ADD_THREADS = 256; /* 8 warps */
+const int ADD_WARPS = ADD_THREADS / 32;
+const int SHORT_PIECE = 8;  /* a piece shorter than this is summed by one warp */
+const int COLS_AT_ONCE = 4; /* columns a thread sums side by side (loads in flight) */
+static_assert(WIN == 64, "a window's piece starts are one 64-bit mask");
 
-/* The end of the run starting at p: the first q > p whose key differs
- * (keys ascend). Steps of 1, 2, 4, ... past p, then a binary search in
- * the last step: one read for a run of one, as with a large vocabulary. */
-__device__ __forceinline__ int64_t run_end(const int32_t *keys, int64_t p, int64_t R)
+/* The end of the piece starting at s: the next start in the mask, or n. */
+__device__ __forceinline__ int piece_end(unsigned long long starts, int s, int n)
 {
-    int32_t v = keys[p];
-    int64_t lo = p + 1, step = 1;
-    while (lo < R && keys[lo] == v) {
-        lo += step;
-        step *= 2;
-    }
-    int64_t hi = lo < R ? lo : R;
-    lo = lo - step / 2; /* the last probe that matched */
-    if (step == 1) return hi;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (keys[mid] == v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    unsigned long long later = s + 1 < 64 ? starts >> (s + 1) << (s + 1) : 0;
+    return later ? __ffsll((long long)later) - 1 : n;
 }
 
-/* The sum, in order, of sources from, from + by, ... (before end) at column offset cj. */
+/* The sums, in order, of sources s..e-1 of a window (their src row offsets
+ * in off) at columns j, j + step, ... (COLS_AT_ONCE of them, those below
+ * inner): into part[column] where part is given, else added onto row. */
 template <typename T>
-__device__ __forceinline__ typename Compute<T>::type run_sum(const run_args<T> &a, int64_t from,
-                                                             int64_t end, int by, int64_t cj)
-{
-    typename Compute<T>::type acc = 0;
-#pragma unroll 4
-    for (int64_t q = from; q < end; q += by) {
-        int64_t rr[1];
-        awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[q], rr);
-        acc += awlc_cast<typename Compute<T>::type>(a.src[rr[0] + cj]);
-    }
-    return acc;
-}
-
-/* A warp per sorted position (blocks stride over them). A warp whose
- * position starts a run shorter than LONG_RUN (every run of a large
- * vocabulary) adds it alone, all columns, 32 at a time, the sources in
- * order. A longer run goes on a list for index_add_long_kernel; the list's
- * order varies from run to run, but each run only ever writes its own row. */
-template <typename T>
-__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
-    index_add_short_kernel(run_args<T> a, int *n_long, int64_t *long_runs)
+__device__ void sum_piece(const add_args<T> &a, const int64_t *off, int s, int e, int64_t j,
+                          int64_t step, typename Compute<T>::type *part, T *row)
 {
     typedef typename Compute<T>::type A;
-    int lane = threadIdx.x % ADD_COLS;
-    for (int64_t p = (int64_t)blockIdx.x * ADD_GROUPS + threadIdx.x / ADD_COLS; p < a.R;
-         p += (int64_t)gridDim.x * ADD_GROUPS) {
-        if ((p > 0 && a.keys[p - 1] == a.keys[p]) || a.keys[p] < 0 || a.keys[p] >= a.V) continue;
-        int64_t end = run_end(a.keys, p, a.R);
-        if (end - p >= LONG_RUN) {
-            if (lane == 0) {
-                int i = atomicAdd(n_long, 1);
-                long_runs[2 * i] = p;
-                long_runs[2 * i + 1] = end;
-            }
-            continue;
-        }
-        T *row = a.dst + (int64_t)a.keys[p] * a.dst_row_stride;
-        for (int64_t j = lane; j < a.inner; j += ADD_COLS) {
-            int64_t cj[2];
-            awlc_offsets<2, int64_t>(a.cols, j, cj);
-            A acc = run_sum(a, p, end, 1, cj[1]);
-            row[cj[0]] = awlc_cast<T>(awlc_cast<A>(row[cj[0]]) + acc);
-        }
-    }
-}
-
-/* Block (i, column tile): long run i of the list and 32 columns; warp g
- * sums sources p + g, p + g + 8, ... and the eight partial sums are added in
- * warp order onto dst. The split depends only on the run's length, so every
- * run adds the same numbers in the same order each time, and a long run (a
- * frequent token; every run of a character vocabulary) is eight chains, not
- * one. The list's length is read on the device; blocks take its runs in
- * turn (blockIdx.x, then gridDim.x further on). */
-template <typename T>
-__global__ void __launch_bounds__(ADD_COLS *ADD_GROUPS)
-    index_add_long_kernel(run_args<T> a, const int *n_long, const int64_t *long_runs)
-{
-    typedef typename Compute<T>::type A;
-    __shared__ A part[ADD_GROUPS][ADD_COLS];
-    const int n = *n_long;
-    int lane = threadIdx.x % ADD_COLS, grp = threadIdx.x / ADD_COLS;
-    for (int i = blockIdx.x; i < n; i += gridDim.x) {
-        int64_t p = long_runs[2 * i], end = long_runs[2 * i + 1];
-        T *row = a.dst + (int64_t)a.keys[p] * a.dst_row_stride;
-        for (int64_t j0 = (int64_t)blockIdx.y * ADD_COLS; j0 < a.inner;
-             j0 += (int64_t)gridDim.y * ADD_COLS) {
-            int64_t j = j0 + lane, cj[2] = {0, 0};
-            if (j < a.inner) awlc_offsets<2, int64_t>(a.cols, j, cj);
-            part[grp][lane] = j < a.inner ? run_sum(a, p + grp, end, ADD_GROUPS, cj[1]) : A(0);
-            __syncthreads();
-            if (grp == 0 && j < a.inner) {
-                A sum = awlc_cast<A>(row[cj[0]]);
+    int64_t cd[COLS_AT_ONCE], cs[COLS_AT_ONCE];
+    A acc[COLS_AT_ONCE];
 #pragma unroll
-                for (int g = 0; g < ADD_GROUPS; g++) sum += part[g][lane];
-                row[cj[0]] = awlc_cast<T>(sum);
-            }
-            __syncthreads();
+    for (int c = 0; c < COLS_AT_ONCE; c++) {
+        int64_t o[2] = {0, 0};
+        if (j + c * step < a.inner) awlc_offsets<2, int64_t>(a.cols, j + c * step, o);
+        cd[c] = o[0], cs[c] = o[1], acc[c] = 0;
+    }
+#pragma unroll 4
+    for (int q = s; q < e; q++)
+#pragma unroll
+        for (int c = 0; c < COLS_AT_ONCE; c++)
+            if (j + c * step < a.inner) acc[c] += awlc_cast<A>(a.src[off[q] + cs[c]]);
+#pragma unroll
+    for (int c = 0; c < COLS_AT_ONCE; c++) {
+        if (j + c * step >= a.inner) continue;
+        if (part)
+            part[j + c * step] = acc[c];
+        else
+            row[cd[c]] = awlc_cast<T>(awlc_cast<A>(row[cd[c]]) + acc[c]);
+    }
+}
+
+/* Block w takes the window of pairs [64 w, 64 w + 64). The runs cut it into
+ * pieces; each piece's sources are summed in order, a piece of SHORT_PIECE
+ * or more by the whole block (a thread per column), a shorter one by one
+ * warp (the pieces dealt round the warps; a lane per column). A run wholly
+ * inside the window is added onto its row here. A run that crosses into
+ * the window from the one before leaves its piece in head[w]; one that goes
+ * on into the next window, but began in this one, leaves it in tail[w], and
+ * index_add_carry_kernel adds the pieces up. So a run of any length is
+ * summed by as many blocks as it has windows, and how it is cut depends
+ * only on where it lies among the sorted pairs: the result is the same on
+ * every run. */
+template <typename T>
+__global__ void __launch_bounds__(ADD_THREADS) index_add_window_kernel(add_args<T> a)
+{
+    typedef typename Compute<T>::type A;
+    __shared__ int32_t key[WIN];
+    __shared__ int64_t off[WIN];
+    __shared__ unsigned starts[WIN / 32];
+    const int64_t p0 = (int64_t)blockIdx.x * WIN;
+    const int n = (int)min((int64_t)WIN, a.R - p0);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    if (tid < WIN) {
+        bool start = false;
+        if (tid < n) {
+            int64_t p = p0 + tid, o[1];
+            key[tid] = a.keys[p];
+            awlc_offsets<1, int64_t>(a.rows, (int64_t)a.vals[p], o);
+            off[tid] = o[0];
+            start = tid == 0 || a.keys[p - 1] != key[tid];
         }
+        unsigned m = __ballot_sync(0xffffffffu, start);
+        if (lane == 0) starts[warp] = m;
+    }
+    __syncthreads();
+    const unsigned long long mask = (unsigned long long)starts[1] << 32 | starts[0];
+    const bool before = p0 > 0 && a.keys[p0 - 1] == key[0];
+    const bool after = p0 + n < a.R && a.keys[p0 + n] == key[n - 1];
+    for (int s = 0, i = 0, e; s < n; s = e, i++) {
+        e = piece_end(mask, s, n);
+        int k = key[s];
+        if (k < 0 || k >= a.V) continue;
+        A *part = s == 0 && before  ? a.head + blockIdx.x * a.inner
+                  : e == n && after ? a.tail + blockIdx.x * a.inner
+                                    : nullptr;
+        T *row = a.dst + (int64_t)k * a.dst_row_stride;
+        if (e - s >= SHORT_PIECE)
+            for (int64_t j = tid; j < a.inner; j += ADD_THREADS * COLS_AT_ONCE)
+                sum_piece(a, off, s, e, j, ADD_THREADS, part, row);
+        else if (i % ADD_WARPS == warp)
+            for (int64_t j = lane; j < a.inner; j += 32 * COLS_AT_ONCE)
+                sum_piece(a, off, s, e, j, 32, part, row);
+    }
+}
+
+/* Block w: where window w has a tail (a run that begins in it and goes
+ * on), that run's further pieces are the heads of windows w + 1 .. last;
+ * tail, then the heads in window order, are added onto its row. */
+template <typename T>
+__global__ void __launch_bounds__(ADD_THREADS) index_add_carry_kernel(add_args<T> a)
+{
+    typedef typename Compute<T>::type A;
+    const int64_t w = blockIdx.x, p0 = w * WIN, pn = min(a.R, p0 + WIN);
+    const int32_t k = a.keys[pn - 1];
+    const bool began_before = p0 > 0 && a.keys[p0 - 1] == k;
+    if (pn == a.R || a.keys[pn] != k || began_before || k < 0 || k >= a.V) return;
+    /* the last window that starts with k (the keys ascend) */
+    int64_t lo = w + 1, hi = (a.R - 1) / WIN;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (a.keys[mid * WIN] == k)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    T *row = a.dst + (int64_t)k * a.dst_row_stride;
+    for (int64_t j = threadIdx.x; j < a.inner; j += ADD_THREADS) {
+        A sum = a.tail[w * a.inner + j];
+#pragma unroll 4
+        for (int64_t v = w + 1; v <= lo; v++) sum += a.head[v * a.inner + j];
+        int64_t o[2];
+        awlc_offsets<2, int64_t>(a.cols, j, o);
+        row[o[0]] = awlc_cast<T>(awlc_cast<A>(row[o[0]]) + sum);
     }
 }
 
@@ -320,23 +342,27 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
     if (R > INT32_MAX)
         return awl_error(AWL_ERR_INVALID, "awl_cuda index_add: more than 2^31 indices");
 
-    /* Scratch: keys in, keys out, values in, values out, then CUB's. */
+    /* Scratch: keys in, keys out, values in, values out, CUB's, then the
+     * windows' heads and tails (in Compute's type: float64 for float64 and
+     * int32 sums, float32 otherwise). */
     size_t cub_bytes = 0;
     int bits = bits_for(dst->shape[0]);
     AWLC_TRY(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL,
                                              (int32_t *)NULL, (const int32_t *)NULL,
                                              (int32_t *)NULL, (int)R, 0, bits),
              "index_add sort");
-    size_t arr = ((size_t)R * 4 + 255) & ~(size_t)255;
-    size_t list = 256 + (size_t)(R / LONG_RUN + 1) * 2 * sizeof(int64_t); /* count, (p, end) */
-    size_t bytes = 4 * arr + list + cub_bytes;
+    const int64_t windows = (R + WIN - 1) / WIN;
+    auto rounded = [](size_t n) { return (n + 255) & ~(size_t)255; };
+    size_t arr = rounded((size_t)R * 4), cub_part = rounded(cub_bytes);
+    size_t pieces = rounded((size_t)(windows * inner) *
+                            (dst->dtype == AWL_F64 || dst->dtype == AWL_I32 ? 8 : 4));
+    size_t bytes = 4 * arr + cub_part + 2 * pieces;
     char *scratch = (char *)awlc_scratch_alloc(bytes);
     if (!scratch) return AWL_ERR_OOM;
     int32_t *k_in = (int32_t *)scratch, *k_out = (int32_t *)(scratch + arr);
     int32_t *v_in = (int32_t *)(scratch + 2 * arr), *v_out = (int32_t *)(scratch + 3 * arr);
-    int *n_long = (int *)(scratch + 4 * arr);
-    int64_t *long_runs = (int64_t *)(scratch + 4 * arr + 256);
-    void *cub_tmp = scratch + 4 * arr + list;
+    void *cub_tmp = scratch + 4 * arr;
+    char *heads = scratch + 4 * arr + cub_part, *tails = heads + pieces;
 
     awl_view kv = *idx;
     kv.data = k_in;
@@ -347,10 +373,6 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
         stride *= kv.shape[d];
     }
     int st = awlc_copy(&kv, idx);
-    if (st == AWL_OK) {
-        cudaError_t err = cudaMemsetAsync(n_long, 0, sizeof(int));
-        if (err != cudaSuccess) st = awlc_fail(err, "index_add");
-    }
     if (st == AWL_OK) {
         iota_kernel<<<awlc_grid_for(R, 256), 256>>>(v_in, R);
         st = awlc_check_launch("index_add iota");
@@ -371,7 +393,8 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
         const awl_view *rviews[1] = {&srow};
         auto run = [&](auto tag) -> int {
             typedef decltype(tag) T;
-            run_args<T> a;
+            typedef typename Compute<T>::type A;
+            add_args<T> a;
             a.dst = awlc_ptr<T>(dst);
             a.src = awlc_ptr<T>(src);
             a.keys = k_out;
@@ -382,17 +405,16 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
             a.dst_row_stride = dst->strides[0];
             awlc_coalesce<2>(&a.cols, cviews);
             awlc_coalesce<1>(&a.rows, rviews);
-            int64_t blocks = std::min<int64_t>((R + ADD_GROUPS - 1) / ADD_GROUPS, 4096);
-            index_add_short_kernel<T>
-                <<<(unsigned)blocks, ADD_COLS * ADD_GROUPS>>>(a, n_long, long_runs);
-            AWLC_TRY_STATUS(awlc_check_launch("index_add (short runs)"));
-            /* the list's length is known on the device only: blocks walk
-             * it, two a multiprocessor (a run each when it is short) */
-            const int64_t gx = std::min<int64_t>(R / LONG_RUN, 2 * awlc_sm_count());
-            dim3 grid((unsigned)std::max<int64_t>(gx, 1),
-                      (unsigned)std::min<int64_t>((inner + ADD_COLS - 1) / ADD_COLS, 65535));
-            index_add_long_kernel<T><<<grid, ADD_COLS * ADD_GROUPS>>>(a, n_long, long_runs);
-            return awlc_check_launch("index_add (long runs)");
+            static_assert(
+                sizeof(A) ==
+                    (std::is_same<T, double>::value || std::is_same<T, int32_t>::value ? 8 : 4),
+                "the scratch's size above");
+            a.head = (A *)heads;
+            a.tail = (A *)tails;
+            index_add_window_kernel<T><<<(unsigned)windows, ADD_THREADS>>>(a);
+            AWLC_TRY_STATUS(awlc_check_launch("index_add (windows)"));
+            index_add_carry_kernel<T><<<(unsigned)windows, ADD_THREADS>>>(a);
+            return awlc_check_launch("index_add (runs across windows)");
         };
         st = AWLC_DISPATCH(dst->dtype, run);
     }

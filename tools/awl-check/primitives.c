@@ -641,7 +641,8 @@ static void index_cases(ac_list *l)
 {
     static const int64_t src[3] = {7, 3, 4}, idx[2] = {2, 5}, emb[2] = {65, 128},
                          tokens[2] = {64, 64}, rows[2] = {1000, 96}, many[1] = {2048},
-                         few[2] = {5, 3}, repeat[1] = {300}, x3[3] = {4, 9, 5}, ce[2] = {64, 65};
+                         few[2] = {5, 3}, repeat[1] = {300}, three[2] = {3, 40}, ids[1] = {4096},
+                         x3[3] = {4, 9, 5}, ce[2] = {64, 65};
     for (int t = 0; t < 4; t++) {
         awl_dtype dt = ALL_DTYPES[t];
         select_add_case(l, dt, "contiguous", 3, src, 2, idx, AC_CONTIG, AC_CONTIG, AC_CONTIG,
@@ -656,6 +657,8 @@ static void index_cases(ac_list *l)
                         AC_CONTIG, AC_TRANSPOSED, 0, 999);
         select_add_case(l, dt, "300 repeats of one row", 2, few, 1, repeat, AC_CONTIG, AC_CONTIG,
                         AC_CONTIG, AC_CONTIG, 2, 2);
+        select_add_case(l, dt, "4096 ids onto 3 rows", 2, three, 1, ids, AC_CONTIG, AC_CONTIG,
+                        AC_CONTIG, AC_SLICED, 0, 2);
         for (int axis = 0; axis < 3; axis++) {
             gather_scatter_case(l, dt, "", 3, x3, axis, 6, AC_CONTIG, AC_CONTIG, AC_CONTIG,
                                 AC_CONTIG);
