@@ -26,11 +26,11 @@
  *     window order, onto the row. So a frequent token's run (with a
  *     character vocabulary every run is long: a space is one token in six)
  *     is summed by as many blocks as it spans at once, not walked by one
- *     block from end to end. How a run is cut depends
- *     only on where it lies among the sorted pairs: the result is the same
- *     on every run (not the serial loop's rounding, but as close). The sort
- *     costs two short launches and R * 16 bytes of scratch, the pieces'
- *     sums R / 32 floats a column.
+ *     block from end to end. How a run is cut depends only on where it
+ *     lies among the sorted pairs: the result is the same on every run
+ *     (not the serial loop's rounding, but as close). The sort costs two
+ *     short launches and R * 16 bytes of scratch, the pieces' sums R / 32
+ *     floats a column.
  *
  * Index checks (check_indices) run on the device too, so that no indices
  * are copied to the host: a kernel compares each index with its limit and
