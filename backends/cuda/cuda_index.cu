@@ -41,7 +41,6 @@
  * above skip an index out of range (index_select and gather write 0) in the
  * meantime, so bad indices never reach memory they do not own.
  */
-#include <algorithm>
 #include <mutex>
 #include <type_traits>
 
