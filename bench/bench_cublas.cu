@@ -23,6 +23,11 @@
  *    pre-activation written by the product); the product giving the GELU's output gradient
  *    then a GELU-backward kernel, against CUBLASLT_EPILOGUE_DGELU (reading that
  *    pre-activation). The GELU kernels here are plain ones, one bf16 pair a thread.
+ * 3. Every algorithm cuBLASLt's heuristic offers for those products ("lt_candidate"
+ *    lines, in the heuristic's order, up to 16): the MLP's first product with a bias
+ *    alone and with GELU_AUX_BIAS, the output gradient's product plain, with DGELU and
+ *    with DGELU_BGRAD (the bias gradient in float32 as well), each timed, with its tile,
+ *    stages, split-K and cluster ids, and how far its output is from the first's.
  *
  *     ./build/bench_cublas            (a CUDA build; on the device: scripts/gpu_run.sh's
  *                                      "cublas" stage)
@@ -344,49 +349,75 @@ struct lt_context {
     size_t workspace_bytes;
 };
 
+/* One product's descriptors and the heuristic's preference (lt's workspace): D (m x n,
+ * column-major, bf16) = op(A) op(B) through an epilogue reading or writing bias (a float32
+ * one where bias_f32) and aux (NULL where the epilogue has none). */
+struct lt_problem {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+};
+
+lt_problem lt_describe(const lt_context &lt, cublasOperation_t ta, cublasOperation_t tb, int m,
+                       int n, int k, int lda, int ldb, cublasLtEpilogue_t epilogue,
+                       const void *bias, bool bias_f32, void *aux)
+{
+    lt_problem p;
+    CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                         sizeof epilogue));
+    if (bias)
+        CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof bias));
+    if (bias_f32) {
+        cudaDataType_t t = CUDA_R_32F;
+        CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t,
+                                             sizeof t));
+    }
+    if (aux) {
+        int64_t ld = m;
+        CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                             &aux, sizeof aux));
+        CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                             sizeof ld));
+    }
+    CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k,
+                                     ta == CUBLAS_OP_N ? k : m, lda));
+    CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n,
+                                     tb == CUBLAS_OP_N ? n : k, ldb));
+    CHECK(cublasLtMatrixLayoutCreate(&p.ld, CUDA_R_16BF, m, n, m));
+    CHECK(cublasLtMatmulPreferenceCreate(&p.pref));
+    CHECK(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &lt.workspace_bytes, sizeof lt.workspace_bytes));
+    return p;
+}
+
+void lt_release(lt_problem &p)
+{
+    cublasLtMatmulPreferenceDestroy(p.pref);
+    cublasLtMatrixLayoutDestroy(p.la);
+    cublasLtMatrixLayoutDestroy(p.lb);
+    cublasLtMatrixLayoutDestroy(p.ld);
+    cublasLtMatmulDescDestroy(p.desc);
+}
+
+/* The product through the heuristic's first choice. */
 void lt_matmul(const lt_context &lt, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                int k, const void *a, int lda, const void *b, int ldb, void *d,
                cublasLtEpilogue_t epilogue, const void *bias, void *aux)
 {
-    cublasLtMatmulDesc_t desc;
-    CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                         sizeof epilogue));
-    if (bias)
-        CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                             sizeof bias));
-    if (aux) {
-        int64_t ld = m;
-        CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                             sizeof aux));
-        CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
-                                             sizeof ld));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k,
-                                     ta == CUBLAS_OP_N ? k : m, lda));
-    CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n,
-                                     tb == CUBLAS_OP_N ? n : k, ldb));
-    CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m));
-    cublasLtMatmulPreference_t pref;
-    CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &lt.workspace_bytes, sizeof lt.workspace_bytes));
+    lt_problem p = lt_describe(lt, ta, tb, m, n, k, lda, ldb, epilogue, bias, false, aux);
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    CHECK(
-        cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &result, &found));
+    CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, p.desc, p.la, p.lb, p.ld, p.ld, p.pref, 1,
+                                         &result, &found));
     if (!found) check_status(1, "cublasLtMatmulAlgoGetHeuristic: no algorithm", __LINE__);
     const float one = 1, zero = 0;
-    CHECK(cublasLtMatmul(lt.handle, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &result.algo,
-                         lt.workspace, lt.workspace_bytes, 0));
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
+    CHECK(cublasLtMatmul(lt.handle, p.desc, &one, a, p.la, b, p.lb, &zero, d, p.ld, d, p.ld,
+                         &result.algo, lt.workspace, lt.workspace_bytes, 0));
+    lt_release(p);
 }
 
 /* The largest difference of two bf16 arrays of n, and how many elements differ. */
@@ -405,6 +436,68 @@ void compare_bf16(const __nv_bfloat16 *x_dev, const __nv_bfloat16 *y_dev, size_t
     }
     free(x);
     free(y);
+}
+
+/* Every algorithm cuBLASLt's heuristic offers for one epilogue product (up to
+ * CANDIDATES, in its order, with lt's workspace), each timed and its output compared
+ * with the first's: "lt_candidate" lines. bias_f32 sets a float32 bias (DGELU_BGRAD's
+ * output: the bias gradient). */
+const int CANDIDATES = 16;
+void lt_candidates(const lt_context &lt, const char *name, cublasOperation_t ta,
+                   cublasOperation_t tb, int m, int n, int k, const void *a, int lda, const void *b,
+                   int ldb, __nv_bfloat16 *d, __nv_bfloat16 *first, cublasLtEpilogue_t epilogue,
+                   const void *bias, bool bias_f32, void *aux)
+{
+    lt_problem p = lt_describe(lt, ta, tb, m, n, k, lda, ldb, epilogue, bias, bias_f32, aux);
+    cublasLtMatmulHeuristicResult_t results[CANDIDATES];
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt.handle, p.desc, p.la, p.lb, p.ld, p.ld,
+                                                       p.pref, CANDIDATES, results, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+        printf("{\"bench\":\"lt_candidate\",\"product\":\"%s\",\"found\":0,\"status\":%d}\n", name,
+               (int)st);
+    const float one = 1, zero = 0;
+    const double flop = 2.0 * m * n * k;
+    for (int i = 0; i < found; i++) {
+        cublasLtMatmulAlgo_t *algo = &results[i].algo;
+        auto run = [&] {
+            cublasStatus_t s =
+                cublasLtMatmul(lt.handle, p.desc, &one, a, p.la, b, p.lb, &zero, d, p.ld, d, p.ld,
+                               algo, lt.workspace, lt.workspace_bytes, 0);
+            if (s != CUBLAS_STATUS_SUCCESS) check_status((int)s, "cublasLtMatmul", __LINE__);
+        };
+        double ms = time_ms(run);
+        run();
+        CHECK(cudaDeviceSynchronize());
+        size_t elems = (size_t)m * n, differ = 0;
+        double diff = 0;
+        if (i == 0)
+            CHECK(cudaMemcpy(first, d, elems * 2, cudaMemcpyDeviceToDevice));
+        else
+            compare_bf16(first, d, elems, &diff, &differ);
+        int id = 0, tile = 0, stages = 0, splitk = 0, swizzle = 0, custom = 0, cluster = 0;
+        size_t got;
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile,
+                                             &got);
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                             sizeof stages, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof splitk, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle,
+                                             sizeof swizzle, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
+                                             sizeof custom, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                             sizeof cluster, &got);
+        printf("{\"bench\":\"lt_candidate\",\"product\":\"%s\",\"rank\":%d,\"ms\":%.4f,"
+               "\"tflops\":%.1f,\"workspace\":%zu,\"waves\":%.2f,\"algo_id\":%d,\"tile_id\":%d,"
+               "\"stages_id\":%d,\"splitk\":%d,\"swizzle\":%d,\"custom\":%d,\"cluster_id\":%d,"
+               "\"max_diff_from_rank0\":%.3e,\"differ_from_rank0\":%zu}\n",
+               name, i, ms, flop / ms / 1e9, results[i].workspaceSize, results[i].wavesCount, id,
+               tile, stages, splitk, swizzle, custom, cluster, diff, differ);
+    }
+    lt_release(p);
 }
 
 void gelu_epilogues(void)
@@ -461,6 +554,20 @@ void gelu_epilogues(void)
            "\"gemm_then_gelu_ms\":%.4f,\"epilogue_ms\":%.4f,\"out_max_diff\":%.3e,"
            "\"out_differ\":%zu,\"elements\":%zu}\n",
            bwd_gemm, bwd_two, bwd_epi, grad_diff, grad_differ, nh);
+    float *dbias;
+    CHECK(cudaMalloc(&dbias, HIDDEN * sizeof(float)));
+    lt_candidates(lt, "fc", CUBLAS_OP_T, CUBLAS_OP_N, HIDDEN, ROWS, C, w1, C, x, C, pre, act,
+                  CUBLASLT_EPILOGUE_BIAS, b1, false, nullptr);
+    lt_candidates(lt, "fc_gelu_aux_bias", CUBLAS_OP_T, CUBLAS_OP_N, HIDDEN, ROWS, C, w1, C, x, C,
+                  act_epi, act, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b1, false, pre_aux);
+    lt_candidates(lt, "fc_output_grad", CUBLAS_OP_N, CUBLAS_OP_N, HIDDEN, ROWS, C, w2, HIDDEN, dy,
+                  C, dact, dpre, CUBLASLT_EPILOGUE_DEFAULT, nullptr, false, nullptr);
+    lt_candidates(lt, "fc_output_grad_dgelu", CUBLAS_OP_N, CUBLAS_OP_N, HIDDEN, ROWS, C, w2, HIDDEN,
+                  dy, C, dpre_epi, dpre, CUBLASLT_EPILOGUE_DGELU, nullptr, false, pre_aux);
+    lt_candidates(lt, "fc_output_grad_dgelu_bgrad_f32", CUBLAS_OP_N, CUBLAS_OP_N, HIDDEN, ROWS, C,
+                  w2, HIDDEN, dy, C, dpre_epi, dpre, CUBLASLT_EPILOGUE_DGELU_BGRAD, dbias, true,
+                  pre_aux);
+    cudaFree(dbias);
     for (__nv_bfloat16 **p : buffers) cudaFree(*p);
     cudaFree(lt.workspace);
     cublasLtDestroy(lt.handle);

@@ -40,8 +40,9 @@
 #          backend); JSON lines in $OUT/kernels.jsonl;
 #   cublas  bench/bench_cublas.cu: cuBLAS's float32 modes (sgemm, BF16x9
 #          emulation, TF32, 3xTF32 as one TF32 product) with their errors
-#          against float64, and cuBLASLt's GELU epilogues against a GEMM and
-#          a GELU kernel; $OUT/cublas.jsonl; not part of all;
+#          against float64, cuBLASLt's GELU epilogues against a GEMM and
+#          a GELU kernel, and every algorithm cuBLASLt's heuristic offers for
+#          the MLP's products, timed; $OUT/cublas.jsonl; not part of all;
 #   bench  bench_gpt --device cuda and the PyTorch peer (eager; torch.compile
 #          for the triples in TORCH_COMPILE) on shakespeare-char and gpt2-124m
 #          in fp32, tf32 and bf16, at each dropout of BENCH_DROPOUT (both
@@ -249,11 +250,11 @@ stage_kernels() {
 # cuBLAS's own float32 modes and GELU epilogues at gpt2-124m's shapes, apart
 # from awl (bench/bench_cublas.cu); JSON lines in $OUT/cublas.jsonl.
 stage_cublas() {
-    echo "== cublas: float32 modes and GELU epilogues (bench/bench_cublas.cu)"
+    echo "== cublas: float32 modes, GELU epilogues and their candidates (bench/bench_cublas.cu)"
     local t0=$(date +%s)
     nvcc -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -I. bench/bench_cublas.cu \
         backends/cuda/cuda_gemm_tf32x3.cu -L"$CUBLAS_DIR" -lcublas -lcublasLt -o "$B/bench_cublas" &&
-        timeout 120 "$B/bench_cublas" > "$OUT/cublas.jsonl" 2>&1
+        timeout 200 "$B/bench_cublas" > "$OUT/cublas.jsonl" 2>&1
     cat "$OUT/cublas.jsonl"
     row "cublas: $(( $(date +%s) - t0 )) s (cublas.jsonl)"
 }
