@@ -247,8 +247,9 @@ stage_kernels() {
 }
 
 # ---- cublas -----------------------------------------------------------------------------
-# cuBLAS's own float32 modes and GELU epilogues at gpt2-124m's shapes, apart
-# from awl (bench/bench_cublas.cu); JSON lines in $OUT/cublas.jsonl.
+# cuBLAS's own float32 modes and GELU epilogues at gpt2-124m's shapes, and
+# cuBLASLt's candidates for those products, apart from awl
+# (bench/bench_cublas.cu); JSON lines in $OUT/cublas.jsonl.
 stage_cublas() {
     echo "== cublas: float32 modes, GELU epilogues and their candidates (bench/bench_cublas.cu)"
     local t0=$(date +%s)
