@@ -15,6 +15,8 @@
  *   ./bench_kernels                 all cases
  *   ./bench_kernels quick           smaller sizes, fewer repeats (a smoke run)
  *   ./bench_kernels full WORD       only the benches whose name contains WORD
+ *   ./bench_kernels full gemm_blocking   awl's product under other blockings
+ *                                   (bench_blocking; run only when named)
  */
 #include <omp.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "bench/bench_util.h"
 
 static const awl_backend *B;
@@ -108,10 +111,9 @@ static void mm_backend(void *p)
     }
 }
 
-static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t k, int64_t n,
-                         bool ta, bool tb)
+/* An m x k x n product's operands, random, and their views. */
+static mm_case mm_case_new(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
 {
-    if (!selected(bench)) return;
     mm_case c = {.m = m, .k = k, .n = n, .ta = ta, .tb = tb};
     c.a = random_floats(m * k);
     c.b = random_floats(k * n);
@@ -119,6 +121,21 @@ static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t
     c.va = ta ? view2(c.a, m, k, 1, m) : view2(c.a, m, k, k, 1);
     c.vb = tb ? view2(c.b, k, n, 1, k) : view2(c.b, k, n, n, 1);
     c.vc = view2(c.c, m, n, n, 1);
+    return c;
+}
+
+static void mm_case_free(mm_case *c)
+{
+    free(c->a);
+    free(c->b);
+    free(c->c);
+}
+
+static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t k, int64_t n,
+                         bool ta, bool tb)
+{
+    if (!selected(bench)) return;
+    mm_case c = mm_case_new(m, k, n, ta, tb);
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int inner = (int)(2e8 / flops) + 1;
     double td, tb_;
@@ -130,9 +147,7 @@ static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t
            name, (long long)m, (long long)k, (long long)n, ta ? "T" : "N", tb ? "T" : "N",
            flops / td * 1e-9, flops / tb_ * 1e-9, td / tb_);
     fflush(stdout);
-    free(c.a);
-    free(c.b);
-    free(c.c);
+    mm_case_free(&c);
 }
 
 /* A linear layer's three products: forward Y = X W (tokens x in x out),
@@ -143,6 +158,115 @@ static void bench_block(const char *bench, const int64_t shape[3])
     bench_matmul(bench, "transformer", m, k, n, false, false);
     bench_matmul(bench, "transformer_dx", m, n, k, false, true);
     bench_matmul(bench, "transformer_dw", k, m, n, true, false);
+}
+
+/* ---- gemm_blocking: awl's product under other blockings ----------------------- */
+
+/* Blockings of awl's float32 product (backends/cpu/cpu_gemm.h), each
+ * "KCxNCxMC", with a trailing "c" where every A is copied tile by tile. */
+#define MAX_BLOCKINGS 8
+
+static int parse_blockings(const char *list, awl_cpu_gemm_blocking *out)
+{
+    int n = 0;
+    const char *p = list;
+    while (*p && n < MAX_BLOCKINGS) {
+        int kc, nc, mc, used = 0;
+        if (sscanf(p, "%dx%dx%d%n", &kc, &nc, &mc, &used) != 3) break;
+        p += used;
+        out[n] = (awl_cpu_gemm_blocking){.kc = kc, .nc = nc, .mc = mc, .copy_a = *p == 'c'};
+        if (*p == 'c') p++;
+        n++;
+        if (*p == ',') p++;
+    }
+    return *p ? -1 : n;
+}
+
+/* shakespeare-char's 12 products (bench_block's), each timed under every
+ * blocking in turn, call by call, so that a machine's slow spells fall on
+ * all of them alike. The first blocking is the one the code has; each
+ * line gives a blocking's GFLOP/s (median) and the median over repeats of
+ * the first's time over its own ("vs_first", > 1: faster), and a summary
+ * line per blocking the min / median / max of vs_first over the products.
+ * AWL_BENCH_BLOCKINGS replaces the list after the first. Runs only when
+ * named (`bench_kernels full gemm_blocking`). */
+static void bench_blocking(void)
+{
+    if (!only || !strstr(only, "gemm_blocking")) return;
+    const awl_cpu_gemm_blocking as_is = awl_cpu_gemm_blocking_get();
+    if (!awl_cpu_gemm_f32_name()) {
+        fprintf(stderr, "bench_kernels: gemm_blocking: awl's float32 product is not in use\n");
+        return;
+    }
+    awl_cpu_gemm_blocking bl[MAX_BLOCKINGS] = {as_is};
+    const char *env = getenv("AWL_BENCH_BLOCKINGS");
+    int nb = 1 + parse_blockings(env ? env
+                                     : "384x960x1536,384x480x1536c,384x960x1536c,"
+                                       "384x960x768c,256x960x1536",
+                                 bl + 1);
+    if (nb < 2) {
+        fprintf(stderr, "bench_kernels: AWL_BENCH_BLOCKINGS: expected KCxNCxMC[c],...\n");
+        exit(1);
+    }
+    if (nb > MAX_BLOCKINGS) nb = MAX_BLOCKINGS;
+    const int64_t large[4][3] = {
+        {16384, 384, 1152}, {16384, 384, 384}, {16384, 384, 1536}, {16384, 1536, 384}};
+    double vs_first[MAX_BLOCKINGS][12];
+    for (int i = 0; i < 12; i++) {
+        /* bench_block's three products of each layer: forward (tokens x in
+         * x out), dX = dY W^T, dW = X^T dY */
+        const int64_t tokens = large[i / 3][0], in = large[i / 3][1], out = large[i / 3][2];
+        const int kind = i % 3;
+        const int64_t mkn[3][3] = {{tokens, in, out}, {tokens, out, in}, {in, tokens, out}};
+        const int64_t m = mkn[kind][0], k = mkn[kind][1], n = mkn[kind][2];
+        const bool ta = kind == 2, tb = kind == 1;
+        mm_case c = mm_case_new(m, k, n, ta, tb);
+        const double flops = 2.0 * (double)m * (double)n * (double)k;
+        const int inner = (int)(2e8 / flops) + 1;
+        double t[MAX_BLOCKINGS][64];
+        for (int r = -1; r < repeats; r++) /* r = -1: a warm-up call under each */
+            for (int b = 0; b < nb; b++) {
+                if (!awl_cpu_gemm_blocking_set(bl[b])) {
+                    fprintf(stderr, "bench_kernels: blocking %dx%dx%d out of range\n", bl[b].kc,
+                            bl[b].nc, bl[b].mc);
+                    exit(1);
+                }
+                const double t0 = bench_now();
+                for (int j = 0; j < (r < 0 ? 1 : inner); j++) mm_backend(&c);
+                if (r >= 0) t[b][r] = (bench_now() - t0) / inner;
+            }
+        for (int b = 0; b < nb; b++) { /* before bench_median sorts any t[b] */
+            double ratio[64];
+            for (int r = 0; r < repeats; r++) ratio[r] = t[0][r] / t[b][r];
+            vs_first[b][i] = bench_median(ratio, repeats);
+        }
+        for (int b = 0; b < nb; b++) {
+            bench_json_begin("gemm_blocking");
+            printf("\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\",\"b\":\"%s\","
+                   "\"blocking\":\"%dx%dx%d%s\",\"gflops\":%.2f,\"vs_first\":%.3f}\n",
+                   kind == 0   ? "transformer"
+                   : kind == 1 ? "transformer_dx"
+                               : "transformer_dw",
+                   (long long)m, (long long)k, (long long)n, ta ? "T" : "N", tb ? "T" : "N",
+                   bl[b].kc, bl[b].nc, bl[b].mc, bl[b].copy_a ? "c" : "",
+                   flops / bench_median(t[b], repeats) * 1e-9, vs_first[b][i]);
+        }
+        fflush(stdout);
+        mm_case_free(&c);
+    }
+    awl_cpu_gemm_blocking_set(as_is);
+    for (int b = 1; b < nb; b++) {
+        double v[12];
+        memcpy(v, vs_first[b], sizeof v);
+        double lo = v[0], hi = v[0];
+        for (int i = 1; i < 12; i++) lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+        bench_json_begin("gemm_blocking_summary");
+        printf("\"blocking\":\"%dx%dx%d%s\",\"first\":\"%dx%dx%d%s\",\"vs_first_min\":%.3f,"
+               "\"vs_first_median\":%.3f,\"vs_first_max\":%.3f}\n",
+               bl[b].kc, bl[b].nc, bl[b].mc, bl[b].copy_a ? "c" : "", bl[0].kc, bl[0].nc, bl[0].mc,
+               bl[0].copy_a ? "c" : "", lo, bench_median(v, 12), hi);
+    }
+    fflush(stdout);
 }
 
 /* Batched products, as attention's per-head scores: the ceiling is a loop of
@@ -388,6 +512,7 @@ int main(int argc, char **argv)
     /* A decoding step of a batch of prompts: a few rows against a linear
      * layer's weight, stored (out, in) (shakespeare-char's qkv; gpt2-124m's
      * MLP in). */
+    bench_blocking();
     const int64_t skinny[2][2] = {{384, 1152}, {768, 3072}};
     for (int i = 0; i < (quick ? 1 : 2); i++)
         for (int64_t m = 2; m <= 32; m *= 2)

@@ -38,7 +38,9 @@
 #         products at shakespeare-char's shapes) after each; with
 #         KERNELS=attention also a bench_kernels built with the AVX2 tiles
 #         (-DAWL_CPU_ATTENTION_AVX2_TILES), alternated with the default one
-#         KERNEL_ROUNDS times (default 2);
+#         KERNEL_ROUNDS times (default 2); KERNELS=gemm_blocking: awl's
+#         product under other blockings (AWL_BENCH_BLOCKINGS); CPU_PIN=1
+#         pins as the cpu stage does;
 #   check  awl-check on the CPU backend, --strict and --grad (the conformance
 #         suite under this machine's -march=native code);
 #   generate  bench_generate against bench/torch_generate.py (PyTorch's own
@@ -174,9 +176,12 @@ if has_stage kernels; then
     [ -x "$B/bin/bench_kernels_avx2_tiles" ] && variants+=(bench_kernels_avx2_tiles)
     for round in $(seq "${KERNEL_ROUNDS:-$(( ${#variants[@]} > 1 ? 2 : 1 ))}"); do
         for t in ${KERNEL_THREADS:-4 16}; do
+            pin="" pinned=false
+            [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
             for v in "${variants[@]}"; do
-                OMP_NUM_THREADS=$t "$B/bin/$v" full "${KERNELS:-matmul}" |
-                    sed "s/^{/{\"round\":$round,\"program\":\"$v\",/" | tee -a "$OUT/kernels.jsonl"
+                OMP_NUM_THREADS=$t $pin "$B/bin/$v" full "${KERNELS:-matmul}" |
+                    sed "s/^{/{\"round\":$round,\"program\":\"$v\",\"pinned\":$pinned,/" |
+                    tee -a "$OUT/kernels.jsonl"
             done
             # PyTorch's products at the matmul_large shapes, after awl's of the same round
             [[ ${KERNELS:-matmul} == matmul* ]] &&

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "awl.h"
+#include "backends/cpu/cpu_gemm.h"
 
 /* Runs fn in a child; fn writes "" on success or what went wrong into msg. */
 static void in_child(void (*fn)(char *msg, size_t size))
@@ -177,6 +178,69 @@ START_TEST(test_gemm_f32_is_named)
 }
 END_TEST
 
+/* awl's float32 product under blockings that split every dimension into
+ * several blocks, with edges, and copy A or read it in place, against sums
+ * in double: every transpose, with and without accumulation and bias. */
+static void gemm_f32_blockings(char *msg, size_t size)
+{
+    const awl_cpu_gemm_blocking blockings[] = {
+        awl_cpu_gemm_blocking_get(),
+        {.kc = 32, .nc = 64, .mc = 24, .copy_a = false},
+        {.kc = 32, .nc = 64, .mc = 24, .copy_a = true},
+        {.kc = 384, .nc = 480, .mc = 1536, .copy_a = true},
+        {.kc = 17, .nc = 32, .mc = 12, .copy_a = true},
+    };
+    enum { M = 50, N = 90, K = 100 };
+    float a[M * K], b[K * N], bias[N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)((i * 37 % 101) - 50) / 64.0f;
+    for (int i = 0; i < K * N; i++) b[i] = (float)((i * 53 % 89) - 44) / 64.0f;
+    for (int j = 0; j < N; j++) bias[j] = (float)j / 8.0f;
+    for (size_t x = 0; x < sizeof blockings / sizeof *blockings; x++)
+        for (int t = 0; t < 8; t++) {
+            const bool ta = t & 1, tb = t & 2, acc = t & 4;
+            if (!awl_cpu_gemm_blocking_set(blockings[x])) {
+                snprintf(msg, size, "blocking %zu refused", x);
+                return;
+            }
+            for (int i = 0; i < M * N; i++) c[i] = acc ? 1.0f : -99.0f;
+            /* a holds A (M x K) or A^T (K x M); b holds B (K x N) or B^T */
+            if (!awl_cpu_gemm_f32(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, acc, c, N,
+                                  acc ? NULL : bias))
+                return; /* not for awl's product on this CPU: BLAS's products are tested elsewhere
+                         */
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double want = acc ? 1.0 : bias[j];
+                    for (int p = 0; p < K; p++)
+                        want += (double)a[ta ? p * M + i : i * K + p] *
+                                (double)b[tb ? j * K + p : p * N + j];
+                    const double got = c[i * N + j];
+                    if (got - want > 1e-4 || want - got > 1e-4) {
+                        snprintf(
+                            msg, size,
+                            "blocking %dx%dx%d%s, ta %d tb %d accumulate %d: C(%d, %d) = %.7g, "
+                            "want %.7g",
+                            blockings[x].kc, blockings[x].nc, blockings[x].mc,
+                            blockings[x].copy_a ? " copying A" : "", ta, tb, acc, i, j, got, want);
+                        return;
+                    }
+                }
+        }
+}
+
+static void gemm_f32_blockings_avx2(char *msg, size_t size)
+{
+    setenv("AWL_CPU_GEMM", "avx2", 1);
+    gemm_f32_blockings(msg, size);
+}
+
+START_TEST(test_gemm_f32_blockings)
+{
+    in_child(gemm_f32_blockings);
+    in_child(gemm_f32_blockings_avx2);
+}
+END_TEST
+
 static Suite *blas_suite(void)
 {
     Suite *s = suite_create("blas");
@@ -186,6 +250,7 @@ static Suite *blas_suite(void)
     tcase_add_test(tc, test_user_setting_too_wide_is_reported);
     tcase_add_test(tc, test_products);
     tcase_add_test(tc, test_gemm_f32_is_named);
+    tcase_add_test(tc, test_gemm_f32_blockings);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -94,10 +94,19 @@
 
 #ifdef HAVE_X86_GEMM
 
-#define KC 384      /* the most rows of B packed at a time */
-#define NC 480      /* columns of B packed at a time (a multiple of both tiles' widths) */
-#define MC 1536     /* rows of A and C that pass over one packed block of B */
 #define PREFETCH 32 /* how many floats ahead A's rows are prefetched */
+
+/* The blocking ("Blocking" above): K in blocks of at most kc steps (the
+ * most rows of B packed at a time), C's columns in blocks of nc (columns
+ * of B packed at a time, a multiple of both tiles' widths), A's rows in
+ * blocks of at most mc (rows that pass over one packed block of B), and
+ * whether every block of A is copied tile by tile (copy_a) or only where
+ * its rows alias in L1 (rows_alias). A benchmark may set another
+ * (awl_cpu_gemm_blocking_set) within the bounds below. */
+static awl_cpu_gemm_blocking blocking = {.kc = 384, .nc = 480, .mc = 1536, .copy_a = false};
+#define KC_MAX 768
+#define NC_MAX 1920
+#define MC_MAX 3072
 
 /* The code of one instruction set: its tile's rows and columns, how it
  * packs B's block into panels of nr columns, and its tiles. A tile is C's
@@ -118,7 +127,21 @@ typedef struct kernels {
     void (*tile_edge)(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
                       const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
                       int64_t ld);
+    /* dst[p * mr_full + r] = A(r, p) for the tile's mr rows and kc steps:
+     * a[r * lda + p], or a[p * lda + r] when ta (copy_a_tile) */
+    void (*copy_a)(int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst);
 } kernels;
+
+/* kernels.copy_a in plain C, for a tile of R rows at most. */
+static void copy_a_tile(int R, int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst)
+{
+    if (ta)
+        for (int64_t p = 0; p < kc; p++)
+            for (int r = 0; r < mr; r++) dst[p * R + r] = a[p * lda + r];
+    else
+        for (int r = 0; r < mr; r++)
+            for (int64_t p = 0; p < kc; p++) dst[p * R + r] = a[r * lda + p];
+}
 
 /* A case of a tile_edge's switch: R rows through TILE (tile512 or
  * tile256), from a row-major A (acs = 1) or a transposed one. */
@@ -289,8 +312,33 @@ static AVX512 void pack_b512(float *restrict dst, const float *b, int64_t ldb, b
     }
 }
 
-static const kernels avx512_kernels = {"awl avx512 12x32", 12,          32, pack_b512, tile512_rows,
-                                       tile512_neighbours, tile512_edge};
+/* kernels.copy_a for 12-row tiles: from a row-major A, 16 steps of the
+ * rows at a time, transposed in registers; from a transposed one, each
+ * step's neighbours in one masked load and store. */
+static AVX512 void copy_a512(int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst)
+{
+    const __mmask16 rows = mask16(mr);
+    if (ta) {
+        for (int64_t p = 0; p < kc; p++)
+            _mm512_mask_storeu_ps(dst + p * 12, rows, _mm512_maskz_loadu_ps(rows, a + p * lda));
+        return;
+    }
+    float in[16][16] __attribute__((aligned(64))), out[16][16] __attribute__((aligned(64)));
+    memset(in, 0, sizeof in);
+    for (int64_t p = 0; p < kc; p += 16) {
+        const int64_t w = kc - p < 16 ? kc - p : 16;
+        const __mmask16 steps = mask16(w);
+        for (int r = 0; r < mr; r++)
+            _mm512_store_ps(in[r], _mm512_maskz_loadu_ps(steps, a + r * lda + p));
+        awl_cpu_transpose16(&in[0][0], 16, &out[0][0], 16);
+        for (int64_t q = 0; q < w; q++)
+            _mm512_mask_storeu_ps(dst + (p + q) * 12, rows, _mm512_load_ps(out[q]));
+    }
+}
+
+static const kernels avx512_kernels = {"awl avx512 12x32", 12,           32,
+                                       pack_b512,          tile512_rows, tile512_neighbours,
+                                       tile512_edge,       copy_a512};
 
 /* ---- AVX2 and FMA: 6 x 16 ------------------------------------------------------- */
 
@@ -422,17 +470,24 @@ static AVX2 void pack_b256(float *restrict dst, const float *b, int64_t ldb, boo
     }
 }
 
-static const kernels avx2_kernels = {"awl avx2 6x16",    6,           16, pack_b256, tile256_rows,
-                                     tile256_neighbours, tile256_edge};
+static void copy_a256(int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst)
+{
+    copy_a_tile(6, mr, kc, a, lda, ta, dst);
+}
+
+static const kernels avx2_kernels = {
+    "awl avx2 6x16", 6, 16, pack_b256, tile256_rows, tile256_neighbours, tile256_edge, copy_a256};
 
 /* ---- the product, over either set ------------------------------------------------ */
 
 /* Each thread's scratch, made on its first product and freed when the
  * thread ends (scratch_key's destructor; libgomp ends threads when the
- * thread count falls): the packed block of B, KC x NC floats, and, made
- * when first needed, a block of A's rows copied tile by tile, MC x KC. */
+ * thread count falls): the packed block of B, kc x nc floats, and, made
+ * when first needed, a block of A's rows copied tile by tile, mc x kc;
+ * each made again larger when a larger blocking is set. */
 typedef struct scratch {
     float *b, *a;
+    size_t b_floats, a_floats; /* what each holds */
 } scratch;
 
 static _Thread_local scratch *mine;
@@ -473,27 +528,38 @@ static void decide(void)
     have_scratch_key = chosen && pthread_key_create(&scratch_key, scratch_free) == 0;
 }
 
-/* This thread's scratch, with room for a block of A when with_a; NULL
- * when it cannot be had. */
-static scratch *thread_scratch(bool with_a)
+/* *buf with room for n floats (made anew when it holds fewer); false
+ * when that cannot be had. */
+static bool room(float **buf, size_t *holds, size_t n)
+{
+    if (*buf && *holds >= n) return true;
+    free(*buf);
+    *buf = aligned_alloc(64, n * sizeof(float));
+    *holds = *buf ? n : 0;
+    return *buf != NULL;
+}
+
+/* This thread's scratch for blocking bl, with room for a block of A when
+ * with_a; NULL when it cannot be had. */
+static scratch *thread_scratch(const awl_cpu_gemm_blocking *bl, bool with_a)
 {
     if (!mine && have_scratch_key) {
         scratch *s = calloc(1, sizeof *s);
-        if (s) s->b = aligned_alloc(64, (size_t)KC * NC * sizeof(float));
-        if (!s || !s->b || pthread_setspecific(scratch_key, s) != 0) {
-            if (s) free(s->b);
+        if (!s || pthread_setspecific(scratch_key, s) != 0) {
             free(s);
             return NULL;
         }
         mine = s;
     }
-    if (mine && with_a && !mine->a) mine->a = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
-    return mine && (!with_a || mine->a) ? mine : NULL;
+    if (!mine || !room(&mine->b, &mine->b_floats, (size_t)bl->kc * (size_t)bl->nc)) return NULL;
+    if (with_a && !room(&mine->a, &mine->a_floats, (size_t)bl->mc * (size_t)bl->kc)) return NULL;
+    return mine;
 }
 
 /* One product's operands, as awl_cpu_gemm_f32 got them. */
 typedef struct product {
     const kernels *kn;
+    awl_cpu_gemm_blocking bl; /* as it was when the product began */
     bool ta, tb, accumulate;
     int64_t m, n, k, lda, ldb, ldc;
     const float *a, *b, *bias;
@@ -506,6 +572,10 @@ typedef struct product {
  * steps at a time, tile by tile, each tile step-major (its rows
  * neighbours), before the block's products. */
 static bool rows_alias(const product *g) { return !g->ta && g->lda % 1024 == 0; }
+
+/* Whether A is copied a block at a time (rows_alias, or every A when the
+ * blocking says so). */
+static bool copies_a(const product *g) { return g->bl.copy_a || rows_alias(g); }
 
 /* Every tile of rows [i1, i2) over the packed block of B: steps [p0, p0 +
  * kc), columns [j0, j0 + nc). a_block: those rows' steps copied tile by
@@ -541,17 +611,18 @@ static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int
     }
 }
 
-/* Rows [i1, i2) of C: for each block of NC columns and kb steps (K in
- * blocks of one length, at most KC), B's block is packed and every tile of
- * these rows passes over it. With rows_alias, the steps come first, so
- * that each block of A is copied once for all the columns (C's elements
- * still sum their blocks of K in order). */
+/* Rows [i1, i2) of C: for each block of nc columns and kb steps (K in
+ * blocks of one length, at most kc), B's block is packed and every tile of
+ * these rows passes over it. Where A is copied (copies_a), the steps come
+ * first, so that each block of A is copied once for all the columns (C's
+ * elements still sum their blocks of K in order). */
 static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
 {
     const int tile_m = g->kn->mr;
     const int64_t n = g->n, k = g->k;
+    const int64_t KC = g->bl.kc, NC = g->bl.nc;
     const int64_t k_blocks = (k + KC - 1) / KC, kb = (k + k_blocks - 1) / k_blocks;
-    if (!rows_alias(g)) {
+    if (!copies_a(g)) {
         for (int64_t j0 = 0; j0 < n; j0 += NC)
             for (int64_t p0 = 0; p0 < k; p0 += kb) {
                 const int64_t nc = n - j0 < NC ? n - j0 : NC, kc = k - p0 < kb ? k - p0 : kb;
@@ -564,10 +635,8 @@ static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
         const int64_t kc = k - p0 < kb ? k - p0 : kb;
         for (int64_t i0 = i1; i0 < i2; i0 += tile_m) {
             const int mr = i2 - i0 < tile_m ? (int)(i2 - i0) : tile_m;
-            const float *ap = g->a + i0 * g->lda + p0;
-            float *tile_a = s->a + (i0 - i1) * kc;
-            for (int r = 0; r < mr; r++)
-                for (int64_t p = 0; p < kc; p++) tile_a[p * tile_m + r] = ap[r * g->lda + p];
+            const float *ap = g->a + (g->ta ? p0 * g->lda + i0 : i0 * g->lda + p0);
+            g->kn->copy_a(mr, kc, ap, g->lda, g->ta, s->a + (i0 - i1) * kc);
         }
         for (int64_t j0 = 0; j0 < n; j0 += NC) {
             const int64_t nc = n - j0 < NC ? n - j0 : NC;
@@ -582,17 +651,29 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
                       int64_t ldc, const float *bias)
 {
     if (!awl_cpu_gemm_f32_suits(m, n, k)) return false;
-    const product g = {
-        chosen, ta, tb, accumulate, m, n, k, lda, ldb, ldc, a, b, accumulate ? NULL : bias, c};
-    scratch *s = thread_scratch(rows_alias(&g));
+    const product g = {chosen, blocking, ta,  tb,  accumulate, m, n,
+                       k,      lda,      ldb, ldc, a,          b, accumulate ? NULL : bias,
+                       c};
+    scratch *s = thread_scratch(&g.bl, copies_a(&g));
     if (!s) return false;
-    /* Rows in blocks of at most MC, all the same size but the last, each a
+    /* Rows in blocks of at most mc, all the same size but the last, each a
      * multiple of the tile's rows (a band of one thread is one block at a
      * GPT's sizes) */
-    const int64_t blocks = (m + MC - 1) / MC, mr = chosen->mr;
+    const int64_t blocks = (m + g.bl.mc - 1) / g.bl.mc, mr = chosen->mr;
     const int64_t rows = ((m + blocks - 1) / blocks + mr - 1) / mr * mr;
     for (int64_t i1 = 0; i1 < m; i1 += rows)
         block_of_rows(&g, i1, m - i1 < rows ? m : i1 + rows, s);
+    return true;
+}
+
+awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void) { return blocking; }
+
+bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b)
+{
+    if (b.kc < 16 || b.kc > KC_MAX || b.nc < 32 || b.nc > NC_MAX || b.nc % 32 != 0 || b.mc < 12 ||
+        b.mc > MC_MAX || b.mc % 12 != 0)
+        return false;
+    blocking = b;
     return true;
 }
 
@@ -624,6 +705,14 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
 }
 
 const char *awl_cpu_gemm_f32_name(void) { return NULL; }
+
+awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void) { return (awl_cpu_gemm_blocking){0}; }
+
+bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b)
+{
+    (void)b;
+    return false;
+}
 
 bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k)
 {

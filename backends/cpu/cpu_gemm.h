@@ -37,6 +37,28 @@ bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k);
  * NULL when every float32 product goes to BLAS. */
 const char *awl_cpu_gemm_f32_name(void);
 
+/* How awl_cpu_gemm_f32 blocks a product (cpu_gemm.c, "Blocking"): K in
+ * blocks of at most kc steps, C's columns in blocks of nc, A's rows in
+ * blocks of at most mc, and whether every A is copied a block at a time,
+ * tile by tile (copy_a), or only one whose rows alias in the L1 cache. */
+typedef struct awl_cpu_gemm_blocking {
+    int kc, nc, mc;
+    bool copy_a;
+} awl_cpu_gemm_blocking;
+
+/* The blocking of the products to come (all zero where awl's product is
+ * not built: not x86-64). */
+awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void);
+
+/* For benchmarks that compare blockings on the same operands
+ * (bench_kernels' gemm_blocking): every product that begins after it uses
+ * b. Call it between products, never while one runs on another thread.
+ * false, changing nothing, when a value is out of range: kc from 16 to
+ * 768, nc a multiple of 32 from 32 to 1920, mc a multiple of 12 from 12
+ * to 3072. The summation order follows kc, so results differ in their
+ * last bits between blockings with different kc. */
+bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b);
+
 /* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 block of
  * floats transposed in registers. Only on x86-64 CPUs with AVX-512 (call it
  * from code compiled for them). */
