@@ -162,24 +162,20 @@ static void bench_block(const char *bench, const int64_t shape[3])
 
 /* ---- gemm_blocking: awl's product under other blockings ----------------------- */
 
-/* Blockings of awl's float32 product (backends/cpu/cpu_gemm.h), each
- * "KCxNCxMC", with a trailing "c" where every A is copied tile by tile. */
+/* Blockings of awl's float32 product, comma-separated, each as
+ * awl_cpu_gemm_blocking_parse reads it ("KCxNCxMC", a trailing "c" where
+ * every A is copied tile by tile); -1 when list is not such a list. */
 #define MAX_BLOCKINGS 8
 
 static int parse_blockings(const char *list, awl_cpu_gemm_blocking *out)
 {
     int n = 0;
     const char *p = list;
-    while (*p && n < MAX_BLOCKINGS) {
-        int kc, nc, mc, used = 0;
-        if (sscanf(p, "%dx%dx%d%n", &kc, &nc, &mc, &used) != 3) break;
-        p += used;
-        out[n] = (awl_cpu_gemm_blocking){.kc = kc, .nc = nc, .mc = mc, .copy_a = *p == 'c'};
-        if (*p == 'c') p++;
-        n++;
-        if (*p == ',') p++;
+    while (p && *p && n < MAX_BLOCKINGS) {
+        p = awl_cpu_gemm_blocking_parse(p, &out[n++]);
+        if (p && *p == ',') p++;
     }
-    return *p ? -1 : n;
+    return p && !*p ? n : -1;
 }
 
 /* shakespeare-char's 12 products (bench_block's), each timed under every
@@ -235,6 +231,7 @@ static void bench_blocking(void)
                 for (int j = 0; j < (r < 0 ? 1 : inner); j++) mm_backend(&c);
                 if (r >= 0) t[b][r] = (bench_now() - t0) / inner;
             }
+        awl_cpu_gemm_blocking_set(as_is); /* the lines' gemm_f32 names the first */
         for (int b = 0; b < nb; b++) { /* before bench_median sorts any t[b] */
             double ratio[64];
             for (int r = 0; r < repeats; r++) ratio[r] = t[0][r] / t[b][r];
@@ -254,7 +251,6 @@ static void bench_blocking(void)
         fflush(stdout);
         mm_case_free(&c);
     }
-    awl_cpu_gemm_blocking_set(as_is);
     for (int b = 1; b < nb; b++) {
         double v[12];
         memcpy(v, vs_first[b], sizeof v);

@@ -24,7 +24,9 @@
 #         after CPU_WARMUP, 2; CPU_PAIRS="config:threads ..." for others), alternated:
 #         awl, then PyTorch, CPU_ROUNDS times per count; CPU_PIN=1 runs both
 #         sides of a count below the machine's cores on cores 0..threads-1
-#         (taskset), the round's "pinned" field; CPU_BENCH_ARGS adds
+#         (taskset), the round's "pinned" field; CPU_AWL_ENVS="default
+#         NAME=VALUE ..." runs awl once per setting in each round (before
+#         the peer), each line's "awl_env"; CPU_BENCH_ARGS adds
 #         bench_gpt options (e.g. "--extras off": no step split, for the
 #         long one-thread runs of a scaling curve);
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
@@ -162,9 +164,13 @@ if has_stage cpu; then
         [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
         for round in $(seq "${CPU_ROUNDS:-1}"); do
             tag="s/^{/{\"round\":$round,\"pinned\":$pinned,/"
-            $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" --warmup "${CPU_WARMUP:-2}" \
-                --data "$DATA" ${CPU_BENCH_ARGS:-} |
-                sed "$tag" | tee -a "$OUT/cpu.jsonl"
+            for setting in ${CPU_AWL_ENVS:-default}; do
+                envs=()
+                [ "$setting" != default ] && envs=("$setting")
+                env "${envs[@]}" $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" \
+                    --warmup "${CPU_WARMUP:-2}" --data "$DATA" ${CPU_BENCH_ARGS:-} |
+                    sed "$tag" | sed "s/^{/{\"awl_env\":\"$setting\",/" | tee -a "$OUT/cpu.jsonl"
+            done
             peer "$c" "$t" "$n" | sed "$tag" | tee -a "$OUT/cpu.jsonl"
         done
     done

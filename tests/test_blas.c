@@ -234,10 +234,35 @@ static void gemm_f32_blockings_avx2(char *msg, size_t size)
     gemm_f32_blockings(msg, size);
 }
 
+/* AWL_CPU_GEMM_BLOCKING sets the blocking, and gemm_f32 names it; a value
+ * out of range is ignored. */
+static void blocking_from_environment(const char *value, const char *want, char *msg, size_t size)
+{
+    setenv("AWL_CPU_GEMM_BLOCKING", value, 1);
+    awl_blas_info b;
+    if (awl_blas_get_info(&b) < 0)
+        snprintf(msg, size, "not loaded: %s", awl_last_error());
+    else if (strncmp(b.gemm_f32, "awl ", 4) == 0 && !strstr(b.gemm_f32, want))
+        snprintf(msg, size, "AWL_CPU_GEMM_BLOCKING=%s: gemm_f32 is '%s', want blocks %s", value,
+                 b.gemm_f32, want);
+}
+
+static void blocking_set(char *msg, size_t size)
+{
+    blocking_from_environment("256x960x768c", "blocks 256x960x768c", msg, size);
+}
+
+static void blocking_out_of_range(char *msg, size_t size)
+{
+    blocking_from_environment("384x100x1536", "blocks 384x480x1536", msg, size);
+}
+
 START_TEST(test_gemm_f32_blockings)
 {
     in_child(gemm_f32_blockings);
     in_child(gemm_f32_blockings_avx2);
+    in_child(blocking_set);
+    in_child(blocking_out_of_range);
 }
 END_TEST
 

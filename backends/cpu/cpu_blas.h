@@ -38,8 +38,9 @@ typedef struct awl_blas_info {
     char best_kernels[32];  /* the kernels those features allow, "" when awl has no choice */
     const char *chosen_by;  /* "user" (OPENBLAS_CORETYPE was set), "awl" or "library" */
     bool kernels_weaker;    /* the kernels in use are weaker than the CPU's features allow */
-    char gemm_f32[32];      /* what runs float32 products: "awl avx512 12x32" (cpu_gemm.h)
-                               on CPUs with AVX-512, else the library's kernels */
+    char gemm_f32[64];      /* what runs float32 products: "awl avx512 12x32, blocks
+                               384x480x1536" (cpu_gemm.h: the tile, then the blocking) on
+                               CPUs with AVX-512, else the library's kernels */
     char error[160];        /* why loading failed, or a warning about the user's setting */
     int threads;
 } awl_blas_info;

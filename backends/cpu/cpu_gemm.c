@@ -82,6 +82,7 @@
  * see `decide` for why they are not the default where AVX-512 is missing).
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -511,10 +512,22 @@ static void scratch_free(void *p)
  * been measured on a CPU that has AVX2 alone. Decided once, at the first
  * product. */
 static pthread_once_t decided = PTHREAD_ONCE_INIT;
+
+/* The bounds of awl_cpu_gemm_blocking_set (cpu_gemm.h). */
+static bool blocking_valid(awl_cpu_gemm_blocking b)
+{
+    return b.kc >= 16 && b.kc <= KC_MAX && b.nc >= 32 && b.nc <= NC_MAX && b.nc % 32 == 0 &&
+           b.mc >= 12 && b.mc <= MC_MAX && b.mc % 12 == 0;
+}
 static const kernels *chosen;
 
 static void decide(void)
 {
+    const char *shape = getenv("AWL_CPU_GEMM_BLOCKING");
+    awl_cpu_gemm_blocking b;
+    if (shape && awl_cpu_gemm_blocking_parse(shape, &b) == shape + strlen(shape) &&
+        blocking_valid(b))
+        blocking = b;
     const char *setting = getenv("AWL_CPU_GEMM");
     const bool blas = setting && strcmp(setting, "blas") == 0;
     const bool avx2 = setting && strcmp(setting, "avx2") == 0;
@@ -666,13 +679,25 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
     return true;
 }
 
-awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void) { return blocking; }
+awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void)
+{
+    pthread_once(&decided, decide);
+    return blocking;
+}
+
+const char *awl_cpu_gemm_blocking_parse(const char *text, awl_cpu_gemm_blocking *b)
+{
+    int kc, nc, mc, used = 0;
+    if (sscanf(text, "%dx%dx%d%n", &kc, &nc, &mc, &used) != 3) return NULL;
+    text += used;
+    *b = (awl_cpu_gemm_blocking){.kc = kc, .nc = nc, .mc = mc, .copy_a = *text == 'c'};
+    return *text == 'c' ? text + 1 : text;
+}
 
 bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b)
 {
-    if (b.kc < 16 || b.kc > KC_MAX || b.nc < 32 || b.nc > NC_MAX || b.nc % 32 != 0 || b.mc < 12 ||
-        b.mc > MC_MAX || b.mc % 12 != 0)
-        return false;
+    if (!blocking_valid(b)) return false;
+    pthread_once(&decided, decide); /* so that a setting from the environment comes first */
     blocking = b;
     return true;
 }

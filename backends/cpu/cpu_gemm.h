@@ -9,7 +9,11 @@
  * The environment variable AWL_CPU_GEMM=blas sends every product to
  * OpenBLAS instead, and AWL_CPU_GEMM=avx2 runs the AVX2 tiles (6 x 16) in
  * place of the AVX-512 ones, or on a CPU that has AVX2 and FMA but not
- * AVX-512 (for comparisons); it is read once, at the first product.
+ * AVX-512 (for comparisons); AWL_CPU_GEMM_BLOCKING=384x960x1536c sets the
+ * blocking (awl_cpu_gemm_blocking below; ignored unless
+ * awl_cpu_gemm_blocking_set would take it). Both are read once, at the
+ * first product; awl_blas_get_info's gemm_f32 names the tile and the
+ * blocking in use.
  */
 #ifndef AWL_BACKENDS_CPU_GEMM_H
 #define AWL_BACKENDS_CPU_GEMM_H
@@ -58,6 +62,11 @@ awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void);
  * to 3072. The summation order follows kc, so results differ in their
  * last bits between blockings with different kc. */
 bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b);
+
+/* Reads a blocking written "KCxNCxMC", with a trailing "c" for copy_a
+ * ("384x960x1536c"), from the start of text into *b; returns where it
+ * stopped, or NULL when text does not start with one. */
+const char *awl_cpu_gemm_blocking_parse(const char *text, awl_cpu_gemm_blocking *b);
 
 /* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 block of
  * floats transposed in registers. Only on x86-64 CPUs with AVX-512 (call it
