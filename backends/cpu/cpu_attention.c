@@ -137,6 +137,7 @@ static float *lse_at(const lse_view *l, int64_t b, int64_t i, int64_t t)
 #endif
 #define ROWS 8
 #define TRANSPOSE_IN_REGISTERS 1 /* transpose_head: cpu_gemm.c's 16 x 16 blocks */
+#define WIDE_DOTS 1              /* tile_dots may take 32 keys at a time: wide_dots */
 #else
 #define ROWS 6
 #endif
@@ -261,25 +262,69 @@ static void prefetch_rows(const heads *h, int64_t b, int64_t i, int64_t r0, int6
     }
 }
 
-/* s[k * ld + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
- * up to BLOCK, yt (D x ld). A ROWS x BLOCK tile of sums stays in registers
+/* s[k * ld + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j in [j0, j0 +
+ * W), W a multiple of BLOCK. A ROWS x W tile of sums stays in registers
  * while the loop walks the D dimensions, each step a fused multiply-add
  * (cpu_fmaf: one instruction and one rounding where the CPU has FMA). */
-static void tile_dots(float *const x[ROWS], const float *yt, int64_t n, int64_t ld, int64_t D,
-                      float *s)
+static inline __attribute__((always_inline)) void
+dots_tile(int W, float *const x[ROWS], const float *yt, int64_t j0, int64_t ld, int64_t D, float *s)
 {
-    for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {
-        float acc[ROWS][BLOCK] = {{0}};
-        for (int64_t d = 0; d < D; d++) {
-            const float *y = yt + d * ld + j0;
-            for (int k = 0; k < ROWS; k++) {
-                const float xd = x[k][d];
+    float acc[ROWS][2 * BLOCK] = {{0}};
+    for (int64_t d = 0; d < D; d++) {
+        const float *y = yt + d * ld + j0;
+        for (int k = 0; k < ROWS; k++) {
+            const float xd = x[k][d];
 #pragma omp simd
-                for (int jj = 0; jj < BLOCK; jj++) acc[k][jj] = cpu_fmaf(xd, y[jj], acc[k][jj]);
-            }
+            for (int jj = 0; jj < W; jj++) acc[k][jj] = cpu_fmaf(xd, y[jj], acc[k][jj]);
         }
-        for (int k = 0; k < ROWS; k++) memcpy(s + k * ld + j0, acc[k], sizeof acc[k]);
     }
+    for (int k = 0; k < ROWS; k++) memcpy(s + k * ld + j0, acc[k], (size_t)W * sizeof(float));
+}
+
+/* Whether tile_dots takes 32 keys at a time (two 16-float vectors a row of
+ * the tile) rather than BLOCK. Each step of its loop loads a row of keys
+ * and broadcasts one float of each of the ROWS query rows: with 32 keys
+ * that is 10 loads for 16 multiply-adds, with 16 keys 9 for 8, which
+ * starves a core that issues two 16-float multiply-adds a cycle (Intel's
+ * AVX-512 server cores) and not one that issues one (Zen 4, whose 16-float
+ * multiply-add is two 8-float halves). Measured (docs/performance.md,
+ * "Attention's dot products, 32 keys at a time"): on an H100 lease's Xeon
+ * the tile of 32 took 13% less time at 4 threads, forward and backward;
+ * on the Zen 4 dev machine it was level or up to 1-4% slower. So: Intel
+ * CPUs; AWL_CPU_ATTENTION_KEYS=16 or =32 chooses either anywhere (read
+ * once). */
+#ifdef WIDE_DOTS
+#include <pthread.h>
+static pthread_once_t dots_decided = PTHREAD_ONCE_INIT;
+static bool dots_wide;
+
+static void decide_dots(void)
+{
+    const char *keys = getenv("AWL_CPU_ATTENTION_KEYS");
+    __builtin_cpu_init();
+    dots_wide = keys ? strcmp(keys, "32") == 0 : __builtin_cpu_is("intel");
+}
+
+static bool wide_dots(void)
+{
+    pthread_once(&dots_decided, decide_dots);
+    return dots_wide;
+}
+#else
+static bool wide_dots(void) { return false; }
+#endif
+
+/* s[k * ld + j] = x[k] . yt[:, j] for the ROWS rows x[k] and j < n rounded
+ * up to BLOCK, yt (D x ld): 32 keys at a time where wide (wide_dots), the
+ * rest BLOCK at a time. */
+static void tile_dots(bool wide, float *const x[ROWS], const float *yt, int64_t n, int64_t ld,
+                      int64_t D, float *s)
+{
+    const int64_t nb = round_up(n, BLOCK);
+    int64_t j0 = 0;
+    if (wide)
+        for (; j0 + 2 * BLOCK <= nb; j0 += 2 * BLOCK) dots_tile(2 * BLOCK, x, yt, j0, ld, D, s);
+    for (; j0 < nb; j0 += BLOCK) dots_tile(BLOCK, x, yt, j0, ld, D, s);
 }
 
 /* out[k] = sum_{j<n} w[k * wk + j * wj] rows[j] for k < ROWS, rows[j] = base
@@ -353,6 +398,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
+    const bool wide = wide_dots();
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM, "awl_cpu attention_forward: out of memory (%d x %lld floats)",
@@ -370,7 +416,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
             tile_rows(&hq, b, i, r0, T, zeros, qs);
             tile_rows(&ho, b, i, r0, T, sink, os);
             prefetch_rows(&hq, b, i, r0 + ROWS, T, D);
-            tile_dots(qs, kt, n, ld, D, S);
+            tile_dots(wide, qs, kt, n, ld, D, S);
             /* each row's weights are left unnormalised, e^(s_j - max), and
              * its output row is divided by their sum once it is made: D
              * multiplies instead of one per key */
@@ -424,6 +470,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
+    const bool wide = wide_dots();
     float *scratch = scratch_for(B * H, T, D, per_head, &nt);
     if (!scratch)
         return awl_error(AWL_ERR_OOM,
@@ -458,8 +505,8 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             tile_rows(&hdo, b, i, r0, T, zeros, grads);
             prefetch_rows(&hq, b, i, r0 + ROWS, T, D);
             prefetch_rows(&hdo, b, i, r0 + ROWS, T, D);
-            tile_dots(in, kt, n, ld, D, P + r0 * ld);
-            tile_dots(grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
+            tile_dots(wide, in, kt, n, ld, D, P + r0 * ld);
+            tile_dots(wide, grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
             for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
                 float *p = P + r * ld, *ds = dS + r * ld;
                 /* the row's loops run over whole blocks of keys, its scores
