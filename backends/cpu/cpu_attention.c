@@ -289,7 +289,7 @@ dots_tile(int W, float *const x[ROWS], const float *yt, int64_t j0, int64_t ld, 
  * AVX-512 server cores) and not one that issues one (Zen 4, whose 16-float
  * multiply-add is two 8-float halves). Measured (docs/performance.md,
  * "Attention's dot products, 32 keys at a time"): on an H100 lease's Xeon
- * the tile of 32 took 13% less time at 4 threads, forward and backward;
+ * the tile of 32 took 14% less time at 4 threads, forward and backward;
  * on the Zen 4 dev machine it was level or up to 1-4% slower. So: Intel
  * CPUs; AWL_CPU_ATTENTION_KEYS=16 or =32 chooses either anywhere (read
  * once). */

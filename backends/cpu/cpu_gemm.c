@@ -46,11 +46,13 @@
  * transposed B (a linear layer's weight in x @ w^T) a transpose, done a
  * square block of floats at a time in registers.
  *
- * Blocking. K is taken in blocks of at most KC = 384 steps, all of one
- * length (K = 384, a GPT's C at shakespeare-char's size, is one block; K
- * = 512 two of 256, K = 1536 four of 384), and C's columns in blocks of
- * NC = 480: a packed block of B is at most 720 KB and stays in the L2
- * cache while the rows of A pass over it; a panel is 48 KB, a tile's 12
+ * Blocking (the struct `blocking` below, KC, NC and MC its fields kc, nc
+ * and mc, with the values the code runs unless AWL_CPU_GEMM_BLOCKING or a
+ * benchmark sets others). K is taken in blocks of at most KC = 384
+ * steps, all of one length (K = 384, a GPT's C at shakespeare-char's
+ * size, is one block; K = 512 two of 256, K = 1536 four of 384), and C's
+ * columns in blocks of NC = 480: a packed block of B is at most 720 KB
+ * and stays in the L2 cache while the rows of A pass over it; a panel is 48 KB, a tile's 12
  * rows of A 18 KB. A block of K that ends the product short (K = 384 in
  * blocks of 256 and 128) costs a second read and write of C for a third
  * of the multiply-adds, and a short loop: on one core of the Zen 4 dev
@@ -128,8 +130,9 @@ typedef struct kernels {
     void (*tile_edge)(int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
                       const float *panel, float *c, int64_t ldc, int64_t w, const float *add,
                       int64_t ld);
-    /* dst[p * mr_full + r] = A(r, p) for the tile's mr rows and kc steps:
-     * a[r * lda + p], or a[p * lda + r] when ta (copy_a_tile) */
+    /* dst[p * MR + r] = A(r, p) for a tile's mr rows (MR, this set's
+     * full tile, apart) and kc steps: a[r * lda + p], or a[p * lda + r]
+     * when ta */
     void (*copy_a)(int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst);
 } kernels;
 
@@ -512,6 +515,7 @@ static void scratch_free(void *p)
  * been measured on a CPU that has AVX2 alone. Decided once, at the first
  * product. */
 static pthread_once_t decided = PTHREAD_ONCE_INIT;
+static const kernels *chosen;
 
 /* The bounds of awl_cpu_gemm_blocking_set (cpu_gemm.h). */
 static bool blocking_valid(awl_cpu_gemm_blocking b)
@@ -519,7 +523,6 @@ static bool blocking_valid(awl_cpu_gemm_blocking b)
     return b.kc >= 16 && b.kc <= KC_MAX && b.nc >= 32 && b.nc <= NC_MAX && b.nc % 32 == 0 &&
            b.mc >= 12 && b.mc <= MC_MAX && b.mc % 12 == 0;
 }
-static const kernels *chosen;
 
 static void decide(void)
 {
@@ -592,7 +595,7 @@ static bool copies_a(const product *g) { return g->bl.copy_a || rows_alias(g); }
 
 /* Every tile of rows [i1, i2) over the packed block of B: steps [p0, p0 +
  * kc), columns [j0, j0 + nc). a_block: those rows' steps copied tile by
- * tile (rows_alias), or NULL to read A where it lies. */
+ * tile (copies_a), or NULL to read A where it lies. */
 static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int64_t kc, int64_t j0,
                        int64_t nc, const float *packed, const float *a_block)
 {
@@ -633,12 +636,13 @@ static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
 {
     const int tile_m = g->kn->mr;
     const int64_t n = g->n, k = g->k;
-    const int64_t KC = g->bl.kc, NC = g->bl.nc;
-    const int64_t k_blocks = (k + KC - 1) / KC, kb = (k + k_blocks - 1) / k_blocks;
+    const int64_t most_k = g->bl.kc, block_n = g->bl.nc;
+    const int64_t k_blocks = (k + most_k - 1) / most_k, kb = (k + k_blocks - 1) / k_blocks;
     if (!copies_a(g)) {
-        for (int64_t j0 = 0; j0 < n; j0 += NC)
+        for (int64_t j0 = 0; j0 < n; j0 += block_n)
             for (int64_t p0 = 0; p0 < k; p0 += kb) {
-                const int64_t nc = n - j0 < NC ? n - j0 : NC, kc = k - p0 < kb ? k - p0 : kb;
+                const int64_t nc = n - j0 < block_n ? n - j0 : block_n,
+                              kc = k - p0 < kb ? k - p0 : kb;
                 g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
                 pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, NULL);
             }
@@ -651,8 +655,8 @@ static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
             const float *ap = g->a + (g->ta ? p0 * g->lda + i0 : i0 * g->lda + p0);
             g->kn->copy_a(mr, kc, ap, g->lda, g->ta, s->a + (i0 - i1) * kc);
         }
-        for (int64_t j0 = 0; j0 < n; j0 += NC) {
-            const int64_t nc = n - j0 < NC ? n - j0 : NC;
+        for (int64_t j0 = 0; j0 < n; j0 += block_n) {
+            const int64_t nc = n - j0 < block_n ? n - j0 : block_n;
             g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
             pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, s->a);
         }
