@@ -52,8 +52,8 @@
  * steps, all of one length (K = 384, a GPT's C at shakespeare-char's
  * size, is one block; K = 512 two of 256, K = 1536 four of 384), and C's
  * columns in blocks of NC = 480: a packed block of B is at most 720 KB
- * and stays in the L2 cache while the rows of A pass over it; a panel is 48 KB, a tile's 12
- * rows of A 18 KB. A block of K that ends the product short (K = 384 in
+ * and stays in the L2 cache while the rows of A pass over it; a panel is
+ * 48 KB, a tile's 12 rows of A 18 KB. A block of K that ends the product short (K = 384 in
  * blocks of 256 and 128) costs a second read and write of C for a third
  * of the multiply-adds, and a short loop: on one core of the Zen 4 dev
  * machine shakespeare-char's four products with K = 384 ran 2.6-8.4%
