@@ -164,7 +164,8 @@ static void bench_block(const char *bench, const int64_t shape[3])
 
 /* Blockings of awl's float32 product, comma-separated, each as
  * awl_cpu_gemm_blocking_parse reads it ("KCxNCxMC", a trailing "c" where
- * every A is copied tile by tile); -1 when list is not such a list. */
+ * every A is copied a block at a time, "t" a tile at a time); -1 when
+ * list is not such a list. */
 #define MAX_BLOCKINGS 8
 
 static int parse_blockings(const char *list, awl_cpu_gemm_blocking *out)
@@ -223,8 +224,9 @@ static void bench_blocking(void)
         for (int r = -1; r < repeats; r++) /* r = -1: a warm-up call under each */
             for (int b = 0; b < nb; b++) {
                 if (!awl_cpu_gemm_blocking_set(bl[b])) {
-                    fprintf(stderr, "bench_kernels: blocking %dx%dx%d out of range\n", bl[b].kc,
-                            bl[b].nc, bl[b].mc);
+                    char name[32];
+                    fprintf(stderr, "bench_kernels: blocking %s out of range\n",
+                            awl_cpu_gemm_blocking_name(bl[b], name, sizeof name));
                     exit(1);
                 }
                 const double t0 = bench_now();
@@ -238,14 +240,15 @@ static void bench_blocking(void)
             vs_first[b][i] = bench_median(ratio, repeats);
         }
         for (int b = 0; b < nb; b++) {
+            char name[32];
             bench_json_begin("gemm_blocking");
             printf("\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\",\"b\":\"%s\","
-                   "\"blocking\":\"%dx%dx%d%s\",\"gflops\":%.2f,\"vs_first\":%.3f}\n",
+                   "\"blocking\":\"%s\",\"gflops\":%.2f,\"vs_first\":%.3f}\n",
                    kind == 0   ? "transformer"
                    : kind == 1 ? "transformer_dx"
                                : "transformer_dw",
                    (long long)m, (long long)k, (long long)n, ta ? "T" : "N", tb ? "T" : "N",
-                   bl[b].kc, bl[b].nc, bl[b].mc, bl[b].copy_a ? "c" : "",
+                   awl_cpu_gemm_blocking_name(bl[b], name, sizeof name),
                    flops / bench_median(t[b], repeats) * 1e-9, vs_first[b][i]);
         }
         fflush(stdout);
@@ -256,11 +259,12 @@ static void bench_blocking(void)
         memcpy(v, vs_first[b], sizeof v);
         double lo = v[0], hi = v[0];
         for (int i = 1; i < 12; i++) lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+        char name[32], first[32];
         bench_json_begin("gemm_blocking_summary");
-        printf("\"blocking\":\"%dx%dx%d%s\",\"first\":\"%dx%dx%d%s\",\"vs_first_min\":%.3f,"
+        printf("\"blocking\":\"%s\",\"first\":\"%s\",\"vs_first_min\":%.3f,"
                "\"vs_first_median\":%.3f,\"vs_first_max\":%.3f}\n",
-               bl[b].kc, bl[b].nc, bl[b].mc, bl[b].copy_a ? "c" : "", bl[0].kc, bl[0].nc, bl[0].mc,
-               bl[0].copy_a ? "c" : "", lo, bench_median(v, 12), hi);
+               awl_cpu_gemm_blocking_name(bl[b], name, sizeof name),
+               awl_cpu_gemm_blocking_name(bl[0], first, sizeof first), lo, bench_median(v, 12), hi);
     }
     fflush(stdout);
 }

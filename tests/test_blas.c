@@ -185,10 +185,13 @@ static void gemm_f32_blockings(char *msg, size_t size)
 {
     const awl_cpu_gemm_blocking blockings[] = {
         awl_cpu_gemm_blocking_get(),
-        {.kc = 32, .nc = 64, .mc = 24, .copy_a = false},
-        {.kc = 32, .nc = 64, .mc = 24, .copy_a = true},
-        {.kc = 384, .nc = 480, .mc = 1536, .copy_a = true},
-        {.kc = 17, .nc = 32, .mc = 12, .copy_a = true},
+        {.kc = 32, .nc = 64, .mc = 24, .copy_a = AWL_CPU_GEMM_COPY_NONE},
+        {.kc = 32, .nc = 64, .mc = 24, .copy_a = AWL_CPU_GEMM_COPY_BLOCKS},
+        {.kc = 32, .nc = 64, .mc = 24, .copy_a = AWL_CPU_GEMM_COPY_TILES},
+        {.kc = 384, .nc = 480, .mc = 1536, .copy_a = AWL_CPU_GEMM_COPY_BLOCKS},
+        {.kc = 384, .nc = 480, .mc = 1536, .copy_a = AWL_CPU_GEMM_COPY_TILES},
+        {.kc = 17, .nc = 32, .mc = 12, .copy_a = AWL_CPU_GEMM_COPY_BLOCKS},
+        {.kc = 17, .nc = 32, .mc = 12, .copy_a = AWL_CPU_GEMM_COPY_TILES},
     };
     enum { M = 50, N = 90, K = 100 };
     float a[M * K], b[K * N], bias[N], c[M * N];
@@ -216,12 +219,12 @@ static void gemm_f32_blockings(char *msg, size_t size)
                                 (double)b[tb ? j * K + p : p * N + j];
                     const double got = c[i * N + j];
                     if (got - want > 1e-4 || want - got > 1e-4) {
-                        snprintf(
-                            msg, size,
-                            "blocking %dx%dx%d%s, ta %d tb %d accumulate %d: C(%d, %d) = %.7g, "
-                            "want %.7g",
-                            blockings[x].kc, blockings[x].nc, blockings[x].mc,
-                            blockings[x].copy_a ? " copying A" : "", ta, tb, acc, i, j, got, want);
+                        char name[32];
+                        snprintf(msg, size,
+                                 "blocking %s, ta %d tb %d accumulate %d: C(%d, %d) = %.7g, want "
+                                 "%.7g",
+                                 awl_cpu_gemm_blocking_name(blockings[x], name, sizeof name), ta,
+                                 tb, acc, i, j, got, want);
                         return;
                     }
                 }
@@ -252,6 +255,11 @@ static void blocking_set(char *msg, size_t size)
     blocking_from_environment("256x960x768c", "blocks 256x960x768c", msg, size);
 }
 
+static void blocking_set_tiles(char *msg, size_t size)
+{
+    blocking_from_environment("384x480x1536t", "blocks 384x480x1536t", msg, size);
+}
+
 static void blocking_out_of_range(char *msg, size_t size)
 {
     blocking_from_environment("384x100x1536", "blocks 384x480x1536", msg, size);
@@ -262,6 +270,7 @@ START_TEST(test_gemm_f32_blockings)
     in_child(gemm_f32_blockings);
     in_child(gemm_f32_blockings_avx2);
     in_child(blocking_set);
+    in_child(blocking_set_tiles);
     in_child(blocking_out_of_range);
 }
 END_TEST

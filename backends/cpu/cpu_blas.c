@@ -184,9 +184,9 @@ int awl_blas_get_info(awl_blas_info *out)
     out->threads = status == AWL_OK && blas.get_num_threads ? blas.get_num_threads() : 0;
     const char *own = awl_cpu_gemm_f32_name();
     if (own) {
-        const awl_cpu_gemm_blocking b = awl_cpu_gemm_blocking_get();
-        snprintf(out->gemm_f32, sizeof out->gemm_f32, "%s, blocks %dx%dx%d%s", own, b.kc, b.nc,
-                 b.mc, b.copy_a ? "c" : "");
+        char blocks[32];
+        snprintf(out->gemm_f32, sizeof out->gemm_f32, "%s, blocks %s", own,
+                 awl_cpu_gemm_blocking_name(awl_cpu_gemm_blocking_get(), blocks, sizeof blocks));
     } else
         snprintf(out->gemm_f32, sizeof out->gemm_f32, "%s", out->kernels);
     return status;

@@ -103,10 +103,10 @@
  * most rows of B packed at a time), C's columns in blocks of nc (columns
  * of B packed at a time, a multiple of both tiles' widths), A's rows in
  * blocks of at most mc (rows that pass over one packed block of B), and
- * whether every block of A is copied tile by tile (copy_a) or only where
- * its rows alias in L1 (rows_alias). A benchmark may set another
+ * where A is copied (copy_a: cpu_gemm.h). A benchmark may set another
  * (awl_cpu_gemm_blocking_set) within the bounds below. */
-static awl_cpu_gemm_blocking blocking = {.kc = 384, .nc = 480, .mc = 1536, .copy_a = false};
+static awl_cpu_gemm_blocking blocking = {
+    .kc = 384, .nc = 480, .mc = 1536, .copy_a = AWL_CPU_GEMM_COPY_NONE};
 #define KC_MAX 768
 #define NC_MAX 1920
 #define MC_MAX 3072
@@ -490,8 +490,8 @@ static const kernels avx2_kernels = {
  * when first needed, a block of A's rows copied tile by tile, mc x kc;
  * each made again larger when a larger blocking is set. */
 typedef struct scratch {
-    float *b, *a;
-    size_t b_floats, a_floats; /* what each holds */
+    float *b, *a, *tile;                    /* tile: one tile of A (AWL_CPU_GEMM_COPY_TILES) */
+    size_t b_floats, a_floats, tile_floats; /* what each holds */
 } scratch;
 
 static _Thread_local scratch *mine;
@@ -503,6 +503,7 @@ static void scratch_free(void *p)
     scratch *s = p;
     free(s->b);
     free(s->a);
+    free(s->tile);
     free(s);
 }
 
@@ -521,7 +522,8 @@ static const kernels *chosen;
 static bool blocking_valid(awl_cpu_gemm_blocking b)
 {
     return b.kc >= 16 && b.kc <= KC_MAX && b.nc >= 32 && b.nc <= NC_MAX && b.nc % 32 == 0 &&
-           b.mc >= 12 && b.mc <= MC_MAX && b.mc % 12 == 0;
+           b.mc >= 12 && b.mc <= MC_MAX && b.mc % 12 == 0 && b.copy_a >= AWL_CPU_GEMM_COPY_NONE &&
+           b.copy_a <= AWL_CPU_GEMM_COPY_TILES;
 }
 
 static void decide(void)
@@ -556,8 +558,9 @@ static bool room(float **buf, size_t *holds, size_t n)
 }
 
 /* This thread's scratch for blocking bl, with room for a block of A when
- * with_a; NULL when it cannot be had. */
-static scratch *thread_scratch(const awl_cpu_gemm_blocking *bl, bool with_a)
+ * with_a and for a tile of A (mr rows) when bl copies A a tile at a time;
+ * NULL when it cannot be had. */
+static scratch *thread_scratch(const awl_cpu_gemm_blocking *bl, bool with_a, int mr)
 {
     if (!mine && have_scratch_key) {
         scratch *s = calloc(1, sizeof *s);
@@ -569,6 +572,9 @@ static scratch *thread_scratch(const awl_cpu_gemm_blocking *bl, bool with_a)
     }
     if (!mine || !room(&mine->b, &mine->b_floats, (size_t)bl->kc * (size_t)bl->nc)) return NULL;
     if (with_a && !room(&mine->a, &mine->a_floats, (size_t)bl->mc * (size_t)bl->kc)) return NULL;
+    if (bl->copy_a == AWL_CPU_GEMM_COPY_TILES &&
+        !room(&mine->tile, &mine->tile_floats, (size_t)mr * (size_t)bl->kc))
+        return NULL;
     return mine;
 }
 
@@ -591,13 +597,18 @@ static bool rows_alias(const product *g) { return !g->ta && g->lda % 1024 == 0; 
 
 /* Whether A is copied a block at a time (rows_alias, or every A when the
  * blocking says so). */
-static bool copies_a(const product *g) { return g->bl.copy_a || rows_alias(g); }
+static bool copies_a(const product *g)
+{
+    return g->bl.copy_a == AWL_CPU_GEMM_COPY_BLOCKS || rows_alias(g);
+}
 
 /* Every tile of rows [i1, i2) over the packed block of B: steps [p0, p0 +
  * kc), columns [j0, j0 + nc). a_block: those rows' steps copied tile by
- * tile (copies_a), or NULL to read A where it lies. */
+ * tile (copies_a), or NULL to read A where it lies, or, with
+ * AWL_CPU_GEMM_COPY_TILES, to copy each full tile's steps into tile_a
+ * before its pass. */
 static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int64_t kc, int64_t j0,
-                       int64_t nc, const float *packed, const float *a_block)
+                       int64_t nc, const float *packed, const float *a_block, float *tile_a)
 {
     const int tile_m = g->kn->mr, tile_n = g->kn->nr;
     const int64_t lda = g->lda, ldc = g->ldc;
@@ -608,6 +619,11 @@ static void pass_tiles(const product *g, int64_t i1, int64_t i2, int64_t p0, int
         int64_t ars = g->ta ? 1 : lda, acs = g->ta ? lda : 1;
         if (a_block) {
             ap = a_block + (i0 - i1) * kc;
+            ars = 1;
+            acs = tile_m;
+        } else if (tile_a && mr == tile_m) {
+            g->kn->copy_a(mr, kc, ap, lda, g->ta, tile_a);
+            ap = tile_a;
             ars = 1;
             acs = tile_m;
         }
@@ -644,7 +660,8 @@ static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
                 const int64_t nc = n - j0 < block_n ? n - j0 : block_n,
                               kc = k - p0 < kb ? k - p0 : kb;
                 g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
-                pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, NULL);
+                pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, NULL,
+                           g->bl.copy_a == AWL_CPU_GEMM_COPY_TILES ? s->tile : NULL);
             }
         return;
     }
@@ -658,7 +675,7 @@ static void block_of_rows(const product *g, int64_t i1, int64_t i2, scratch *s)
         for (int64_t j0 = 0; j0 < n; j0 += block_n) {
             const int64_t nc = n - j0 < block_n ? n - j0 : block_n;
             g->kn->pack_b(s->b, g->b, g->ldb, g->tb, p0, kc, j0, nc);
-            pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, s->a);
+            pass_tiles(g, i1, i2, p0, kc, j0, nc, s->b, s->a, NULL);
         }
     }
 }
@@ -671,7 +688,7 @@ bool awl_cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
     const product g = {chosen, blocking, ta,  tb,  accumulate, m, n,
                        k,      lda,      ldb, ldc, a,          b, accumulate ? NULL : bias,
                        c};
-    scratch *s = thread_scratch(&g.bl, copies_a(&g));
+    scratch *s = thread_scratch(&g.bl, copies_a(&g), chosen->mr);
     if (!s) return false;
     /* Rows in blocks of at most mc, all the same size but the last, each a
      * multiple of the tile's rows (a band of one thread is one block at a
@@ -687,15 +704,6 @@ awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void)
 {
     pthread_once(&decided, decide);
     return blocking;
-}
-
-const char *awl_cpu_gemm_blocking_parse(const char *text, awl_cpu_gemm_blocking *b)
-{
-    int kc, nc, mc, used = 0;
-    if (sscanf(text, "%dx%dx%d%n", &kc, &nc, &mc, &used) != 3) return NULL;
-    text += used;
-    *b = (awl_cpu_gemm_blocking){.kc = kc, .nc = nc, .mc = mc, .copy_a = *text == 'c'};
-    return *text == 'c' ? text + 1 : text;
 }
 
 bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b)
@@ -750,3 +758,26 @@ bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k)
 }
 
 #endif
+
+/* ---- blockings written as text (any CPU) ----------------------------------------- */
+
+const char *awl_cpu_gemm_blocking_parse(const char *text, awl_cpu_gemm_blocking *b)
+{
+    int kc, nc, mc, used = 0;
+    if (sscanf(text, "%dx%dx%d%n", &kc, &nc, &mc, &used) != 3) return NULL;
+    text += used;
+    const awl_cpu_gemm_copy copy = *text == 'c'   ? AWL_CPU_GEMM_COPY_BLOCKS
+                                   : *text == 't' ? AWL_CPU_GEMM_COPY_TILES
+                                                  : AWL_CPU_GEMM_COPY_NONE;
+    *b = (awl_cpu_gemm_blocking){.kc = kc, .nc = nc, .mc = mc, .copy_a = copy};
+    return copy == AWL_CPU_GEMM_COPY_NONE ? text : text + 1;
+}
+
+const char *awl_cpu_gemm_blocking_name(awl_cpu_gemm_blocking b, char *buf, size_t size)
+{
+    const char *suffix = b.copy_a == AWL_CPU_GEMM_COPY_BLOCKS  ? "c"
+                         : b.copy_a == AWL_CPU_GEMM_COPY_TILES ? "t"
+                                                               : "";
+    snprintf(buf, size, "%dx%dx%d%s", b.kc, b.nc, b.mc, suffix);
+    return buf;
+}

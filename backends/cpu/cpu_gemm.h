@@ -19,6 +19,7 @@
 #define AWL_BACKENDS_CPU_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* C (m x n, row-major, rows ldc apart) = op(A) op(B) (+ bias), or += when
@@ -41,13 +42,23 @@ bool awl_cpu_gemm_f32_suits(int64_t m, int64_t n, int64_t k);
  * NULL when every float32 product goes to BLAS. */
 const char *awl_cpu_gemm_f32_name(void);
 
+/* Where awl_cpu_gemm_f32 copies A (step-major, a tile's rows neighbours)
+ * rather than read it where it lies: only an A whose rows alias in the L1
+ * cache (NONE), every A a block of rows and steps at a time (BLOCKS), or
+ * every A a tile at a time, just before the tile's pass over a block of B
+ * (TILES). Written as a blocking's suffix: none, "c", "t". */
+typedef enum awl_cpu_gemm_copy {
+    AWL_CPU_GEMM_COPY_NONE,
+    AWL_CPU_GEMM_COPY_BLOCKS,
+    AWL_CPU_GEMM_COPY_TILES,
+} awl_cpu_gemm_copy;
+
 /* How awl_cpu_gemm_f32 blocks a product (cpu_gemm.c, "Blocking"): K in
  * blocks of at most kc steps, C's columns in blocks of nc, A's rows in
- * blocks of at most mc, and whether every A is copied a block at a time,
- * tile by tile (copy_a), or only one whose rows alias in the L1 cache. */
+ * blocks of at most mc, and where A is copied. */
 typedef struct awl_cpu_gemm_blocking {
     int kc, nc, mc;
-    bool copy_a;
+    awl_cpu_gemm_copy copy_a;
 } awl_cpu_gemm_blocking;
 
 /* The blocking of the products to come (all zero where awl's product is
@@ -63,10 +74,14 @@ awl_cpu_gemm_blocking awl_cpu_gemm_blocking_get(void);
  * last bits between blockings with different kc. */
 bool awl_cpu_gemm_blocking_set(awl_cpu_gemm_blocking b);
 
-/* Reads a blocking written "KCxNCxMC", with a trailing "c" for copy_a
- * ("384x960x1536c"), from the start of text into *b; returns where it
+/* Reads a blocking written "KCxNCxMC" with copy_a's suffix
+ * ("384x960x1536c") from the start of text into *b; returns where it
  * stopped, or NULL when text does not start with one. */
 const char *awl_cpu_gemm_blocking_parse(const char *text, awl_cpu_gemm_blocking *b);
+
+/* b written as awl_cpu_gemm_blocking_parse reads it, into buf (size
+ * bytes); returns buf. */
+const char *awl_cpu_gemm_blocking_name(awl_cpu_gemm_blocking b, char *buf, size_t size);
 
 /* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 block of
  * floats transposed in registers. Only on x86-64 CPUs with AVX-512 (call it
