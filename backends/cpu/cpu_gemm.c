@@ -46,29 +46,31 @@
  * transposed B (a linear layer's weight in x @ w^T) a transpose, done a
  * square block of floats at a time in registers.
  *
- * Blocking (the struct `blocking` below, KC, NC and MC its fields kc, nc
- * and mc, with the values the code runs unless AWL_CPU_GEMM_BLOCKING or a
- * benchmark sets others). K is taken in blocks of at most KC = 384
- * steps, all of one length (K = 384, a GPT's C at shakespeare-char's
- * size, is one block; K = 512 two of 256, K = 1536 four of 384), and C's
- * columns in blocks of NC = 480: a packed block of B is at most 720 KB
- * and stays in the L2 cache while the rows of A pass over it; a panel is
- * 48 KB, a tile's 12 rows of A 18 KB. A block of K that ends the product short (K = 384 in
- * blocks of 256 and 128) costs a second read and write of C for a third
- * of the multiply-adds, and a short loop: on one core of the Zen 4 dev
- * machine shakespeare-char's four products with K = 384 ran 2.6-8.4%
- * faster in one block of 384 than in 256 + 128, its eight others
- * 0.995-1.028x (blocks of 384 steps by 480 columns against 256 by 384,
- * alternated product by product in one process; docs/performance.md,
- * "Blocks of K"). A's rows are taken in blocks of at most MC = 1536 (one
- * block for a thread's band at a GPT's sizes), so that a block's rows of
- * A are still in a cache when the next block of columns comes round;
- * within one, C's columns are walked in blocks of NC, then K in its
- * blocks (each block after the first adds onto C), then A's rows a tile
- * at a time, then the block's panels. (The rows of a product of 16,384 x
- * 384 x 1,152, shakespeare-char's qkv, in one block: 200-207 GFLOP/s on 2
- * threads; in blocks of 1536: 213-215, in runs one after the other,
- * `bench_kernels full matmul_large`.)
+ * Blocking (the struct `blocking` below, KC, NC and MC its fields kc, nc and
+ * mc, with the values the code runs unless AWL_CPU_GEMM_BLOCKING or a
+ * benchmark sets others). K is taken in blocks of at most KC = 384 steps,
+ * all of one length (K = 384, a GPT's C at shakespeare-char's size, is one
+ * block; K = 512 two of 256, K = 1536 four of 384), and C's columns in
+ * blocks of NC = 480: a packed block of B is at most 720 KB and stays in the
+ * L2 cache while the rows of A pass over it; a panel is 48 KB, a tile's 12
+ * rows of A 18 KB. A block of K that ends the product short (K = 384 in
+ * blocks of 256 and 128) costs a second read and write of C for a third of
+ * the multiply-adds, and a short loop: on one core of the Zen 4 dev machine
+ * shakespeare-char's four products with K = 384 ran 2.6-8.4% faster in one
+ * block of 384 than in 256 + 128, its eight others 0.995-1.028x (blocks of
+ * 384 steps by 480 columns against 256 by 384, alternated product by product
+ * in one process; docs/performance.md, "Blocks of K"). A's rows are taken in
+ * blocks of at most MC = 1536 (one block for a thread's band at a GPT's
+ * sizes), so that a block's rows of A are still in a cache when the next
+ * block of columns comes round; within one, C's columns are walked in blocks
+ * of NC, then K in its blocks (each block after the first adds onto C), then
+ * A's rows a tile at a time, then the block's panels. (The rows of a product
+ * of 16,384 x 384 x 1,152, shakespeare-char's qkv, in one block: 200-207
+ * GFLOP/s on 2 threads; in blocks of 1536: 213-215, in runs one after the
+ * other, `bench_kernels full matmul_large`.) On an H100 lease's 16-core
+ * Xeon no other blocking ran shakespeare-char's products faster, timed call
+ * by call (`bench_kernels full gemm_blocking`; docs/performance.md, "Other
+ * blockings, timed call by call").
  *
  * Edges: the last panel's columns past n are masked off when C is read and
  * written (and are zero in the panel); a block's last rows, fewer than a
