@@ -46,6 +46,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,7 +295,6 @@ dots_tile(int W, float *const x[ROWS], const float *yt, int64_t j0, int64_t ld, 
  * CPUs; AWL_CPU_ATTENTION_KEYS=16 or =32 chooses either anywhere (read
  * once). */
 #ifdef WIDE_DOTS
-#include <pthread.h>
 static pthread_once_t dots_decided = PTHREAD_ONCE_INIT;
 static bool dots_wide;
 

@@ -138,17 +138,6 @@ typedef struct kernels {
     void (*copy_a)(int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst);
 } kernels;
 
-/* kernels.copy_a in plain C, for a tile of R rows at most. */
-static void copy_a_tile(int R, int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst)
-{
-    if (ta)
-        for (int64_t p = 0; p < kc; p++)
-            for (int r = 0; r < mr; r++) dst[p * R + r] = a[p * lda + r];
-    else
-        for (int r = 0; r < mr; r++)
-            for (int64_t p = 0; p < kc; p++) dst[p * R + r] = a[r * lda + p];
-}
-
 /* A case of a tile_edge's switch: R rows through TILE (tile512 or
  * tile256), from a row-major A (acs = 1) or a transposed one. */
 #define EDGE(TILE, R)                                                                              \
@@ -476,9 +465,15 @@ static AVX2 void pack_b256(float *restrict dst, const float *b, int64_t ldb, boo
     }
 }
 
+/* kernels.copy_a for 6-row tiles, in plain C. */
 static void copy_a256(int mr, int64_t kc, const float *a, int64_t lda, bool ta, float *dst)
 {
-    copy_a_tile(6, mr, kc, a, lda, ta, dst);
+    if (ta)
+        for (int64_t p = 0; p < kc; p++)
+            for (int r = 0; r < mr; r++) dst[p * 6 + r] = a[p * lda + r];
+    else
+        for (int r = 0; r < mr; r++)
+            for (int64_t p = 0; p < kc; p++) dst[p * 6 + r] = a[r * lda + p];
 }
 
 static const kernels avx2_kernels = {
