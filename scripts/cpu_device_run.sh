@@ -102,6 +102,13 @@ echo "build: $(( $(date +%s) - t0 )) s"
 grep -E "error|warning" "$B/build.log" | head
 
 has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+# sets pin (a taskset prefix, or empty) and pinned for a run of $1 threads:
+# with CPU_PIN, a count below the machine's cores runs on cores 0..$1-1
+set_pin() {
+    pin="" pinned=false
+    [ -n "${CPU_PIN:-}" ] && [ "$1" -lt "$(nproc)" ] && pin="taskset -c 0-$(($1 - 1))" pinned=true
+    return 0
+}
 
 if has_stage cores; then
     echo "== cores"
@@ -160,8 +167,7 @@ if has_stage cpu; then
                 shakespeare-char:4 shakespeare-char:16}; do
         c=${pair%%:*} t=${pair##*:} n=${CPU_STEPS:-6}
         [ "$c" = shakespeare-char ] && n=${CPU_LONG_STEPS:-3}
-        pin="" pinned=false
-        [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
+        set_pin "$t"
         for round in $(seq "${CPU_ROUNDS:-1}"); do
             tag="s/^{/{\"round\":$round,\"pinned\":$pinned,/"
             for setting in ${CPU_AWL_ENVS:-default}; do
@@ -182,8 +188,7 @@ if has_stage kernels; then
     [ -x "$B/bin/bench_kernels_avx2_tiles" ] && variants+=(bench_kernels_avx2_tiles)
     for round in $(seq "${KERNEL_ROUNDS:-$(( ${#variants[@]} > 1 ? 2 : 1 ))}"); do
         for t in ${KERNEL_THREADS:-4 16}; do
-            pin="" pinned=false
-            [ -n "${CPU_PIN:-}" ] && [ "$t" -lt "$(nproc)" ] && pin="taskset -c 0-$((t - 1))" pinned=true
+            set_pin "$t"
             for v in "${variants[@]}"; do
                 OMP_NUM_THREADS=$t $pin "$B/bin/$v" full "${KERNELS:-matmul}" |
                     sed "s/^{/{\"round\":$round,\"program\":\"$v\",\"pinned\":$pinned,/" |
