@@ -151,13 +151,15 @@ static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t
 }
 
 /* A linear layer's three products: forward Y = X W (tokens x in x out),
- * then dX = dY W^T and dW = X^T dY. */
+ * then dX = dY W^T and dW = dY^T X (out x tokens x in, as
+ * nn/functional.c's linear_backward computes it: the weight is out x in,
+ * and A, dY^T, is read transposed). */
 static void bench_block(const char *bench, const int64_t shape[3])
 {
     const int64_t m = shape[0], k = shape[1], n = shape[2];
     bench_matmul(bench, "transformer", m, k, n, false, false);
     bench_matmul(bench, "transformer_dx", m, n, k, false, true);
-    bench_matmul(bench, "transformer_dw", k, m, n, true, false);
+    bench_matmul(bench, "transformer_dw", n, m, k, true, false);
 }
 
 /* ---- gemm_blocking: awl's product under other blockings ----------------------- */
@@ -211,10 +213,10 @@ static void bench_blocking(void)
     double vs_first[MAX_BLOCKINGS][12];
     for (int i = 0; i < 12; i++) {
         /* bench_block's three products of each layer: forward (tokens x in
-         * x out), dX = dY W^T, dW = X^T dY */
+         * x out), dX = dY W^T, dW = dY^T X (out x tokens x in) */
         const int64_t tokens = large[i / 3][0], in = large[i / 3][1], out = large[i / 3][2];
         const int kind = i % 3;
-        const int64_t mkn[3][3] = {{tokens, in, out}, {tokens, out, in}, {in, tokens, out}};
+        const int64_t mkn[3][3] = {{tokens, in, out}, {tokens, out, in}, {out, tokens, in}};
         const int64_t m = mkn[kind][0], k = mkn[kind][1], n = mkn[kind][2];
         const bool ta = kind == 2, tb = kind == 1;
         mm_case c = mm_case_new(m, k, n, ta, tb);
@@ -496,7 +498,7 @@ int main(int argc, char **argv)
     for (int64_t s = 256; s <= sq_max; s *= 2)
         bench_matmul("matmul", "square", s, s, s, false, false);
     /* A GPT block's products, forward, then the two backward products of
-     * each (dX = dY W^T, dW = X^T dY): cpu-small (B*T = 1024 tokens, C =
+     * each (dX = dY W^T, dW = dY^T X): cpu-small (B*T = 1024 tokens, C =
      * 128: qkv, MLP out, MLP in), then cpu-medium (2048 tokens, C = 192:
      * qkv, attention out, MLP in, MLP out). */
     const int64_t shapes[7][3] = {{1024, 128, 384}, {1024, 512, 128}, {1024, 128, 512},

@@ -33,10 +33,10 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for m, k, n in LARGE:
-        # a layer's forward, dX = dY W^T and dW = X^T dY, as bench_kernels's bench_block
+        # a layer's forward, dX = dY W^T and dW = dY^T X, as bench_kernels's bench_block
         for case, (mm, kk, nn, ta, tb) in (("transformer", (m, k, n, False, False)),
                                           ("transformer_dx", (m, n, k, False, True)),
-                                          ("transformer_dw", (k, m, n, True, False))):
+                                          ("transformer_dw", (n, m, k, True, False))):
             a, b, c = product(mm, kk, nn, ta, tb)
             torch.mm(a, b, out=c)
             times = []

@@ -33,7 +33,18 @@
  * Packing A would cost one pass over A for every 2n multiply-adds done
  * with it; at n = 128 that is as much time as it saves. The rows' next
  * cache lines are prefetched every 16 steps, which the hardware prefetcher
- * does not do well for 12 streams at once. The exception: rows a multiple
+ * does not do well for 12 streams at once. In a transposed A (a weight's
+ * gradient dY^T X, K every token of the batch) a step's neighbours are a
+ * whole row of A after the last step's, a new line (or two) at every step,
+ * and a new 4 KB page at every step where rows are 1152 or 1536 floats
+ * long; the hardware's stride prefetchers stop at a page's end. So the
+ * tile prefetches the line of the step 16 ahead (STEPS_AHEAD), and, where
+ * it adds onto C (every block of K after the first), its rows of C 48
+ * steps before its last (C_AHEAD). On an H100 lease's Xeon that ran
+ * shakespeare-char's four weight gradients 1.15-1.21x as fast on one
+ * thread and 1.12-1.29x on four; on the Zen 4 dev machine 1.02-1.07x
+ * (docs/performance.md, "Weight gradients: a transposed A's lines
+ * prefetched"). The exception: rows a multiple
  * of 4 KB apart (K = 1024, 2048, 3072 in a row-major A) fall in one set of
  * the L1 cache, which holds 8 lines, and the tile's reads miss; then each
  * block of A's rows and K's steps is copied once, tile by tile
@@ -99,7 +110,9 @@
 
 #ifdef HAVE_X86_GEMM
 
-#define PREFETCH 32 /* how many floats ahead A's rows are prefetched */
+#define PREFETCH 32    /* how many floats ahead a row-major A's rows are prefetched */
+#define STEPS_AHEAD 16 /* how many steps ahead a transposed A's lines are prefetched */
+#define C_AHEAD 48     /* how many steps before its last a tile prefetches the C it adds onto */
 
 /* The blocking ("Blocking" above): K in blocks of at most kc steps (the
  * most rows of B packed at a time), C's columns in blocks of nc (columns
@@ -179,11 +192,22 @@ tile512(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
      * (the tile alone, its data in L1, on one Zen 4 core: 111 GFLOP/s
      * that way, 116-117 this way; docs/performance.md). */
     const float *four[3] = {a, a + (R > 4 ? 4 * ars : 0), a + (R > 8 ? 8 * ars : 0)};
+    const int64_t c_soon = add && ld ? kc - C_AHEAD : -1; /* when C's rows are prefetched */
     for (int64_t p = 0; p < kc; p++) {
         if (acs == 1 && (p & 15) == 0) { /* rows apart: each one's next cache line */
 #pragma GCC unroll 12
             for (int r = 0; r < R; r++)
                 _mm_prefetch((const char *)(four[r / 4] + r % 4 * ars + PREFETCH), _MM_HINT_T0);
+        } else if (acs != 1) { /* neighbours: the line (or two) of step p + STEPS_AHEAD */
+            _mm_prefetch((const char *)(four[0] + STEPS_AHEAD * acs), _MM_HINT_T0);
+            _mm_prefetch((const char *)(four[0] + STEPS_AHEAD * acs + R - 1), _MM_HINT_T0);
+        }
+        if (p == c_soon) { /* the rows of C this tile adds onto */
+#pragma GCC unroll 12
+            for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)(add + r * ld), _MM_HINT_T0);
+                _mm_prefetch((const char *)(add + r * ld + 16), _MM_HINT_T0);
+            }
         }
         const __m512 b0 = _mm512_load_ps(panel), b1 = _mm512_load_ps(panel + 16);
 #pragma GCC unroll 12
@@ -354,11 +378,22 @@ tile256(int R, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
     __m256 sum[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) sum[r][0] = sum[r][1] = _mm256_setzero_ps();
+    const int64_t c_soon = add && ld ? kc - C_AHEAD : -1;
     for (int64_t p = 0; p < kc; p++) {
         if (acs == 1 && (p & 15) == 0) {
 #pragma GCC unroll 6
             for (int r = 0; r < R; r++)
                 _mm_prefetch((const char *)(a + r * ars + PREFETCH), _MM_HINT_T0);
+        } else if (acs != 1) {
+            _mm_prefetch((const char *)(a + STEPS_AHEAD * acs), _MM_HINT_T0);
+            _mm_prefetch((const char *)(a + STEPS_AHEAD * acs + R - 1), _MM_HINT_T0);
+        }
+        if (p == c_soon) {
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)(add + r * ld), _MM_HINT_T0);
+                _mm_prefetch((const char *)(add + r * ld + 8), _MM_HINT_T0);
+            }
         }
         const __m256 b0 = _mm256_load_ps(panel), b1 = _mm256_load_ps(panel + 8);
 #pragma GCC unroll 6
