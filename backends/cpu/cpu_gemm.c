@@ -44,7 +44,8 @@
  * shakespeare-char's four weight gradients 1.15-1.21x as fast on one
  * thread and 1.12-1.29x on four; on the Zen 4 dev machine 1.02-1.07x
  * (docs/performance.md, "Weight gradients: a transposed A's lines
- * prefetched"). The exception: rows a multiple
+ * prefetched"); the AVX2 tiles, which run only when asked, do the same,
+ * untimed. The exception: rows a multiple
  * of 4 KB apart (K = 1024, 2048, 3072 in a row-major A) fall in one set of
  * the L1 cache, which holds 8 lines, and the tile's reads miss; then each
  * block of A's rows and K's steps is copied once, tile by tile
