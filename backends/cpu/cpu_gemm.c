@@ -34,11 +34,13 @@
  * with it; at n = 128 that is as much time as it saves. The rows' next
  * cache lines are prefetched every 16 steps, which the hardware prefetcher
  * does not do well for 12 streams at once. In a transposed A (a weight's
- * gradient dY^T X, K every token of the batch) a step's neighbours are a
- * whole row of A after the last step's, a new line (or two) at every step,
- * and a new 4 KB page at every step where rows are 1152 or 1536 floats
- * long; the hardware's stride prefetchers stop at a page's end. So the
- * tile prefetches the line of the step 16 ahead (STEPS_AHEAD), and, where
+ * gradient dY^T X, K every token of the batch) a step's neighbours lie
+ * lda floats (a row of dY) after the last step's: a new line (or two) at
+ * every step, and a new 4 KB page at every step where rows are 1152 or
+ * 1536 floats long; the hardware's stride prefetchers stop at a page's
+ * end. So the tile prefetches the line of the step 16 ahead (STEPS_AHEAD;
+ * in a copy of A too, where it is not needed and costs two instructions a
+ * step), and, where
  * it adds onto C (every block of K after the first), its rows of C 48
  * steps before its last (C_AHEAD). On an H100 lease's Xeon that ran
  * shakespeare-char's four weight gradients 1.15-1.21x as fast on one
