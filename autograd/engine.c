@@ -330,6 +330,27 @@ awl_tensor *awl_node_take_grad_copy(awl_node *node, awl_dtype dtype)
     return awl_adopt(copy);
 }
 
+/* An error when a tensor n saved for backward has been written in place
+ * since (awl_tensor_version): its backward would read the new values and
+ * give a wrong gradient without a word. */
+static int check_saved_versions(const awl_node *n)
+{
+    for (int i = 0; i < n->n_saved; i++) {
+        const awl_tensor *t = n->saved[i];
+        if (!t || awl_tensor_version(t) == n->saved_version[i]) continue;
+        char s[160];
+        return awl_error(AWL_ERR_INVALID,
+                         "awl_backward: a tensor of shape %s that %s saved for its gradient was "
+                         "modified in place after it was saved (its storage's version is %llu, "
+                         "%llu when saved); change a copy (awl_clone), or change it after "
+                         "backward",
+                         awl_shape_str(t, s, sizeof s), n->base.name,
+                         (unsigned long long)awl_tensor_version(t),
+                         (unsigned long long)n->saved_version[i]);
+    }
+    return AWL_OK;
+}
+
 /* Runs one node: its backward function, then hands each input's gradient
  * to the input's node. The node's grad has been taken out of it (g). */
 static int run_node(pass *p, awl_node *n, awl_tensor *g)
@@ -344,6 +365,8 @@ static int run_node(pass *p, awl_node *n, awl_tensor *g)
                          "awl_backward: backward through %s a second time, but its saved tensors "
                          "were freed; pass retain_graph to the first backward",
                          n->base.name);
+    int saved_ok = check_saved_versions(n);
+    if (saved_ok < 0) return saved_ok;
     awl_tensor *grads_small[4] = {NULL};
     awl_tensor **grads =
         n->n_inputs <= 4 ? grads_small : awl_xcalloc((size_t)n->n_inputs, sizeof *grads);

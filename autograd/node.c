@@ -169,6 +169,7 @@ static int save(awl_node *node, awl_tensor *t, bool is_output)
     node->saved[i] = t;
     awl_tensor_saved(t, +1); /* the memory ledger's saved activations */
     node->saved_is_output[i] = is_output;
+    node->saved_version[i] = awl_tensor_version(t);
     return i;
 }
 

@@ -65,6 +65,7 @@ struct awl_node {
     int n_saved;
     awl_tensor *saved[AWL_NODE_MAX_SAVED];
     bool saved_is_output[AWL_NODE_MAX_SAVED];
+    uint64_t saved_version[AWL_NODE_MAX_SAVED]; /* awl_tensor_version when saved */
     bool released;     /* saved tensors already dropped */
     awl_tensor *leaf;  /* accumulate-grad nodes: the leaf (retained) */
     uint64_t sequence; /* creation order */

@@ -203,6 +203,7 @@ int awl_tensor_unary_out(awl_unary_op op, awl_tensor *dst, awl_tensor *x, double
     awl_trace k;
     AWL_TRACE_BEGIN(&k, awl_unary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 2,
                     (const awl_view *[]){&vo, &vx});
+    awl_tensor_written(dst);
     return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->unary(op, &vo, &vx, alpha)));
 }
 
@@ -222,6 +223,7 @@ int awl_tensor_binary_out(awl_binary_op op, awl_tensor *dst, awl_tensor *a, awl_
     awl_trace k;
     AWL_TRACE_BEGIN(&k, awl_binary_op_name(op), dst, AWL_WORK(OUTPUT, 1), 1, 3,
                     (const awl_view *[]){&vo, &va, &vb});
+    awl_tensor_written(dst);
     return awl_backend_status(name, awl_trace_end(&k, backend_of(dst)->binary(op, &vo, &va, &vb)));
 }
 
@@ -231,6 +233,7 @@ int awl_tensor_fill_(awl_tensor *dst, double value)
     awl_view v = awl_tensor_view(dst);
     awl_trace k;
     AWL_TRACE_BEGIN(&k, "fill", dst, AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&v});
+    awl_tensor_written(dst);
     return awl_backend_status("awl_fill_", awl_trace_end(&k, backend_of(dst)->fill(&v, value)));
 }
 
@@ -273,6 +276,7 @@ int awl_tensor_copy_(awl_tensor *dst, awl_tensor *src)
         src->storage->device.index != dst->storage->device.index)
         return copy_across_devices(dst, src);
     awl_view vo = awl_tensor_view(dst), vi = broadcast_view(src, dst->ndim, dst->shape);
+    awl_tensor_written(dst);
     return awl_backend_status(op, traced_copy(dst, &vo, &vi));
 }
 
@@ -501,6 +505,7 @@ int awl_tensor_matmul_out(awl_tensor *dst, awl_tensor *a, awl_tensor *b, bool ac
     awl_trace k;
     AWL_TRACE_BEGIN(&k, "matmul", dst, accumulate ? AWL_WORK_RMW(MATMUL, 1) : AWL_WORK(MATMUL, 0),
                     1, 3, (const awl_view *[]){&vo, &p.a, &p.b});
+    awl_tensor_written(dst);
     return awl_backend_status(
         op, awl_trace_end(&k, backend_of(dst)->matmul(&vo, &p.a, &p.b, accumulate)));
 }
@@ -596,6 +601,7 @@ int awl_tensor_index_add_(awl_tensor *dst, awl_tensor *idx, awl_tensor *src)
     awl_trace k;
     AWL_TRACE_BEGIN(&k, "index_add", dst, AWL_WORK(INPUT, 1), 0, 2, (const awl_view *[]){&vs, &vi});
     if (k.on) k.e.bytes *= 2; /* the rows added to are read and written: as many as the source's */
+    awl_tensor_written(dst);
     return awl_backend_status(op, awl_trace_end(&k, backend_of(dst)->index_add(&vd, &vi, &vs)));
 }
 
@@ -649,6 +655,7 @@ int awl_tensor_scatter_add_(awl_tensor *dst, int dim, awl_tensor *idx, awl_tenso
     AWL_TRACE_BEGIN(&k, "scatter_add", dst, AWL_WORK(INPUT, 1), 0, 2,
                     (const awl_view *[]){&vs, &vi});
     if (k.on) k.e.bytes *= 2;
+    awl_tensor_written(dst);
     return awl_backend_status(op,
                               awl_trace_end(&k, backend_of(dst)->scatter_add(&vd, d, &vi, &vs)));
 }

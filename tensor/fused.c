@@ -706,6 +706,11 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
     AWL_TRACE_BEGIN(&k, "adamw_step", params[0], AWL_WORK(NONE, 0), 1, 1,
                     (const awl_view *[]){&views[0]});
     awl_trace_set_work(&k, 7 * size * elements, 12 * elements);
+    for (int i = 0; i < n; i++) {
+        awl_tensor_written(params[i]);
+        awl_tensor_written(m[i]);
+        awl_tensor_written(v[i]);
+    }
     int status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(
                                                          n, views, views + n, views + 2 * n,
                                                          views + 3 * n, weight_decay, args)));

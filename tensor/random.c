@@ -64,6 +64,7 @@ static int fill_random(const char *op, awl_tensor *dst, awl_random_kind kind, do
     awl_view v = awl_tensor_view(dst);
     awl_trace k;
     AWL_TRACE_BEGIN(&k, "random", dst, AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&v});
+    awl_tensor_written(dst);
     return awl_backend_status(
         op, awl_trace_end(&k, awl_tensor_backend(dst)->random(&v, kind, seed, offset, a, b)));
 }

@@ -138,6 +138,8 @@ awl_memory_role awl_tensor_memory_role(const awl_tensor *t)
     return t ? counted_role(t->storage) : AWL_MEMORY_TEMPORARY;
 }
 
+uint64_t awl_tensor_version(const awl_tensor *t) { return t ? t->storage->version : 0; }
+
 /* Called for every tensor a graph node saves and drops, so it takes the
  * lock only when the keeper count leaves or reaches 0 (a storage is used
  * by one thread at a time, as its reference count is). */
@@ -211,6 +213,7 @@ awl_storage *awl_storage_new(const char *op, awl_device device, size_t nbytes)
     s->device = device;
     s->role = s->counted = AWL_MEMORY_TEMPORARY;
     s->saved = 0;
+    s->version = 0;
     pthread_mutex_lock(&stats.mu);
     device_stats *d = stats_for(device);
     awl_memory_stats *st = &d->stats;

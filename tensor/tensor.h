@@ -66,6 +66,7 @@ typedef struct awl_storage {
     int role;    /* its awl_memory_role (the ledger); set through the API */
     int saved;   /* graph nodes keeping it for backward */
     int counted; /* the role its bytes are counted under (tensor/storage.c) */
+    uint64_t version; /* writes in place so far (awl_tensor_version) */
 } awl_storage;
 
 /* The part of an autograd graph node the tensor layer needs in order to drop
@@ -365,6 +366,13 @@ awl_tensor *awl_tensor_cast(awl_tensor *t, awl_dtype dtype);
 awl_tensor *awl_tensor_to_device(awl_tensor *t, const char *device);
 
 /* ---- raw in-place updates (optimizers, gradient accumulation) --------------- */
+
+/* How many times t's storage has been written in place: by each call below
+ * that gets past its checks, and by awl_tensor_adamw_step. Every view of
+ * a storage shares its count. Autograd records it when a node saves a
+ * tensor for backward and refuses to run that node's backward once it has
+ * moved (autograd/engine.c), as PyTorch's version counter does. */
+uint64_t awl_tensor_version(const awl_tensor *t);
 
 /* dst = src (src broadcast to dst's shape, dtype converted). */
 int awl_tensor_copy_(awl_tensor *dst, awl_tensor *src);

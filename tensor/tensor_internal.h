@@ -17,6 +17,9 @@
 awl_storage *awl_storage_new(const char *op, awl_device device, size_t nbytes);
 void awl_storage_release(awl_storage *s);
 
+/* t's storage is about to be written in place (awl_tensor_version). */
+static inline void awl_tensor_written(awl_tensor *t) { t->storage->version++; }
+
 /* A new tensor struct viewing `storage` (one more reference to it), owned by
  * the current scope, with no autograd state. */
 awl_tensor *awl_tensor_wrap(awl_storage *storage, int ndim, const int64_t *shape,

@@ -229,6 +229,85 @@ START_TEST(test_retain_graph)
 }
 END_TEST
 
+/* A tensor a node saved for backward, then written in place before the
+ * backward, makes that backward fail with the op and the shape named, and
+ * leaves the gradients as they were (awl_tensor_version). */
+START_TEST(test_saved_tensor_modified_in_place)
+{
+    awl_tensor *x = leaf((double[]){1, 2, 3, 4, 5, 6}, 6);
+    awl_scope_begin();
+    awl_tensor *xm = awl_reshape(x, AWL_SHAPE(2, 3));
+    awl_tensor *w = awl_full(AWL_SHAPE(2, 3), 2.0, AWL_F64, "cpu");
+    uint64_t v0 = awl_tensor_version(w);
+    awl_tensor *y = awl_sum_all(awl_mul(xm, w)); /* mul saves w */
+    ck_assert_int_eq(awl_tensor_fill_(w, 3.0), 0);
+    ck_assert_uint_eq(awl_tensor_version(w), v0 + 1);
+    ck_assert_int_lt(awl_backward(y), 0);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "mul"));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "(2,3)"));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "modified in place"));
+    ck_assert_ptr_null(x->grad); /* nothing accumulated */
+
+    /* a write through a view counts: the views share the storage's count */
+    awl_clear_error();
+    y = awl_sum_all(awl_mul(xm, w));
+    awl_tensor *row = awl_tensor_slice(w, 0, 1, 2, 1);
+    ck_assert_int_eq(awl_tensor_copy_(row, awl_zeros(AWL_SHAPE(1, 3), AWL_F64, "cpu")), 0);
+    ck_assert_uint_eq(awl_tensor_version(w), v0 + 2);
+    ck_assert_uint_eq(awl_tensor_version(row), v0 + 2);
+    ck_assert_int_lt(awl_backward(y), 0);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "modified in place"));
+    ck_assert_ptr_null(x->grad);
+
+    /* a tensor no node saved (add keeps none) may change; so may a saved
+     * one after its backward */
+    awl_clear_error();
+    y = awl_sum_all(awl_add(awl_mul(xm, w), w));
+    ck_assert_int_eq(awl_tensor_fill_(awl_zeros(AWL_SHAPE(2, 3), AWL_F64, "cpu"), 1.0), 0);
+    ck_assert_int_eq(awl_backward(y), 0);
+    ck_assert_int_eq(awl_tensor_fill_(w, 7.0), 0);
+    ck_assert_double_eq(at(x->grad, 0), 3); /* w's rows as they were at the forward */
+    ck_assert_double_eq(at(x->grad, 3), 0);
+
+    /* an update of the leaf itself between two backward passes of one
+     * graph (what an optimizer step does) */
+    awl_tensor *z = awl_sum_all(awl_mul(x, x));
+    awl_backward_options keep = {.retain_graph = true};
+    ck_assert_int_eq(awl_backward_ex(z, &keep), 0);
+    ck_assert_int_eq(awl_tensor_binary_out(AWL_BINARY_ADD, x, x, x), 0);
+    ck_assert_int_lt(awl_backward(z), 0);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "mul"));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "(6)"));
+    awl_scope_end();
+    awl_release(x);
+}
+END_TEST
+
+/* The fused AdamW step writes the parameters and both moments in place. */
+START_TEST(test_adamw_step_counts_as_a_write)
+{
+    awl_scope_begin();
+    awl_tensor *t[4];
+    for (int i = 0; i < 4; i++) t[i] = awl_ones(AWL_SHAPE(4), AWL_F32, "cpu");
+    uint64_t before[4];
+    for (int i = 0; i < 4; i++) before[i] = awl_tensor_version(t[i]);
+    const float decay = 0.1f;
+    awl_adamw_args args = {
+        .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
+    int status = awl_tensor_adamw_step(1, &t[0], &t[1], &t[2], &t[3], &decay, &args);
+    if (status == AWL_ERR_UNSUPPORTED) {
+        awl_scope_end();
+        return; /* no fused kernel on this backend: the composed path's writes count */
+    }
+    ck_assert_int_eq(status, 0);
+    ck_assert_uint_eq(awl_tensor_version(t[0]), before[0] + 1); /* the parameter */
+    ck_assert_uint_eq(awl_tensor_version(t[1]), before[1]);     /* the gradient is only read */
+    ck_assert_uint_eq(awl_tensor_version(t[2]), before[2] + 1);
+    ck_assert_uint_eq(awl_tensor_version(t[3]), before[3] + 1);
+    awl_scope_end();
+}
+END_TEST
+
 START_TEST(test_no_grad_and_detach)
 {
     awl_tensor *x = leaf((double[]){1, 2}, 2);
@@ -480,6 +559,8 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_backward_takes_pending_gradient);
     tcase_add_test(tc, test_gradient_widened_past_a_cast);
     tcase_add_test(tc, test_retain_graph);
+    tcase_add_test(tc, test_saved_tensor_modified_in_place);
+    tcase_add_test(tc, test_adamw_step_counts_as_a_write);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_hooks_fire_once_when_complete);
     tcase_add_test(tc, test_grad_function_and_higher_order);
