@@ -26,7 +26,11 @@
 #         sides of a count below the machine's cores on cores 0..threads-1
 #         (taskset), the round's "pinned" field; CPU_AWL_ENVS="default
 #         NAME=VALUE ..." runs awl once per setting in each round (before
-#         the peer), each line's "awl_env"; CPU_BENCH_ARGS adds
+#         the peer), each line's "awl_env"; each awl and peer line carries
+#         "probe_gflops" and "probe_slowest_gflops": the float32 matmul rate a
+#         core got on the run's cores just before it (bench_cores, the median
+#         and slowest of t pinned processes; CPU_PROBE=0: none), so that a
+#         host busy with other work shows in the lines; CPU_BENCH_ARGS adds
 #         bench_gpt options (e.g. "--extras off": no step split, for the
 #         long one-thread runs of a scaling curve);
 #   parallel  bench_parallel: DDP, ZeRO-1, ZeRO-2, TP and DP x TP on 1, 2 and 4
@@ -102,6 +106,19 @@ echo "build: $(( $(date +%s) - t0 )) s"
 grep -E "error|warning" "$B/build.log" | head
 
 has_stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+# The matmul rate one core gets with cores 0..t-1 busy, now: bench_cores'
+# median and slowest over t pinned processes, as JSON fields to put in the
+# next run's line (nothing when CPU_PROBE=0).
+probe() {
+    [ "${CPU_PROBE:-1}" = 0 ] && return 0
+    "$B/bin/bench_cores" --cores "$1" --seconds 0.3 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    if d.get("test") == "matmul":
+        print("\"probe_gflops\":%.1f,\"probe_slowest_gflops\":%.1f," % (d["per_core"], d["slowest"]))'
+}
+
 # sets pin (a taskset prefix, or empty) and pinned for a run of $1 threads:
 # with CPU_PIN, a count below the machine's cores runs on cores 0..$1-1
 set_pin() {
@@ -173,11 +190,13 @@ if has_stage cpu; then
             for setting in ${CPU_AWL_ENVS:-default}; do
                 envs=()
                 [ "$setting" != default ] && envs=("$setting")
+                host=$(probe "$t")
                 env "${envs[@]}" $pin "$B/bin/bench_gpt" --configs "$c" --threads "$t" --steps "$n" \
                     --warmup "${CPU_WARMUP:-2}" --data "$DATA" ${CPU_BENCH_ARGS:-} |
-                    sed "$tag" | sed "s/^{/{\"awl_env\":\"$setting\",/" | tee -a "$OUT/cpu.jsonl"
+                    sed "$tag" | sed "s/^{/{\"awl_env\":\"$setting\",$host/" | tee -a "$OUT/cpu.jsonl"
             done
-            peer "$c" "$t" "$n" | sed "$tag" | tee -a "$OUT/cpu.jsonl"
+            host=$(probe "$t")
+            peer "$c" "$t" "$n" | sed "$tag" | sed "s/^{/{$host/" | tee -a "$OUT/cpu.jsonl"
         done
     done
 fi
