@@ -150,16 +150,38 @@ static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t
     mm_case_free(&c);
 }
 
-/* A linear layer's three products: forward Y = X W (tokens x in x out),
- * then dX = dY W^T and dW = dY^T X (out x tokens x in, as
- * nn/functional.c's linear_backward computes it: the weight is out x in,
- * and A, dY^T, is read transposed). */
+/* Product `kind` (0, 1, 2) of a linear layer of shape (tokens, in, out):
+ * forward Y = X W (tokens x in x out), then dX = dY W^T and dW = dY^T X
+ * (out x tokens x in, as nn/functional.c's linear_backward computes it:
+ * the weight is out x in, and A, dY^T, is read transposed). */
+typedef struct layer_product {
+    const char *name;
+    int64_t m, k, n;
+    bool ta, tb;
+} layer_product;
+
+static layer_product layer_product_of(const int64_t shape[3], int kind)
+{
+    const int64_t tokens = shape[0], in = shape[1], out = shape[2];
+    const layer_product kinds[3] = {{"transformer", tokens, in, out, false, false},
+                                    {"transformer_dx", tokens, out, in, false, true},
+                                    {"transformer_dw", out, tokens, in, true, false}};
+    return kinds[kind];
+}
+
+/* shakespeare-char's linear layers (B*T = 16,384 tokens, C = 384: qkv,
+ * attention out, MLP in, MLP out), whose activations are 25-100 MB a
+ * product. */
+static const int64_t shakespeare_layers[4][3] = {
+    {16384, 384, 1152}, {16384, 384, 384}, {16384, 384, 1536}, {16384, 1536, 384}};
+
+/* A linear layer's three products (layer_product_of). */
 static void bench_block(const char *bench, const int64_t shape[3])
 {
-    const int64_t m = shape[0], k = shape[1], n = shape[2];
-    bench_matmul(bench, "transformer", m, k, n, false, false);
-    bench_matmul(bench, "transformer_dx", m, n, k, false, true);
-    bench_matmul(bench, "transformer_dw", n, m, k, true, false);
+    for (int kind = 0; kind < 3; kind++) {
+        const layer_product p = layer_product_of(shape, kind);
+        bench_matmul(bench, p.name, p.m, p.k, p.n, p.ta, p.tb);
+    }
 }
 
 /* ---- gemm_blocking: awl's product under other blockings ----------------------- */
@@ -208,17 +230,11 @@ static void bench_blocking(void)
         exit(1);
     }
     if (nb > MAX_BLOCKINGS) nb = MAX_BLOCKINGS;
-    const int64_t large[4][3] = {
-        {16384, 384, 1152}, {16384, 384, 384}, {16384, 384, 1536}, {16384, 1536, 384}};
     double vs_first[MAX_BLOCKINGS][12];
-    for (int i = 0; i < 12; i++) {
-        /* bench_block's three products of each layer: forward (tokens x in
-         * x out), dX = dY W^T, dW = dY^T X (out x tokens x in) */
-        const int64_t tokens = large[i / 3][0], in = large[i / 3][1], out = large[i / 3][2];
-        const int kind = i % 3;
-        const int64_t mkn[3][3] = {{tokens, in, out}, {tokens, out, in}, {out, tokens, in}};
-        const int64_t m = mkn[kind][0], k = mkn[kind][1], n = mkn[kind][2];
-        const bool ta = kind == 2, tb = kind == 1;
+    for (int i = 0; i < 12; i++) { /* bench_block's three products of each layer */
+        const layer_product lp = layer_product_of(shakespeare_layers[i / 3], i % 3);
+        const int64_t m = lp.m, k = lp.k, n = lp.n;
+        const bool ta = lp.ta, tb = lp.tb;
         mm_case c = mm_case_new(m, k, n, ta, tb);
         const double flops = 2.0 * (double)m * (double)n * (double)k;
         const int inner = (int)(2e8 / flops) + 1;
@@ -246,11 +262,8 @@ static void bench_blocking(void)
             bench_json_begin("gemm_blocking");
             printf("\"case\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"a\":\"%s\",\"b\":\"%s\","
                    "\"blocking\":\"%s\",\"gflops\":%.2f,\"vs_first\":%.3f}\n",
-                   kind == 0   ? "transformer"
-                   : kind == 1 ? "transformer_dx"
-                               : "transformer_dw",
-                   (long long)m, (long long)k, (long long)n, ta ? "T" : "N", tb ? "T" : "N",
-                   awl_cpu_gemm_blocking_name(bl[b], name, sizeof name),
+                   lp.name, (long long)m, (long long)k, (long long)n, ta ? "T" : "N",
+                   tb ? "T" : "N", awl_cpu_gemm_blocking_name(bl[b], name, sizeof name),
                    flops / bench_median(t[b], repeats) * 1e-9, vs_first[b][i]);
         }
         fflush(stdout);
@@ -505,12 +518,9 @@ int main(int argc, char **argv)
                                   {2048, 192, 576}, {2048, 192, 192}, {2048, 192, 768},
                                   {2048, 768, 192}};
     for (int i = 0; i < (quick ? 1 : 7); i++) bench_block("matmul", shapes[i]);
-    /* shakespeare-char's (B*T = 16,384 tokens, C = 384: qkv, attention out,
-     * MLP in, MLP out), whose activations are 25-100 MB a product: a bench
-     * of their own, "matmul_large" (run by `full matmul` as well). */
-    const int64_t large[4][3] = {
-        {16384, 384, 1152}, {16384, 384, 384}, {16384, 384, 1536}, {16384, 1536, 384}};
-    for (int i = 0; i < (quick ? 0 : 4); i++) bench_block("matmul_large", large[i]);
+    /* shakespeare-char's: a bench of their own, "matmul_large" (run by
+     * `full matmul` as well). */
+    for (int i = 0; i < (quick ? 0 : 4); i++) bench_block("matmul_large", shakespeare_layers[i]);
     /* A decoding step of a batch of prompts: a few rows against a linear
      * layer's weight, stored (out, in) (shakespeare-char's qkv; gpt2-124m's
      * MLP in). */
