@@ -541,10 +541,11 @@ static void scratch_free(void *p)
 /* Which set runs the products (NULL: none, BLAS does): AVX-512 where the
  * CPU has it; AWL_CPU_GEMM=blas for none, =avx2 for the AVX2 set (on any
  * CPU with AVX2 and FMA). A CPU with AVX2 but not AVX-512 keeps OpenBLAS
- * unless asked: on the AVX-512 machine, whose cores run 8-float FMAs at
- * the same rate, the AVX2 tiles were level with OpenBLAS's Haswell and Zen
- * kernels in a training step (docs/performance.md), and they have not
- * been measured on a CPU that has AVX2 alone. Decided once, at the first
+ * unless asked: on a Zen 3 (AVX2 alone) the AVX2 tiles made cpu-medium's
+ * training step 1.10x slower than OpenBLAS's Zen kernels (median of six
+ * alternated rounds, every round slower; blocks of K, B and A that fit
+ * its 512 KB L2 did not close it), and on the AVX-512 machine they were
+ * level with them (docs/performance.md). Decided once, at the first
  * product. */
 static pthread_once_t decided = PTHREAD_ONCE_INIT;
 static const kernels *chosen;
