@@ -782,6 +782,7 @@ int awl_tensor_scale(int n, awl_tensor *const *xs, double factor)
     awl_trace k;
     AWL_TRACE_BEGIN(&k, "scale", xs[0], AWL_WORK(NONE, 0), 1, 1, (const awl_view *[]){&views[0]});
     awl_trace_set_work(&k, 2 * (double)awl_dtype_size(xs[0]->dtype) * elements, elements);
+    for (int i = 0; i < n; i++) awl_tensor_written(xs[i]);
     int status =
         kernel_status(op, awl_trace_end(&k, awl_tensor_backend(xs[0])->scale(n, views, factor)));
     free(views);

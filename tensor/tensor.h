@@ -368,7 +368,8 @@ awl_tensor *awl_tensor_to_device(awl_tensor *t, const char *device);
 /* ---- raw in-place updates (optimizers, gradient accumulation) --------------- */
 
 /* How many times t's storage has been written in place: by each call below
- * that gets past its checks, and by awl_tensor_adamw_step. Every view of
+ * that gets past its checks, and by awl_tensor_adamw_step and
+ * awl_tensor_scale (the fused section's writes in place). Every view of
  * a storage shares its count. Autograd records it when a node saves a
  * tensor for backward and refuses to run that node's backward once it has
  * moved (autograd/engine.c), as PyTorch's version counter does. */

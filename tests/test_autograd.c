@@ -308,6 +308,25 @@ START_TEST(test_adamw_step_counts_as_a_write)
 }
 END_TEST
 
+/* So does the fused in-place scale (gradient clipping): each tensor once. */
+START_TEST(test_scale_counts_as_a_write)
+{
+    awl_scope_begin();
+    awl_tensor *t[2] = {awl_ones(AWL_SHAPE(4), AWL_F32, "cpu"),
+                        awl_ones(AWL_SHAPE(3), AWL_F32, "cpu")};
+    const uint64_t before[2] = {awl_tensor_version(t[0]), awl_tensor_version(t[1])};
+    int status = awl_tensor_scale(2, t, 0.5);
+    if (status == AWL_ERR_UNSUPPORTED) {
+        awl_scope_end();
+        return; /* no fused kernel on this backend: the composed path's writes count */
+    }
+    ck_assert_int_eq(status, 0);
+    ck_assert_uint_eq(awl_tensor_version(t[0]), before[0] + 1);
+    ck_assert_uint_eq(awl_tensor_version(t[1]), before[1] + 1);
+    awl_scope_end();
+}
+END_TEST
+
 START_TEST(test_no_grad_and_detach)
 {
     awl_tensor *x = leaf((double[]){1, 2}, 2);
@@ -561,6 +580,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_retain_graph);
     tcase_add_test(tc, test_saved_tensor_modified_in_place);
     tcase_add_test(tc, test_adamw_step_counts_as_a_write);
+    tcase_add_test(tc, test_scale_counts_as_a_write);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_hooks_fire_once_when_complete);
     tcase_add_test(tc, test_grad_function_and_higher_order);
