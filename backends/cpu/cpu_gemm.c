@@ -46,15 +46,18 @@
  * one thread and 1.12-1.29x on four; on the Zen 4 dev machine 1.02-1.07x
  * (docs/performance.md, "Weight gradients: a transposed A's lines
  * prefetched"); the AVX2 tiles, which run only when asked, do the same,
- * untimed. The exception: rows a multiple of 4 KB apart (K = 1024, 2048, 3072 in a row-major A)
- * fall in one set of the L1 cache, which holds 8 lines, and the tile's reads miss; then each block
- * of A's rows and K's steps is copied once, tile by tile (rows_alias; a 2048^3 product 93-95
- * GFLOP/s on one thread without the copy, 106 with it, OpenBLAS 106-108). B's block is read a panel
- * row at a time for every tile of A, so it is packed: a block of K's rows by NC columns of op(B),
- * as panels of the tile's width whose rows follow each other (a panel is one contiguous stream for
- * the tile), columns past n zero. From a row-major B that is a copy of short runs; from a
- * transposed B (a linear layer's weight in x @ w^T) a transpose, done a
- * square block of floats at a time in registers.
+ * untimed. The exception: rows a multiple of 4 KB apart (K = 1024, 2048,
+ * 3072 in a row-major A) fall in one set of the L1 cache, which holds 8
+ * lines, and the tile's reads miss; then each block of A's rows and K's
+ * steps is copied once, tile by tile (rows_alias; a 2048^3 product 93-95
+ * GFLOP/s on one thread without the copy, 106 with it, OpenBLAS 106-108).
+ * B's block is read a panel row at a time for every tile of A, so it is
+ * packed: a block of K's rows by NC columns of op(B), as panels of the
+ * tile's width whose rows follow each other (a panel is one contiguous
+ * stream for the tile), columns past n zero. From a row-major B that is a
+ * copy of short runs; from a transposed B (a linear layer's weight in
+ * x @ w^T) a transpose, done a square block of floats at a time in
+ * registers.
  *
  * Blocking (the struct `blocking` below, KC, NC and MC its fields kc, nc and
  * mc, with the values the code runs unless AWL_CPU_GEMM_BLOCKING or a
