@@ -292,8 +292,12 @@ dots_tile(int W, float *const x[ROWS], const float *yt, int64_t j0, int64_t ld, 
  * "Attention's dot products, 32 keys at a time"): on an H100 lease's Xeon
  * the tile of 32 took 14% less time at 4 threads, forward and backward;
  * on the Zen 4 dev machine it was level or up to 1-4% slower. So: Intel
- * CPUs; AWL_CPU_ATTENTION_KEYS=16 or =32 chooses either anywhere (read
- * once). */
+ * CPUs. The weighted sums of rows (tile_weighted_rows) take 32 dimensions
+ * a row at a time under the same switch, for the same reason: on one core
+ * of the Emerald Rapids dev machine the forward took 7-10% less time and
+ * the backward 2-6% ("Attention's weighted rows, 32 dimensions at a
+ * time"). AWL_CPU_ATTENTION_KEYS=16 or =32 chooses either width for both
+ * anywhere (read once). */
 #ifdef WIDE_DOTS
 static pthread_once_t dots_decided = PTHREAD_ONCE_INIT;
 static bool dots_wide;
@@ -327,34 +331,50 @@ static void tile_dots(bool wide, float *const x[ROWS], const float *yt, int64_t 
     for (; j0 < nb; j0 += BLOCK) dots_tile(BLOCK, x, yt, j0, ld, D, s);
 }
 
+/* out[k][d0 .. d0+W) = sum_{j<n} w[k * wk + j * wj] rows[j][d0 .. d0+W)
+ * for k < ROWS, rows[j] = base + j * stride: W dimensions (BLOCK or 2 *
+ * BLOCK) of ROWS weighted sums of the same rows, a ROWS x W tile of sums
+ * in registers, each times scale[k] as it is stored (scale NULL: 1). */
+static inline __attribute__((always_inline)) void
+weighted_tile(int W, const float *w, int64_t wk, int64_t wj, int64_t n, const float *base,
+              int64_t stride, int64_t d0, const float *scale, float *const out[ROWS])
+{
+    float acc[ROWS][2 * BLOCK] = {{0}};
+    for (int64_t j = 0; j < n; j++) {
+        const float *r = base + j * stride + d0;
+        for (int k = 0; k < ROWS; k++) {
+            const float wkj = w[k * wk + j * wj];
+#pragma omp simd
+            for (int dd = 0; dd < W; dd++) acc[k][dd] = cpu_fmaf(wkj, r[dd], acc[k][dd]);
+        }
+    }
+    for (int k = 0; k < ROWS; k++) {
+        if (scale)
+#pragma omp simd
+            for (int dd = 0; dd < W; dd++) out[k][d0 + dd] = acc[k][dd] * scale[k];
+        else
+            memcpy(out[k] + d0, acc[k], (size_t)W * sizeof(float));
+    }
+}
+
 /* out[k] = sum_{j<n} w[k * wk + j * wj] rows[j] for k < ROWS, rows[j] = base
- * + j * stride (D floats each): ROWS weighted sums of the same rows, BLOCK
- * dimensions at a time, each times scale[k] as it is stored (scale NULL:
- * 1). The weights are a ROWS-row tile of P or dS (wk = ld, wj = 1) or a
- * ROWS-column one (wk = 1, wj = ld). */
-static void tile_weighted_rows(const float *w, int64_t wk, int64_t wj, int64_t n, const float *base,
-                               int64_t stride, int64_t D, const float *scale,
+ * + j * stride (D floats each): ROWS weighted sums of the same rows, 32
+ * dimensions at a time where wide (wide_dots: a step's row then serves 16
+ * multiply-adds for its 2 loads and the ROWS weights' broadcasts, as in
+ * tile_dots), the rest BLOCK at a time; each times scale[k] as it is
+ * stored (scale NULL: 1). The weights are a ROWS-row tile of P or dS (wk =
+ * ld, wj = 1) or a ROWS-column one (wk = 1, wj = ld). Each sum runs over j
+ * in order whatever the width, so both widths give the same bits. */
+static void tile_weighted_rows(bool wide, const float *w, int64_t wk, int64_t wj, int64_t n,
+                               const float *base, int64_t stride, int64_t D, const float *scale,
                                float *const out[ROWS])
 {
     int64_t d0 = 0;
-    for (; d0 + BLOCK <= D; d0 += BLOCK) {
-        float acc[ROWS][BLOCK] = {{0}};
-        for (int64_t j = 0; j < n; j++) {
-            const float *r = base + j * stride + d0;
-            for (int k = 0; k < ROWS; k++) {
-                const float wkj = w[k * wk + j * wj];
-#pragma omp simd
-                for (int dd = 0; dd < BLOCK; dd++) acc[k][dd] = cpu_fmaf(wkj, r[dd], acc[k][dd]);
-            }
-        }
-        for (int k = 0; k < ROWS; k++) {
-            if (scale)
-#pragma omp simd
-                for (int dd = 0; dd < BLOCK; dd++) out[k][d0 + dd] = acc[k][dd] * scale[k];
-            else
-                memcpy(out[k] + d0, acc[k], sizeof acc[k]);
-        }
-    }
+    if (wide)
+        for (; d0 + 2 * BLOCK <= D; d0 += 2 * BLOCK)
+            weighted_tile(2 * BLOCK, w, wk, wj, n, base, stride, d0, scale, out);
+    for (; d0 + BLOCK <= D; d0 += BLOCK)
+        weighted_tile(BLOCK, w, wk, wj, n, base, stride, d0, scale, out);
     for (; d0 < D; d0++)
         for (int k = 0; k < ROWS; k++) {
             float acc = 0.0f;
@@ -439,7 +459,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                     for (int64_t j = 0; j < nb; j++) p[j] *= mrow[j];
                 }
             }
-            tile_weighted_rows(S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, inv, os);
+            tile_weighted_rows(wide, S, ld, 1, n, row_of(&hv, b, i, 0), hv.st, D, inv, os);
         }
     }
     free(scratch);
@@ -543,7 +563,8 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 for (int64_t j = nb; j < read_to; j++) p[j] = ds[j] = 0.0f;
             }
             tile_rows(&hdq, b, i, r0, T, sink, outs);
-            tile_weighted_rows(dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, NULL, outs);
+            tile_weighted_rows(wide, dS + r0 * ld, ld, 1, n, row_of(&hk, b, i, 0), hk.st, D, NULL,
+                               outs);
         }
         /* columns: dk_j = sum_r dS[r][j] q_r, dv_j = sum_r P[r][j] dO_r (P
          * dropped) over
@@ -551,11 +572,11 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         for (int64_t j0 = 0; j0 < T; j0 += ROWS) {
             const int64_t r0 = causal ? j0 : 0;
             tile_rows(&hdk, b, i, j0, T, sink, outs);
-            tile_weighted_rows(dS + r0 * ld + j0, 1, ld, T - r0, row_of(&hq, b, i, r0), hq.st, D,
-                               NULL, outs);
+            tile_weighted_rows(wide, dS + r0 * ld + j0, 1, ld, T - r0, row_of(&hq, b, i, r0), hq.st,
+                               D, NULL, outs);
             tile_rows(&hdv, b, i, j0, T, sink, outs);
-            tile_weighted_rows(P + r0 * ld + j0, 1, ld, T - r0, row_of(&hdo, b, i, r0), hdo.st, D,
-                               NULL, outs);
+            tile_weighted_rows(wide, P + r0 * ld + j0, 1, ld, T - r0, row_of(&hdo, b, i, r0),
+                               hdo.st, D, NULL, outs);
         }
     }
     free(scratch);
