@@ -17,7 +17,13 @@ Prints JSON lines on stdout:
                             PyTorch: MKL and oneDNN versions, CPU capability,
                             OpenBLAS for 1.13, from torch.__config__.show())
   {"kind":"round", ...}     per round: tokens/s and peak RSS of each side,
-                            and awl / each peer
+                            and awl / each peer; each side's probe_gflops
+                            and probe_slowest_gflops, the float32 matmul
+                            rate a core got with --threads cores busy just
+                            before its run (bench_cores beside the first awl
+                            binary, the median and the slowest of that many
+                            pinned processes; --no-probe: none), so that a
+                            run slowed by other work on the machine shows
   {"kind":"summary", ...}   medians over the rounds, each side's best round,
                             and the ratio of the best rounds
 Only the standard library is used, so any python3 runs it. TORCH_GPT_CPU
@@ -78,6 +84,20 @@ def last_json(text):
     return None
 
 
+def probe(bench_cores, threads):
+    """The matmul rate a core gets now with `threads` cores busy, as the
+    fields of a side's round (empty without bench_cores)."""
+    if not bench_cores:
+        return {}
+    r = subprocess.run([bench_cores, "--cores", str(threads), "--seconds", "0.3"],
+                       capture_output=True, text=True)
+    for ln in r.stdout.splitlines():
+        d = json.loads(ln) if ln.startswith("{") else {}
+        if d.get("test") == "matmul":
+            return {"probe_gflops": round(d["per_core"], 1), "probe_slowest_gflops": round(d["slowest"], 1)}
+    return {}
+
+
 def run_awl(binary, config, threads, steps, warmup, data):
     cmd = [binary, "--configs", config, "--threads", str(threads), "--steps", str(steps),
            "--warmup", str(warmup), "--data", data]
@@ -113,6 +133,8 @@ def main():
     ap.add_argument("--peers", default="torch2.11,torch1.13",
                     help="which PyTorch peers to run, comma-separated (empty: none, to "
                          "compare awl binaries only)")
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure the cores' matmul rate before each side's run (bench_cores)")
     args = ap.parse_args()
     # set before any child starts, so awl and both peers wait alike
     os.environ.pop("OMP_WAIT_POLICY", None)
@@ -129,6 +151,8 @@ def main():
             if os.path.exists(path):
                 awls.append(("awl", path))
                 break
+    bench_cores = os.path.join(os.path.dirname(awls[0][1]), "bench_cores") if awls else ""
+    bench_cores = bench_cores if args.probe and os.path.exists(bench_cores) else ""
     wanted = [p for p in args.peers.split(",") if p]
     peers = [p for p in torch_envs(args.venv, args.torch2_python) if p[0] in wanted]
 
@@ -143,17 +167,19 @@ def main():
         row = {"kind": "round", "round": rnd, "config": args.config, "threads": args.threads,
                "wait_policy": args.wait_policy}
         for label, path in awls:
+            host = probe(bench_cores, args.threads)
             out = run_awl(path, args.config, args.threads, args.steps, args.warmup, args.data)
             row[label] = None if out is None else {
                 "tokens_per_s": out["tokens_per_s"], "ms_per_step": out["ms_per_step"],
-                "peak_rss_mb": out["rss_mb"], "loss_last": out["loss_last"]}
+                "peak_rss_mb": out["rss_mb"], "loss_last": out["loss_last"], **host}
             if rnd == 1 and out is not None:
                 kernels[label] = {k: out.get(k) for k in ("blas", "blas_kernels", "kernels_chosen_by", "gemm_f32", "threads")}
         for label, python, env in peers:
+            host = probe(bench_cores, args.threads)
             out = run_peer(python, env, args.config, args.threads, args.steps, args.warmup, args.data)
             row[label] = None if out is None else {
                 "tokens_per_s": round(out["tokens_per_s"]), "ms_per_step": round(1000 * out["median_step_s"], 2),
-                "peak_rss_mb": round(out["peak_rss_mb"], 1), "loss_last": round(out["final_loss"], 4)}
+                "peak_rss_mb": round(out["peak_rss_mb"], 1), "loss_last": round(out["final_loss"], 4), **host}
             if rnd == 1 and out is not None and out["env"].get("openblas"):
                 kernels[label]["openblas"] = out["env"]["openblas"].get("config")
         if rnd == 1:
