@@ -183,6 +183,12 @@ awl_tensor *awl_cast(awl_tensor *x, awl_dtype dtype);
  * own cast node, computed together (awl_tensor_cast_many: one kernel where
  * the device has one). Returns 0 or negative (then no outs are left). */
 int awl_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tensor **outs);
+/* awl_cast(x, kept->dtype) without the cast kernel, for a kept that already
+ * holds x's values in that dtype (AdamW's bfloat16 copy of a weight,
+ * nn/autocast.c): a new tensor sharing kept's storage, with x's shape, and
+ * the cast's node, so the gradient comes back to x as from awl_cast. The
+ * caller vouches for the values; the shapes' element counts must match. */
+awl_tensor *awl_cast_kept(awl_tensor *x, awl_tensor *kept);
 /* Copies to a device ("cuda:0"); the gradient flows back to x's device. */
 awl_tensor *awl_to(awl_tensor *x, const char *device);
 

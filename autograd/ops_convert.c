@@ -41,6 +41,23 @@ int awl_cast_many(int n, awl_tensor *const *xs, awl_dtype dtype, awl_tensor **ou
     return AWL_OK;
 }
 
+awl_tensor *awl_cast_kept(awl_tensor *x, awl_tensor *kept)
+{
+    if (!x || !kept) return NULL;
+    if (!awl_dtype_is_float(kept->dtype) || awl_numel(kept) != awl_numel(x) ||
+        !awl_is_contiguous(kept)) {
+        awl_error(AWL_ERR_INVALID,
+                  "awl_cast_kept: the kept copy (%s, %lld elements%s) cannot stand for a cast "
+                  "of %lld elements",
+                  awl_dtype_name(kept->dtype), (long long)awl_numel(kept),
+                  awl_is_contiguous(kept) ? "" : ", not contiguous", (long long)awl_numel(x));
+        return NULL;
+    }
+    awl_tensor *out = awl_tensor_reshape(awl_tensor_detach(kept), x->ndim, x->shape);
+    if (out) awl_node_record(out, "cast", cast_backward, 1, &x, 0);
+    return out;
+}
+
 /* ---- to: x (...) on one device -> out (...) on another ------------------------------ */
 
 #define DEVICE_NAME_MAX 32

@@ -129,6 +129,15 @@ typedef struct awl_adamw_args {
      * factor applied as the gradients are read: nn/optim.h's
      * awl_optimizer_clip_grad_norm); 1 for none. The grads are not written. */
     float grad_scale;
+    /* NULL, or n views, one for each parameter: casts[i] (contiguous, the
+     * parameter's element count, bfloat16) receives params[i]'s new value
+     * rounded to bfloat16 (the copy kernel's rounding), written by the
+     * same pass that writes the value. Mixed precision's forward then reads
+     * this copy instead of casting the weight again (nn/autocast.c's kept
+     * casts, nn/optim.h's awl_optimizer_keep_casts). A backend that cannot
+     * write them declines the call (AWL_ERR_UNSUPPORTED), and the framework
+     * asks again without them. */
+    const awl_view *casts;
 } awl_adamw_args;
 
 /* ---- the table ------------------------------------------------------------ */
@@ -428,7 +437,8 @@ typedef struct awl_backend {
     int (*gelu_backward)(const awl_view *dx, const awl_view *dy, const awl_view *x);
 
     /* One AdamW step over n parameters, in place on params, m and v
-     * (contiguous, float32). weight_decay[i] applies to params[i]. */
+     * (contiguous, float32). weight_decay[i] applies to params[i]; where
+     * args->casts is not NULL, the bfloat16 copies are written too. */
     int (*adamw_step)(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                       const awl_view *v, const float *weight_decay, const awl_adamw_args *args);
 

@@ -59,6 +59,10 @@
  *                 composed ops (a cast, a square, a sum, an add and a scaling
  *                 per gradient), median of 7
  *
+ * --keep-casts off (bf16 only): AdamW does not write the weights' bfloat16
+ * copies (awl_optimizer_keep_casts, which train_gpt turns on for bf16), so
+ * every forward casts the weights again; for the comparison.
+ *
  * --extras off leaves out what runs after the timed steps (the profiled
  * split, the back-to-back steps and the clipping figures, and their
  * fields): then a run is its warm-up and timed steps only, which
@@ -119,6 +123,7 @@ typedef struct bench_options {
     int steps, warmup, threads, n_layer, batch;
     double dropout, grad_clip;
     bool extras; /* the split, back-to-back steps and clipping figures after the timed steps */
+    bool keep_casts; /* bf16: AdamW writes the weights' bfloat16 copies (train_gpt's way) */
 } bench_options;
 
 /* A batch of windows of `tokens` (or random ids) as int32 (B, T) pairs. */
@@ -263,6 +268,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
     awl_gpt_set_checkpointing(model, checkpointing);
     awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 1e-3, 0.9, 0.95, 1e-8, 0.1);
     if (!opt) return -1;
+    if (bf16 && o->keep_casts) awl_optimizer_keep_casts(opt, AWL_BF16);
     int total = o->warmup + o->steps;
     double *times = calloc((size_t)total, sizeof *times);
     double *host_times = calloc((size_t)total, sizeof *host_times);
@@ -337,6 +343,7 @@ static int run_one(const bench_options *o, const char *config, const char *preci
                ceiling > 0 ? flops / ceiling : 0, peak * 1e-12, peak > 0 ? flops / peak : 0,
                (double)mem.peak / 1048576.0, (double)(mem.peak - resident) / 1048576.0,
                (double)ru.ru_maxrss / 1024.0, loss_first, loss_last);
+        if (bf16) printf("\"keep_casts\":%s,", o->keep_casts ? "true" : "false");
         double step = 0;
         for (int k = 0; k < N_PARTS && o->extras; k++) step += split[k];
         for (int pass = 0; pass < 2 && o->extras; pass++) {
@@ -433,6 +440,9 @@ static int parse_args(int argc, char **argv, bench_options *o)
             o->grad_clip = atof(v);
         else if (strcmp(a, "--extras") == 0 && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
             o->extras = strcmp(v, "on") == 0;
+        else if (strcmp(a, "--keep-casts") == 0 &&
+                 (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
+            o->keep_casts = strcmp(v, "on") == 0;
         else
             goto usage;
         i++;
@@ -447,7 +457,7 @@ usage:
         "usage: bench_gpt [--configs a,b] [--device cpu|cuda] [--precisions fp32,tf32,bf16]\n"
         "                 [--checkpoint-activations off|on|both] [--steps N] [--warmup N]\n"
         "                 [--threads N] [--n-layer N] [--batch N] [--dropout P] [--grad-clip X]\n"
-        "                 [--data PATH] [--extras on|off]\n");
+        "                 [--data PATH] [--extras on|off] [--keep-casts on|off]\n");
     return -1;
 }
 
@@ -465,6 +475,7 @@ int main(int argc, char **argv)
                        0,
                        0.0,
                        0.0,
+                       true,
                        true};
     if (parse_args(argc, argv, &o) < 0) return 2;
     awl_set_num_threads(o.threads);

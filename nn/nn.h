@@ -274,6 +274,18 @@ awl_tensor *awl_autocast(awl_tensor *t);
 int awl_autocast_cache(int n, awl_tensor *const *ts);
 void awl_autocast_cache_clear(void);
 
+/* Kept casts: `cast` (contiguous, source's size and device, a narrower
+ * float dtype) holds source's current values in its dtype, and until
+ * source is next written (its awl_tensor_version moves), awl_autocast and
+ * the cache give a view of it with the cast's gradient (awl_cast_kept)
+ * instead of casting. AdamW keeps its parameters' bfloat16 copies this way
+ * (nn/optim.h's awl_optimizer_keep_casts); a second call for the same
+ * source replaces the entry. The table is process-wide and holds a
+ * reference to both tensors until awl_autocast_forget(source). Returns 0
+ * or AWL_ERR_INVALID. */
+int awl_autocast_keep(awl_tensor *source, awl_tensor *cast);
+void awl_autocast_forget(awl_tensor *source);
+
 /* ---- functional layers (differentiable) ------------------------------------------ */
 
 /* x (..., in), weight (out, in), bias (out) or NULL -> (..., out).

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "nn/nn.h"
 #include "tensor/profiler.h"
 
 struct awl_optimizer {
@@ -51,6 +52,12 @@ struct awl_optimizer {
     int n_states; /* first/second flattened, for checkpoints */
     char **state_names;
     awl_tensor **states; /* borrowed from first/second */
+
+    /* awl_optimizer_keep_casts: the dtype of the parameters' kept copies
+     * (AWL_F32: none), and each parameter's copy once the fused step has
+     * written one (one reference each, NULL before) */
+    awl_dtype keep_dtype;
+    awl_tensor **casts;
 };
 
 static const char *kind_names[] = {"sgd", "adam", "adamw"};
@@ -126,6 +133,8 @@ static awl_optimizer *optimizer_new(const char *op, awl_optimizer_kind kind,
     o->second = awl_xcalloc(cap, sizeof *o->second);
     o->state_names = awl_xcalloc(cap * 2 + 1, sizeof *o->state_names);
     o->states = awl_xcalloc(cap * 2 + 1, sizeof *o->states);
+    o->keep_dtype = AWL_F32;
+    o->casts = awl_xcalloc(cap, sizeof *o->casts);
     for (int i = 0; i < params->count; i++) {
         if (listed_before(params, i)) continue;
         int k = o->n++;
@@ -213,9 +222,12 @@ int awl_adamw_set_decay_all(awl_optimizer *o, bool all)
     return AWL_OK;
 }
 
+static void drop_casts(awl_optimizer *o);
+
 void awl_optimizer_free(awl_optimizer *o)
 {
     if (!o) return;
+    drop_casts(o);
     for (int i = 0; i < o->n; i++) {
         free(o->names[i]);
         awl_release(o->params[i]);
@@ -231,7 +243,57 @@ void awl_optimizer_free(awl_optimizer *o)
     free(o->second);
     free(o->state_names);
     free(o->states);
+    free(o->casts);
     free(o);
+}
+
+/* ---- kept casts ------------------------------------------------------------------------ */
+
+/* Hands back every kept copy and takes them out of autocast's table. */
+static void drop_casts(awl_optimizer *o)
+{
+    for (int i = 0; i < o->n && o->casts; i++)
+        if (o->casts[i]) {
+            awl_autocast_forget(o->params[i]);
+            awl_release(o->casts[i]);
+            o->casts[i] = NULL;
+        }
+}
+
+int awl_optimizer_keep_casts(awl_optimizer *o, awl_dtype dtype)
+{
+    const char *op = "awl_optimizer_keep_casts";
+    if (!o) return AWL_ERR_INVALID;
+    if (o->kind != AWL_OPTIM_ADAMW)
+        return awl_error(AWL_ERR_INVALID, "%s: the optimizer is %s; only adamw keeps casts", op,
+                         kind_names[o->kind]);
+    if (dtype != AWL_F32 && dtype != AWL_BF16)
+        return awl_error(AWL_ERR_INVALID, "%s: %s is not bfloat16 (float32 turns keeping off)",
+                         op, awl_dtype_name(dtype));
+    if (dtype == AWL_F32) drop_casts(o);
+    o->keep_dtype = dtype;
+    return AWL_OK;
+}
+
+awl_tensor *awl_optimizer_kept_cast(const awl_optimizer *o, int i)
+{
+    return o && i >= 0 && i < o->n && o->keep_dtype != AWL_F32 ? o->casts[i] : NULL;
+}
+
+/* Parameter i's copy for the fused step to write, made the first time;
+ * NULL where the parameter is not float32 (or on failure: the step then
+ * goes without copies). */
+static awl_tensor *cast_for(awl_optimizer *o, int i)
+{
+    awl_tensor *p = o->params[i];
+    if (!o->casts[i] && p->dtype == AWL_F32) {
+        char device[32];
+        awl_tensor *c = awl_take(
+            awl_empty(p->ndim, p->shape, o->keep_dtype, awl_tensor_device_name(p, device, sizeof device)));
+        if (c) awl_tensor_set_memory_role(c, AWL_MEMORY_OPTIMIZER);
+        o->casts[i] = c;
+    }
+    return o->casts[i];
 }
 
 /* ---- composed updates ------------------------------------------------------------ */
@@ -370,12 +432,13 @@ static int adamw_fused(awl_optimizer *o, bool *done)
 {
     bool *grouped = awl_xcalloc((size_t)o->n, sizeof *grouped);
     int *members = awl_xmalloc((size_t)o->n * sizeof *members);
-    awl_tensor **group = awl_xmalloc((size_t)o->n * 4 * sizeof *group);
+    awl_tensor **group = awl_xmalloc((size_t)o->n * 5 * sizeof *group);
     float *decay = awl_xmalloc((size_t)o->n * sizeof *decay);
     int status = AWL_OK;
     for (int lead = 0; lead < o->n && status >= 0; lead++) {
         if (grouped[lead] || !fusable(o, lead)) continue;
         int count = 0;
+        bool keep = o->keep_dtype != AWL_F32;
         for (int i = lead; i < o->n; i++) {
             if (grouped[i] || !fusable(o, i) || !awl_same_device(o->params[i], o->params[lead]) ||
                 o->steps[i] != o->steps[lead])
@@ -386,6 +449,7 @@ static int adamw_fused(awl_optimizer *o, bool *done)
             group[o->n + count] = o->params[i]->grad;
             group[2 * o->n + count] = o->first[i];
             group[3 * o->n + count] = o->second[i];
+            if (keep) keep = (group[4 * o->n + count] = cast_for(o, i)) != NULL;
             decay[count] = (float)adamw_decay(o, i);
             count++;
         }
@@ -395,8 +459,14 @@ static int adamw_fused(awl_optimizer *o, bool *done)
                                .eps = (float)o->eps,
                                .step = o->steps[lead] + 1,
                                .grad_scale = (float)o->grad_scale};
+        awl_tensor **casts = keep ? group + 4 * o->n : NULL;
         int s = awl_tensor_adamw_step(count, group, group + o->n, group + 2 * o->n,
-                                      group + 3 * o->n, decay, &args);
+                                      group + 3 * o->n, casts, decay, &args);
+        if (s == AWL_ERR_UNSUPPORTED && casts) { /* a backend without the copies */
+            casts = NULL;
+            s = awl_tensor_adamw_step(count, group, group + o->n, group + 2 * o->n,
+                                      group + 3 * o->n, NULL, decay, &args);
+        }
         if (s == AWL_ERR_UNSUPPORTED) continue;
         if (s < 0) {
             status = s;
@@ -405,6 +475,8 @@ static int adamw_fused(awl_optimizer *o, bool *done)
         for (int k = 0; k < count; k++) {
             done[members[k]] = true;
             o->steps[members[k]]++;
+            /* written with the parameter's new value: current until its next write */
+            if (casts && awl_autocast_keep(group[k], casts[k]) < 0) status = AWL_ERR_INVALID;
         }
     }
     free(grouped);

@@ -95,6 +95,20 @@ awl_optimizer *awl_adamw_new(const awl_param_list *params, double lr, double bet
                              double eps, double weight_decay);
 /* AdamW: decay every parameter (all = true) or only those of 2+ dimensions. */
 int awl_adamw_set_decay_all(awl_optimizer *opt, bool all);
+/* AdamW for mixed precision: with dtype AWL_BF16, the fused step also
+ * writes each float32 parameter's value rounded to bfloat16 into a copy the
+ * optimizer keeps (2 bytes a parameter, allocated at the first step, in the
+ * same pass as the update, the copy kernel's rounding), and hands the
+ * copies to autocast (nn/nn.h's awl_autocast_keep), so that the next
+ * bfloat16 forward reads them instead of casting the weights again: the
+ * same bits and the same gradients, without the cast's pass over the
+ * weights. A parameter written by anything else since the step is cast as
+ * before. AWL_F32 turns it off and frees the copies. Parameters the fused
+ * kernel does not take (composed updates) keep no copy. */
+int awl_optimizer_keep_casts(awl_optimizer *opt, awl_dtype dtype);
+/* Parameter i's kept copy (borrowed) as the last fused step wrote it, or
+ * NULL: keeping off, no fused step yet, or i out of range. */
+awl_tensor *awl_optimizer_kept_cast(const awl_optimizer *opt, int i);
 
 /* Frees the optimizer, its state, and its references to the parameters.
  * NULL is a no-op. */

@@ -231,7 +231,7 @@ stage_tests() {
         [ -z "$checks" ] && checks=$(grep -h "skipped" "$B/log/run_$name.log" | head -1)
         row "$(printf '%-22s %-8s %-12s %3s  %s' "$name" "$dev" "$result" "$secs" "$checks")"
     done
-    grep -h "bf16 vs fp32\|checkpointed blocks\|AdamW steps on one batch" "$B/log/run_test_autocast.log" |
+    grep -h "bf16 vs fp32\|checkpointed blocks\|AdamW steps on one batch\|kept casts" "$B/log/run_test_autocast.log" |
         sed 's/^/autocast: /' | tee -a "$SUMMARY"
     row "tests: $(( $(date +%s) - t0 )) s"
 }

@@ -22,7 +22,8 @@ time). A GRAD_CLIP argument (awl only) passes --grad-clip to bench_gpt,
 as the bench stage does. Given the PyTorch peer script (a .py whose run()
 trains one configuration, ../shared/peers/torch_gpt_gpu.py) instead, it
 profiles the peer's eager step the same way, for a side-by-side view.
-With NEIGHBOURS=TEXT in the environment it also prints to stderr, for
+BENCH_ARGS in the environment adds arguments to bench_gpt's (e.g.
+"--keep-casts off"). With NEIGHBOURS=TEXT in the environment it also prints to stderr, for
 each run, the kernels just before and just after every kernel whose name
 holds TEXT (NEIGHBOURS=Memset: which products the memsets come with).
 Development tool only: nothing in awl's build or tests uses Python.
@@ -44,7 +45,7 @@ LONG_GAP_US = 1000.0
 def run_awl(lib, data, config, precision, dropout, steps):
     args = ["bench_gpt", "--device", "cuda", "--configs", config, "--precisions", precision,
             "--dropout", str(dropout), "--steps", str(steps), "--warmup", "2", "--data", data,
-            "--grad-clip", str(GRAD_CLIP), "--extras", "off"]
+            "--grad-clip", str(GRAD_CLIP), "--extras", "off"] + os.environ.get("BENCH_ARGS", "").split()
     argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
     lib.awl_bench_main(len(args), argv)
 

@@ -676,8 +676,8 @@ int awl_tensor_gelu_backward(awl_tensor *dx, awl_tensor *dy, awl_tensor *x)
 /* ---- AdamW -------------------------------------------------------------------------------- */
 
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
-                          awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
-                          const awl_adamw_args *args)
+                          awl_tensor *const *m, awl_tensor *const *v, awl_tensor *const *casts,
+                          const float *weight_decay, const awl_adamw_args *args)
 {
     const char *op = "awl_tensor_adamw_step";
     if (n <= 0 || !params || !grads || !m || !v || !weight_decay || !args) return AWL_ERR_INVALID;
@@ -689,15 +689,24 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
                 check_dtype(op, names[k], set[k], set[0]->dtype) < 0 ||
                 awl_check_same_device(op, params[0], set[k]) < 0)
                 return AWL_ERR_INVALID;
+        if (casts && (!casts[i] || check_numel(op, "cast", casts[i], awl_numel(params[i])) < 0 ||
+                      check_dtype(op, "cast", casts[i], AWL_BF16) < 0 ||
+                      awl_check_same_device(op, params[0], casts[i]) < 0))
+            return AWL_ERR_INVALID;
+        if (casts && !awl_is_contiguous(casts[i]))
+            return awl_error(AWL_ERR_INVALID, "%s: cast %d of %d is not contiguous", op, i, n);
     }
     if (!awl_fused_available(AWL_KERNEL_ADAMW_STEP, params[0])) return AWL_ERR_UNSUPPORTED;
-    awl_view *views = awl_xmalloc((size_t)n * 4 * sizeof *views);
+    awl_view *views = awl_xmalloc((size_t)n * 5 * sizeof *views);
     for (int i = 0; i < n; i++) {
         views[i] = awl_tensor_view(params[i]);
         views[n + i] = awl_tensor_view(grads[i]);
         views[2 * n + i] = awl_tensor_view(m[i]);
         views[3 * n + i] = awl_tensor_view(v[i]);
+        if (casts) views[4 * n + i] = awl_tensor_view(casts[i]);
     }
+    awl_adamw_args with = *args;
+    with.casts = casts ? views + 4 * n : NULL;
     /* per element: the parameter, m and v read and written, the gradient
      * read; about 12 FLOPs (docs/profiling.md) */
     double elements = 0, size = (double)awl_dtype_size(params[0]->dtype);
@@ -705,15 +714,16 @@ int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *g
     awl_trace k;
     AWL_TRACE_BEGIN(&k, "adamw_step", params[0], AWL_WORK(NONE, 0), 1, 1,
                     (const awl_view *[]){&views[0]});
-    awl_trace_set_work(&k, 7 * size * elements, 12 * elements);
+    awl_trace_set_work(&k, (7 * size + (casts ? 2 : 0)) * elements, 12 * elements);
     for (int i = 0; i < n; i++) {
         awl_tensor_written(params[i]);
         awl_tensor_written(m[i]);
         awl_tensor_written(v[i]);
+        if (casts) awl_tensor_written(casts[i]);
     }
     int status = kernel_status(op, awl_trace_end(&k, awl_tensor_backend(params[0])->adamw_step(
                                                          n, views, views + n, views + 2 * n,
-                                                         views + 3 * n, weight_decay, args)));
+                                                         views + 3 * n, weight_decay, &with)));
     free(views);
     return status;
 }

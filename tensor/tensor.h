@@ -484,10 +484,13 @@ int awl_tensor_dropout_add(awl_tensor *out, awl_tensor *x, awl_tensor *h,
 int awl_tensor_add_dropout(awl_tensor *out, awl_tensor *x, awl_tensor *h,
                            const awl_dropout_args *d);
 /* One AdamW step over params[0..n) with their grads and moments, all of
- * params[0]'s device and dtype. */
+ * params[0]'s device and dtype. casts: NULL, or n contiguous bfloat16
+ * tensors of the parameters' sizes on their device, which get the new
+ * values rounded to bfloat16 (backend.h's awl_adamw_args.casts; args's own
+ * casts field is ignored). */
 int awl_tensor_adamw_step(int n, awl_tensor *const *params, awl_tensor *const *grads,
-                          awl_tensor *const *m, awl_tensor *const *v, const float *weight_decay,
-                          const awl_adamw_args *args);
+                          awl_tensor *const *m, awl_tensor *const *v, awl_tensor *const *casts,
+                          const float *weight_decay, const awl_adamw_args *args);
 /* out (a float64 scalar) = the sum of the squares of every element of
  * xs[0..n), all of xs[0]'s device and dtype. */
 int awl_tensor_sum_squares(int n, awl_tensor *const *xs, awl_tensor *out);

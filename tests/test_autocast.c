@@ -516,21 +516,27 @@ START_TEST(test_cuda_dropout_of_cast)
 END_TEST
 
 /* Loss on a fixed batch after each of `steps` AdamW steps from seed 13. */
-static void train_fixed_batch(awl_dtype autocast, int steps, double *first, double *last)
+/* `steps` AdamW steps on one batch, each step's loss into losses[]; with
+ * keep, AdamW writes the weights' bfloat16 copies that the forward then
+ * reads (awl_optimizer_keep_casts); with checkpointing, the blocks' replays
+ * in backward read them too. */
+static void train_steps(awl_dtype autocast, bool keep, bool checkpointing, int steps,
+                        double *losses)
 {
     awl_gpt_config cfg = small_config();
     awl_gpt *model = awl_gpt_new(&cfg, GPU, 13);
     ck_assert_msg(model && awl_gpt_set_autocast(model, autocast) == 0, "%s", awl_last_error());
+    awl_gpt_set_checkpointing(model, checkpointing);
     awl_optimizer *opt = awl_adamw_new(awl_gpt_parameters(model), 3e-3, 0.9, 0.95, 1e-8, 0.1);
     ck_assert_msg(opt != NULL, "%s", awl_last_error());
+    if (keep) ck_assert_int_eq(awl_optimizer_keep_casts(opt, AWL_BF16), 0);
     awl_tensor *x, *y;
     mapped_batch(cfg.batch, cfg.block, cfg.vocab, 9, GPU, &x, &y);
     for (int step = 0; step < steps; step++) {
-        double loss = loss_and_grads(model, x, y);
+        losses[step] = loss_and_grads(model, x, y);
         ck_assert_msg(awl_optimizer_step(opt) == 0, "%s", awl_last_error());
-        if (step == 0) *first = loss;
-        *last = loss;
     }
+    ck_assert(!keep || awl_optimizer_kept_cast(opt, 0) != NULL);
     const int32_t prompt[1] = {0}, *prompts[1] = {prompt};
     int32_t out[9], *outs[1] = {out};
     int n_prompt = 1, n_out = 0;
@@ -548,14 +554,39 @@ START_TEST(test_cuda_bf16_training)
 {
     awl_gc_begin(5);
     awl_set_float32_matmul_precision("highest");
-    double first32 = NAN, last32 = NAN, first16 = NAN, last16 = NAN;
-    train_fixed_batch(AWL_F32, 30, &first32, &last32);
-    train_fixed_batch(AWL_BF16, 30, &first16, &last16);
+    double l32[30], l16[30];
+    train_steps(AWL_F32, false, false, 30, l32);
+    train_steps(AWL_BF16, true, false, 30, l16);
+    double first32 = l32[0], last32 = l32[29], first16 = l16[0], last16 = l16[29];
     printf("30 AdamW steps on one batch: fp32 %.4f -> %.4f, bf16 %.4f -> %.4f\n", first32, last32,
            first16, last16);
     ck_assert_msg(last16 < 0.75 * first16, "bf16 training: %g -> %g", first16, last16);
     ck_assert_msg(fabs(last16 - last32) < 0.15 * last32 + 0.05, "bf16 ends at %g, fp32 at %g",
                   last16, last32);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
+/* The weights' bfloat16 copies that AdamW keeps are the bits of the casts
+ * they replace: the same losses, step for step, with and without them; and
+ * with activation checkpointing's replays reading them, the losses of
+ * checkpointed training (whose gradients match to 1e-6, above). */
+START_TEST(test_cuda_kept_casts_same_training)
+{
+    awl_gc_begin(5);
+    enum { STEPS = 8 };
+    double cast[STEPS], kept[STEPS], replayed[STEPS];
+    train_steps(AWL_BF16, false, false, STEPS, cast);
+    train_steps(AWL_BF16, true, false, STEPS, kept);
+    train_steps(AWL_BF16, true, true, STEPS, replayed);
+    for (int i = 0; i < STEPS; i++) {
+        ck_assert_msg(kept[i] == cast[i], "step %d: loss %.9g with kept casts, %.9g without", i,
+                      kept[i], cast[i]);
+        ck_assert_msg(fabs(replayed[i] - cast[i]) <= 1e-5 * fabs(cast[i]),
+                      "step %d: loss %.9g checkpointed, %.9g", i, replayed[i], cast[i]);
+    }
+    printf("kept casts: %d steps, losses %.6f -> %.6f, the same bits as casting\n", STEPS, kept[0],
+           kept[STEPS - 1]);
     ck_assert(awl_gc_end());
 }
 END_TEST
@@ -581,6 +612,7 @@ int main(void)
         tcase_add_test(cuda, test_cuda_dropout_of_cast);
         tcase_add_test(cuda, test_cuda_weight_gradient_float32);
         tcase_add_test(cuda, test_cuda_bf16_training);
+        tcase_add_test(cuda, test_cuda_kept_casts_same_training);
         suite_add_tcase(s, cuda);
     } else {
         awl_clear_error();

@@ -283,18 +283,20 @@ START_TEST(test_saved_tensor_modified_in_place)
 }
 END_TEST
 
-/* The fused AdamW step writes the parameters and both moments in place. */
+/* The fused AdamW step writes the parameters, both moments and the
+ * parameters' bfloat16 casts in place. */
 START_TEST(test_adamw_step_counts_as_a_write)
 {
     awl_scope_begin();
-    awl_tensor *t[4];
+    awl_tensor *t[5];
     for (int i = 0; i < 4; i++) t[i] = awl_ones(AWL_SHAPE(4), AWL_F32, "cpu");
-    uint64_t before[4];
-    for (int i = 0; i < 4; i++) before[i] = awl_tensor_version(t[i]);
+    t[4] = awl_zeros(AWL_SHAPE(2, 2), AWL_BF16, "cpu");
+    uint64_t before[5];
+    for (int i = 0; i < 5; i++) before[i] = awl_tensor_version(t[i]);
     const float decay = 0.1f;
     awl_adamw_args args = {
         .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
-    int status = awl_tensor_adamw_step(1, &t[0], &t[1], &t[2], &t[3], &decay, &args);
+    int status = awl_tensor_adamw_step(1, &t[0], &t[1], &t[2], &t[3], &t[4], &decay, &args);
     if (status == AWL_ERR_UNSUPPORTED) {
         awl_scope_end();
         return; /* no fused kernel on this backend: the composed path's writes count */
@@ -304,6 +306,7 @@ START_TEST(test_adamw_step_counts_as_a_write)
     ck_assert_uint_eq(awl_tensor_version(t[1]), before[1]);     /* the gradient is only read */
     ck_assert_uint_eq(awl_tensor_version(t[2]), before[2] + 1);
     ck_assert_uint_eq(awl_tensor_version(t[3]), before[3] + 1);
+    ck_assert_uint_eq(awl_tensor_version(t[4]), before[4] + 1); /* the cast */
     awl_scope_end();
 }
 END_TEST

@@ -21,6 +21,7 @@
 
 #include "autograd/autograd.h"
 #include "helpers/gradcheck.h"
+#include "nn/nn.h"
 #include "nn/optim.h"
 #include "nn/param.h"
 
@@ -729,6 +730,127 @@ START_TEST(test_optimizer_clip_lifetime)
 }
 END_TEST
 
+/* ---- kept casts ------------------------------------------------------------------------ */
+
+/* Whether a and b (one dtype and element count) hold the same bytes. */
+static bool same_bytes(awl_tensor *a, awl_tensor *b)
+{
+    size_t bytes = (size_t)awl_numel(a) * awl_dtype_size(a->dtype);
+    ck_assert_int_eq(awl_numel(a), awl_numel(b));
+    ck_assert_int_eq(a->dtype, b->dtype);
+    char *x = malloc(bytes), *y = malloc(bytes);
+    ck_assert_int_eq(awl_to_host(a, x, bytes), 0);
+    ck_assert_int_eq(awl_to_host(b, y, bytes), 0);
+    bool same = memcmp(x, y, bytes) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static bool shares_storage(awl_tensor *a, awl_tensor *b)
+{
+    return awl_tensor_view(a).data == awl_tensor_view(b).data;
+}
+
+/* awl_optimizer_keep_casts: AdamW's fused step writes each parameter's
+ * bfloat16 copy; the parameters come out bit for bit as without; each copy
+ * holds the bits of a cast of its parameter; autocast (directly and through
+ * its cache) hands out a view of the copy, through which the gradient
+ * reaches the parameter; a write to the parameter since the step makes
+ * autocast cast again; turning keeping off drops the copies. On
+ * AWL_TEST_DEVICE (cpu when unset). */
+START_TEST(test_keep_casts)
+{
+    awl_param_list a, b;
+    awl_optimizer *oa = clip_optimizer(0, AWL_F32, &a), *ob = clip_optimizer(0, AWL_F32, &b);
+    ck_assert_int_eq(awl_optimizer_keep_casts(oa, AWL_BF16), 0);
+    ck_assert_ptr_null(awl_optimizer_kept_cast(oa, 0)); /* none before the first step */
+    for (int step = 0; step < N_STEPS; step++) {
+        for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+            awl_tensor *pa = a.items[i].tensor, *pb = b.items[i].tensor;
+            awl_scope_begin();
+            awl_manual_seed(200 + (uint64_t)(step * FUSED_CLIP_PARAMS + i));
+            awl_tensor *g = awl_randn(pa->ndim, pa->shape, AWL_F32, awl_gc_device());
+            awl_release(pa->grad);
+            awl_release(pb->grad);
+            pa->grad = awl_keep(awl_tensor_clone(g));
+            pb->grad = awl_keep(awl_tensor_clone(g));
+            awl_scope_end();
+        }
+        ck_assert(awl_optimizer_clip_grad_norm(oa, 2.0) >= 0);
+        ck_assert(awl_optimizer_clip_grad_norm(ob, 2.0) >= 0);
+        ck_assert_msg(awl_optimizer_step(oa) == 0, "%s", awl_last_error());
+        ck_assert_int_eq(awl_optimizer_step(ob), 0);
+    }
+    awl_dtype before = awl_autocast_set(AWL_BF16);
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+        awl_tensor *p = a.items[i].tensor, *kept = awl_optimizer_kept_cast(oa, i);
+        ck_assert_msg(same_bytes(p, b.items[i].tensor), "parameter %d differs with keeping", i);
+        ck_assert_ptr_nonnull(kept);
+        ck_assert_ptr_null(awl_optimizer_kept_cast(ob, i));
+        awl_scope_begin();
+        ck_assert_msg(same_bytes(kept, awl_tensor_cast(p, AWL_BF16)), "kept cast %d", i);
+        awl_tensor *c = awl_autocast(p);
+        ck_assert(c && c->dtype == AWL_BF16 && c->requires_grad && shares_storage(c, kept));
+        ck_assert_int_eq(c->ndim, p->ndim);
+        ck_assert_int_eq(awl_numel(c), awl_numel(p));
+        /* the gradient comes back through the cast's node: sum(c) gives ones */
+        awl_tensor *ones = awl_ones_like(p);
+        awl_clear_grad(p);
+        ck_assert_int_eq(awl_backward(awl_sum_all(awl_cast(c, AWL_F32))), 0);
+        ck_assert(p->grad && same_bytes(p->grad, ones));
+        awl_scope_end();
+    }
+    /* the cache takes the kept copies too, and casts what has none */
+    awl_scope_begin();
+    awl_tensor *other = awl_randn(AWL_SHAPE(7), AWL_F32, awl_gc_device());
+    awl_tensor *ts[FUSED_CLIP_PARAMS + 1] = {other};
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) ts[i + 1] = a.items[i].tensor;
+    ck_assert_int_eq(awl_autocast_cache(FUSED_CLIP_PARAMS + 1, ts), 0);
+    for (int i = 0; i < FUSED_CLIP_PARAMS; i++) {
+        awl_tensor *c = awl_autocast(a.items[i].tensor);
+        ck_assert(shares_storage(c, awl_optimizer_kept_cast(oa, i)));
+        ck_assert_ptr_eq(awl_autocast(a.items[i].tensor), c);
+    }
+    awl_tensor *oc = awl_autocast(other);
+    ck_assert(oc && oc->dtype == AWL_BF16 && same_bytes(oc, awl_tensor_cast(other, AWL_BF16)));
+    awl_autocast_cache_clear();
+    awl_scope_end();
+    /* a write since the step: cast again, from the new values */
+    awl_tensor *p0 = a.items[0].tensor;
+    ck_assert_int_eq(awl_tensor_fill_(p0, 0.5), 0);
+    awl_scope_begin();
+    awl_tensor *c0 = awl_autocast(p0);
+    ck_assert(!shares_storage(c0, awl_optimizer_kept_cast(oa, 0)));
+    ck_assert(same_bytes(c0, awl_tensor_cast(p0, AWL_BF16)));
+    ck_assert(shares_storage(awl_autocast(a.items[1].tensor), awl_optimizer_kept_cast(oa, 1)));
+    awl_scope_end();
+    /* off: the copies go */
+    awl_tensor *p1 = a.items[1].tensor;
+    ck_assert_int_eq(awl_optimizer_keep_casts(oa, AWL_F32), 0);
+    ck_assert_ptr_null(awl_optimizer_kept_cast(oa, 1));
+    awl_scope_begin();
+    ck_assert(same_bytes(awl_autocast(p1), awl_tensor_cast(p1, AWL_BF16)));
+    awl_scope_end();
+    awl_autocast_set(before);
+    /* only AdamW keeps casts, and only in bfloat16 */
+    awl_param_list c;
+    awl_optimizer *sgd = clip_optimizer(2, AWL_F32, &c);
+    ck_assert_int_eq(awl_optimizer_keep_casts(sgd, AWL_BF16), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "only adamw keeps casts"));
+    ck_assert_int_eq(awl_optimizer_keep_casts(ob, AWL_F64), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "float64 is not bfloat16"));
+    ck_assert_int_eq(awl_optimizer_keep_casts(NULL, AWL_BF16), AWL_ERR_INVALID);
+    awl_clear_error();
+    awl_optimizer_free(sgd);
+    awl_optimizer_free(oa);
+    awl_optimizer_free(ob);
+    awl_param_list_clear(&a);
+    awl_param_list_clear(&b);
+    awl_param_list_clear(&c);
+}
+END_TEST
+
 /* Bad input to the clipping kernels' entry points: an error naming the op
  * and what is wrong, nothing written. */
 START_TEST(test_clip_kernels_bad_input)
@@ -771,6 +893,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, test_clip_kernels_bad_input);
     tcase_add_test(tc, test_optimizer_clip_fused);
     tcase_add_test(tc, test_optimizer_clip_lifetime);
+    tcase_add_test(tc, test_keep_casts);
     suite_add_tcase(s, tc);
     return s;
 }

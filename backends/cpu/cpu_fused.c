@@ -553,13 +553,19 @@ static bool flat_part(const int64_t *start, int i, int64_t lo, int64_t hi, int64
  * in place, with g = grad * grad_scale: p -= lr wd p; m = b1 m + (1 - b1) g;
  * v = b2 v + (1 - b2) g^2;
  * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) (PyTorch's
- * arrangement). All parameters form one flat range split evenly between
- * threads, so many small tensors cost one parallel region. */
+ * arrangement); with args->casts, each new p rounded to bfloat16 into its
+ * cast, by the thread that wrote it, while it is in cache. All parameters
+ * form one flat range split evenly between threads, so many small tensors
+ * cost one parallel region. */
 int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                        const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
 {
+    const awl_view *casts = args->casts;
     for (int i = 0; i < n; i++)
-        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) || !rows_f32(&v[i]))
+        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) ||
+            !rows_f32(&v[i]) ||
+            (casts && (casts[i].dtype != AWL_BF16 || !awl_view_is_contiguous(&casts[i]) ||
+                       awl_view_numel(&casts[i]) != awl_view_numel(&params[i]))))
             return AWL_ERR_UNSUPPORTED;
     int status = AWL_OK;
     int64_t *start = flat_starts(n, params, "adamw_step", &status);
@@ -589,6 +595,10 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
                 mm[e] = me;
                 vv[e] = ve;
                 p[e] = pe - step_size * me / (sqrtf(ve) * inv_bc2_sqrt + eps);
+            }
+            if (casts) {
+                awl_bf16 *c = (awl_bf16 *)cpu_view_ptr(&casts[i]);
+                for (int64_t e = a; e < b; e++) c[e] = awl_float_to_bf16(p[e]);
             }
         }
     }

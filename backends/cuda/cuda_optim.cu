@@ -6,7 +6,7 @@
  * A GPT has a few dozen to a few hundred parameter tensors, many of them
  * tiny (biases, LayerNorm weights): one launch per tensor would cost more in
  * launch gaps than in work. So the tensors go, up to ADAM_MAX at a time, into
- * a table passed by value as the kernel's argument (about 1.4 KB, well under
+ * a table passed by value as the kernel's argument (about 1.7 KB, well under
  * the 4 KB parameter limit): blockIdx.y picks the tensor, blockIdx.x strides
  * over its elements, 4 floats per load where all four arrays are 16-byte
  * aligned. A 124M-parameter model takes 5 launches with no host-device
@@ -18,6 +18,9 @@
  * on both backends. With t = args->step and g = grad * args->grad_scale:
  *   p = p (1 - lr wd);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+ * With args->casts the same pass also writes each new p rounded to
+ * bfloat16 (2 bytes more a parameter), which the next bf16 forward reads
+ * instead of casting the weights (nn/autocast.c's kept casts).
  */
 #include <math.h>
 
@@ -38,6 +41,7 @@ struct adam_table {
     float decay[ADAM_MAX];
     float b1, b2, step_size, inv_bc2_sqrt, eps;
     float grad_scale; /* awl_adamw_args's: each gradient times this first */
+    awl_bf16 *c[ADAM_MAX]; /* the parameters' bfloat16 copies (args->casts), or NULL */
 };
 
 __device__ __forceinline__ void adam_one(const adam_table &t, float decay, float &p, float grad,
@@ -58,10 +62,12 @@ __global__ void adamw_kernel(adam_table t)
     int k = blockIdx.y;
     float *p = t.p[k], *m = t.m[k], *v = t.v[k];
     const float *g = t.g[k];
+    awl_bf16 *c = t.c[k];
     int64_t n = t.numel[k], step = (int64_t)gridDim.x * blockDim.x;
     int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t done = 0;
-    if (((uintptr_t)p | (uintptr_t)m | (uintptr_t)v | (uintptr_t)g) % 16 == 0) {
+    if (((uintptr_t)p | (uintptr_t)m | (uintptr_t)v | (uintptr_t)g) % 16 == 0 &&
+        (uintptr_t)c % 8 == 0) {
         int64_t nv = n / 4;
         for (int64_t i = first; i < nv; i += step) {
             float4 P = ((float4 *)p)[i], M = ((float4 *)m)[i], Vv = ((float4 *)v)[i];
@@ -73,11 +79,20 @@ __global__ void adamw_kernel(adam_table t)
             ((float4 *)p)[i] = P;
             ((float4 *)m)[i] = M;
             ((float4 *)v)[i] = Vv;
+            if (c) { /* the four as cast_bf16_kernel writes them: one 8-byte store */
+                awl_bf16 b[4] = {awlc_cast<awl_bf16>(P.x), awlc_cast<awl_bf16>(P.y),
+                                 awlc_cast<awl_bf16>(P.z), awlc_cast<awl_bf16>(P.w)};
+                uint2 packed;
+                memcpy(&packed, b, sizeof packed);
+                ((uint2 *)c)[i] = packed;
+            }
         }
         done = nv * 4;
     }
-    for (int64_t i = done + first; i < n; i += step)
+    for (int64_t i = done + first; i < n; i += step) {
         adam_one(t, t.decay[k], p[i], g[i], m[i], v[i]);
+        if (c) c[i] = awlc_cast<awl_bf16>(p[i]);
+    }
 }
 
 bool plain_f32(const awl_view *v, int64_t n)
@@ -310,10 +325,13 @@ int awlc_cast_many(int n, const awl_view *outs, const awl_view *xs)
 int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const awl_view *m,
                     const awl_view *v, const float *weight_decay, const awl_adamw_args *args)
 {
+    const awl_view *casts = args->casts;
     for (int i = 0; i < n; i++) {
         int64_t c = awl_view_numel(&params[i]);
         if (!plain_f32(&params[i], c) || !plain_f32(&grads[i], c) || !plain_f32(&m[i], c) ||
-            !plain_f32(&v[i], c))
+            !plain_f32(&v[i], c) ||
+            (casts && (casts[i].dtype != AWL_BF16 || !awl_view_is_contiguous(&casts[i]) ||
+                       awl_view_numel(&casts[i]) != c)))
             return AWL_ERR_UNSUPPORTED;
     }
     if (n == 0) return AWL_OK;
@@ -335,6 +353,7 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
             tab.g[j] = awlc_ptr<float>(&grads[i]);
             tab.m[j] = awlc_ptr<float>(&m[i]);
             tab.v[j] = awlc_ptr<float>(&v[i]);
+            tab.c[j] = casts ? awlc_ptr<awl_bf16>(&casts[i]) : nullptr;
             tab.numel[j] = awl_view_numel(&params[i]);
             tab.decay[j] = 1.0f - args->lr * weight_decay[i];
             if (tab.numel[j] > most) most = tab.numel[j];

@@ -267,6 +267,9 @@ static int build_model(trainer *t)
     t->opt = awl_adamw_new(awl_gpt_parameters(t->model), s->lr, s->beta1, s->beta2, 1e-8,
                            s->weight_decay);
     if (!t->opt) return fail("the optimizer");
+    /* bf16: AdamW writes the weights' bfloat16 copies, which the forward reads */
+    if (strcmp(s->precision, "bf16") == 0 && awl_optimizer_keep_casts(t->opt, AWL_BF16) < 0)
+        return fail("--precision bf16");
     /* the ranks of a tensor-parallel group share their streams */
     awl_manual_seed(rank_seed((uint64_t)s->seed, t->dp_rank));
     if (t->data) awl_text_dataset_seed(t->data, rank_seed((uint64_t)s->seed, t->dp_rank));
