@@ -885,57 +885,77 @@ __global__ void __launch_bounds__(THREADS)
 
 /* Starts loading a stored 64 x 64 dS^T tile (ds_tile) into shared memory,
  * row stride 64 + PAD: whole 16-byte chunks by cp.async, all aligned. */
-template <typename M>
+template <typename M, int NT = THREADS>
 __device__ void load_ds_tile(typename M::word *dst, const typename M::word *src)
 {
     const int V = 16 / sizeof(typename M::word), CH = BR / V;
-    for (int idx = threadIdx.x; idx < BR * CH; idx += THREADS) {
+    for (int idx = threadIdx.x; idx < BR * CH; idx += NT) {
         int r = idx / CH, c = (idx % CH) * V;
         cp_async16(dst + r * (BR + M::PAD) + c, src + r * BR + c);
     }
 }
 
-/* dQ for 64 queries from the dS^T tiles that dkdv_kernel stored: dQ =
- * scale * (sum over key tiles of dS K), the key tiles added in order. One
- * tile product a pair of tiles, where dq_kernel recomputes S and dP for
- * it (three). Shared memory: two buffers of [K dS^T], the next pair
- * loading while this one is used; dS^T's columns are the warps' query rows,
- * which accumulate_t reads transposed. */
-template <typename M, int DP>
-__global__ void __launch_bounds__(THREADS)
+/* The query tiles a dq_stored_kernel block takes: 2, but 1 for float32 at
+ * D = 128, where 8 warps' registers would spill (3xTF32: 44 bytes). */
+template <typename M, int DP> __host__ __device__ constexpr int dq_groups()
+{
+    return DP == 128 && !std::is_same<M, bf16_mma>::value ? 1 : 2;
+}
+
+/* dQ for QW x 64 queries from the dS^T tiles that dkdv_kernel stored:
+ * dQ = scale * (sum over key tiles of dS K), the key tiles added in order.
+ * One tile product a pair of tiles, where dq_kernel recomputes S and dP for
+ * it (three). QW x 4 warps; warp w takes rows 16 (w % 4) of query tile
+ * QW p + w / 4 of the block's p-th group of tiles. The kernel reads about
+ * as many bytes of K as of dS^T, so with QW = 2 each K tile serves two
+ * query tiles and a pair of tiles costs 3 tile loads instead of 4. Shared
+ * memory: two buffers of [K, QW dS^T tiles], the next loading while this
+ * one is used; dS^T's columns are the warps' query rows, which accumulate_t
+ * reads transposed. Under the causal mask the group's first tile has one
+ * key tile fewer than its second: its warps sit out the last one. */
+template <typename M, int DP, int QW>
+__global__ void __launch_bounds__(THREADS * QW)
     dq_stored_kernel(heads<typename M::elem> dq, heads<typename M::elem> k,
                      const typename M::word *ds, att_dims a)
 {
+    const int NT = THREADS * QW;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
     W *smem = reinterpret_cast<W *>(smem_bytes);
-    const int TS = BR * (DP + M::PAD), PS = TS + BR * (BR + M::PAD); /* K, then K and dS^T */
-    int ntiles = (a.T + BR - 1) / BR;
-    att_block at = block_of(a, ntiles);
-    int qt = a.causal ? ntiles - 1 - at.tile : at.tile;
-    int b = at.bh / a.H, h = at.bh % a.H, q0 = qt * BR;
+    const int TS = BR * (DP + M::PAD), DS = BR * (BR + M::PAD), PS = TS + QW * DS;
+    int ntiles = (a.T + BR - 1) / BR, groups = (ntiles + QW - 1) / QW;
+    att_block at = block_of(a, groups);
+    int q_first = (a.causal ? groups - 1 - at.tile : at.tile) * QW;
+    int q_last = min(q_first + QW, ntiles) - 1;
+    int b = at.bh / a.H, h = at.bh % a.H;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int r0 = warp * 16, last = a.causal ? qt : ntiles - 1;
-    load_tile<M, DP>(smem, k, b, h, 0, a);
-    load_ds_tile<M>(smem + TS, ds_tile(ds, a, ntiles, at.bh, qt, 0));
+    int qt = q_first + warp / 4, r0 = (warp % 4) * 16;
+    int last = a.causal ? q_last : ntiles - 1; /* the block's last key tile */
+    /* the pair (kt, q_first + i)'s tile, where the mask lets it through */
+    auto load_pair = [&](W *buf, int kt) {
+        load_tile<M, DP, NT>(buf, k, b, h, kt * BR, a);
+        for (int i = 0; i < QW && q_first + i <= q_last; i++)
+            if (!a.causal || kt <= q_first + i)
+                load_ds_tile<M, NT>(buf + TS + i * DS,
+                                    ds_tile(ds, a, ntiles, at.bh, q_first + i, kt));
+    };
+    load_pair(smem, 0);
     cp_async_commit();
     float gq[DP / 8][4];
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++) gq[nb][0] = gq[nb][1] = gq[nb][2] = gq[nb][3] = 0.0f;
     for (int kt = 0; kt <= last; kt++) {
-        W *Ks = smem + (kt & 1) * PS, *next = smem + ((kt + 1) & 1) * PS;
-        if (kt < last) {
-            load_tile<M, DP>(next, k, b, h, (kt + 1) * BR, a);
-            load_ds_tile<M>(next + TS, ds_tile(ds, a, ntiles, at.bh, qt, kt + 1));
-        }
+        W *Ks = smem + (kt & 1) * PS;
+        if (kt < last) load_pair(smem + ((kt + 1) & 1) * PS, kt + 1);
         cp_async_commit();
         cp_async_wait<1>(); /* all but the prefetch: this pair has arrived */
         __syncthreads();
-        M::template accumulate_t<DP>(gq, Ks + TS, r0, Ks, lane);
+        if (qt <= q_last && (!a.causal || kt <= qt))
+            M::template accumulate_t<DP>(gq, Ks + TS + (warp / 4) * DS, r0, Ks, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float sc[2] = {a.scale, a.scale};
-    store_rows<typename M::elem, DP>(dq, b, h, q0, r0, gq, sc, a, g, t);
+    if (qt <= q_last) store_rows<typename M::elem, DP>(dq, b, h, qt * BR, r0, gq, sc, a, g, t);
 }
 
 /* The backward in one pass (D <= 64): dK and dV of a key tile as in
@@ -1149,9 +1169,12 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     }
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
     if (ds) {
-        size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2);
-        AWLC_TRY_STATUS(allow(dq_stored_kernel<M, DP>, s2));
-        dq_stored_kernel<M, DP><<<grid, THREADS, s2>>>(dq, k, ds, a);
+        const int QW = dq_groups<M, DP>();
+        att_dims a2 = a0;
+        dim3 grid2 = tile_grid(((a.T + BR - 1) / BR + QW - 1) / QW, &a2);
+        size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2 * QW);
+        AWLC_TRY_STATUS(allow(dq_stored_kernel<M, DP, QW>, s2));
+        dq_stored_kernel<M, DP, QW><<<grid2, THREADS * QW, s2>>>(dq, k, ds, a2);
         return awlc_check_launch("attention_backward dq from stored dS (tensor cores)");
     }
     size_t s2 = tiles<M, DP>(6);
