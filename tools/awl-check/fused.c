@@ -934,38 +934,69 @@ static int ref_gelu_bwd(const ac_case *c, double *const *in, double **ref)
                      ac_numel(c->op[0].ndim, c->op[0].shape));
 }
 
-/* params, grads, m, v of a->count tensors: operands 4i .. 4i + 3. */
+/* params, grads, m, v of a->count tensors: operands 4i .. 4i + 3; with
+ * `stride` 5, each parameter's bfloat16 copy (awl_adamw_args.casts) is
+ * operand 5i + 4. */
+static int adamw_with(const awl_backend *b, awl_view *const *v, const ac_args *a, int stride)
+{
+    awl_view p[4], g[4], m[4], s[4], c[4];
+    for (int i = 0; i < a->count; i++) {
+        p[i] = *v[stride * i];
+        g[i] = *v[stride * i + 1];
+        m[i] = *v[stride * i + 2];
+        s[i] = *v[stride * i + 3];
+        if (stride == 5) c[i] = *v[stride * i + 4];
+    }
+    awl_adamw_args args = a->adam;
+    args.casts = stride == 5 ? c : NULL;
+    return b->adamw_step(a->count, p, g, m, s, a->wd, &args);
+}
+
 static int call_adamw(const awl_backend *b, awl_view *const *v, const ac_args *a)
 {
-    awl_view p[4], g[4], m[4], s[4];
-    for (int i = 0; i < a->count; i++) {
-        p[i] = *v[4 * i];
-        g[i] = *v[4 * i + 1];
-        m[i] = *v[4 * i + 2];
-        s[i] = *v[4 * i + 3];
-    }
-    return b->adamw_step(a->count, p, g, m, s, a->wd, &a->adam);
+    return adamw_with(b, v, a, 4);
+}
+
+/* A backend may decline the copies (unsupported); one that takes the call
+ * must write them. */
+static int call_adamw_casts(const awl_backend *b, awl_view *const *v, const ac_args *a)
+{
+    return adamw_with(b, v, a, 5);
 }
 
 /* PyTorch's AdamW, in float64, on the gradient scaled in float32 (as
- * clip_grad_norm_ scales it: the exact product of two floats, rounded). */
-static int ref_adamw(const ac_case *c, double *const *in, double **ref)
+ * clip_grad_norm_ scales it: the exact product of two floats, rounded);
+ * operands as adamw_with's, a copy's reference the new parameter. */
+static void adamw_reference(const ac_case *c, int stride, double *const *in, double **ref)
 {
     const awl_adamw_args *a = &c->args.adam;
     double bc1 = 1 - pow(a->beta1, (double)a->step), bc2 = 1 - pow(a->beta2, (double)a->step);
     for (int i = 0; i < c->args.count; i++) {
-        int64_t n = ac_numel(c->op[4 * i].ndim, c->op[4 * i].shape);
+        const int o = stride * i;
+        int64_t n = ac_numel(c->op[o].ndim, c->op[o].shape);
         for (int64_t e = 0; e < n; e++) {
-            double p = in[4 * i][e], g = (float)(in[4 * i + 1][e] * a->grad_scale);
-            double m = a->beta1 * in[4 * i + 2][e] + (1 - a->beta1) * g;
-            double v = a->beta2 * in[4 * i + 3][e] + (1 - a->beta2) * g * g;
+            double p = in[o][e], g = (float)(in[o + 1][e] * a->grad_scale);
+            double m = a->beta1 * in[o + 2][e] + (1 - a->beta1) * g;
+            double v = a->beta2 * in[o + 3][e] + (1 - a->beta2) * g * g;
             p *= 1 - (double)a->lr * c->args.wd[i];
             p -= a->lr / bc1 * m / (sqrt(v / bc2) + a->eps);
-            ref[4 * i][e] = p;
-            ref[4 * i + 2][e] = m;
-            ref[4 * i + 3][e] = v;
+            ref[o][e] = p;
+            ref[o + 2][e] = m;
+            ref[o + 3][e] = v;
+            if (stride == 5) ref[o + 4][e] = p;
         }
     }
+}
+
+static int ref_adamw(const ac_case *c, double *const *in, double **ref)
+{
+    adamw_reference(c, 4, in, ref);
+    return 0;
+}
+
+static int ref_adamw_casts(const ac_case *c, double *const *in, double **ref)
+{
+    adamw_reference(c, 5, in, ref);
     return 0;
 }
 
@@ -1153,26 +1184,34 @@ static void other_cases(ac_list *l)
     /* without a gradient scale, and with a clipping factor applied as the
      * gradients are read */
     static const float grad_scales[2] = {1.0f, 0.37f};
-    static const char *const adamw_names[2] = {"3 tensors, step 3",
-                                               "3 tensors, step 3, grads x 0.37"};
-    for (int s = 0; s < 2; s++) {
-        ac_case c =
-            ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, adamw_names[s], call_adamw, ref_adamw);
+    /* the third also writes each parameter's bfloat16 copy (bfloat16's
+     * tolerance then covers the case) */
+    static const char *const adamw_names[3] = {"3 tensors, step 3",
+                                               "3 tensors, step 3, grads x 0.37",
+                                               "3 tensors, step 3, bfloat16 copies"};
+    for (int s = 0; s < 3; s++) {
+        const bool casts = s == 2;
+        ac_case c = ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, adamw_names[s],
+                                casts ? call_adamw_casts : call_adamw,
+                                casts ? ref_adamw_casts : ref_adamw);
         c.args.count = 3;
         c.args.adam = (awl_adamw_args){.lr = 1e-2f,
                                        .beta1 = 0.9f,
                                        .beta2 = 0.95f,
                                        .eps = 1e-8f,
                                        .step = 3,
-                                       .grad_scale = grad_scales[s]};
+                                       .grad_scale = grad_scales[s % 2]};
         c.args.wd[0] = 0.1f, c.args.wd[1] = 0.0f, c.args.wd[2] = 0.1f;
+        if (casts) c.tol = tol_of(AWL_BF16, 0, 1e-2);
         const char *names[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3; i++) {
             for (int k = 0; k < 4; k++) {
                 ac_operand o = ac_operand_new(names[k], k == 1 ? AC_IN : AC_INOUT, AWL_F32, 1,
                                               psizes[i], AC_CONTIG);
                 ac_add(&c, k == 3 ? ac_domain(o, AWL_DOMAIN_POSITIVE) : o);
             }
+            if (casts) ac_add(&c, ac_operand_new("cast", AC_OUT, AWL_BF16, 1, psizes[i], AC_CONTIG));
+        }
         ac_push(l, &c);
     }
     clipping_cases(l);
