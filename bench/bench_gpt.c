@@ -122,7 +122,7 @@ typedef struct bench_options {
     const char *configs, *device, *precisions, *checkpointing, *data;
     int steps, warmup, threads, n_layer, batch;
     double dropout, grad_clip;
-    bool extras; /* the split, back-to-back steps and clipping figures after the timed steps */
+    bool extras;     /* the split, back-to-back steps and clipping figures after the timed steps */
     bool keep_casts; /* bf16: AdamW writes the weights' bfloat16 copies (train_gpt's way) */
 } bench_options;
 
@@ -440,8 +440,7 @@ static int parse_args(int argc, char **argv, bench_options *o)
             o->grad_clip = atof(v);
         else if (strcmp(a, "--extras") == 0 && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
             o->extras = strcmp(v, "on") == 0;
-        else if (strcmp(a, "--keep-casts") == 0 &&
-                 (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
+        else if (strcmp(a, "--keep-casts") == 0 && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
             o->keep_casts = strcmp(v, "on") == 0;
         else
             goto usage;

@@ -85,20 +85,28 @@ awl_dtype awl_autocast_get(void) { return autocast_dtype; }
 /* ---- kept casts -------------------------------------------------------------------- */
 
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kept {
+struct kept_cast {
     awl_tensor *source, *cast; /* one reference each */
     uint64_t version;          /* source's write count when cast was written */
-} *kept;
+};
+static struct kept_cast *kept;
 static int n_kept, kept_cap;
 
 int awl_autocast_keep(awl_tensor *source, awl_tensor *cast)
 {
-    if (!source || !cast || source->dtype != AWL_F32 || !awl_dtype_is_float(cast->dtype) ||
-        cast->dtype == AWL_F32 || awl_numel(cast) != awl_numel(source) ||
-        !awl_is_contiguous(cast) || !awl_same_device(source, cast))
+    if (!source || !cast) return AWL_ERR_INVALID;
+    if (source->dtype != AWL_F32 || !awl_dtype_is_float(cast->dtype) || cast->dtype == AWL_F32 ||
+        awl_numel(cast) != awl_numel(source) || !awl_is_contiguous(cast) ||
+        !awl_same_device(source, cast)) {
+        char ss[160], cs[160];
         return awl_error(AWL_ERR_INVALID,
                          "awl_autocast_keep: a kept cast is a contiguous copy of a float32 tensor "
-                         "in a narrower float dtype, of its size and on its device");
+                         "in a narrower float dtype, of its size and on its device; got a %s %s "
+                         "source and a %s%s %s cast",
+                         awl_dtype_name(source->dtype), awl_shape_str(source, ss, sizeof ss),
+                         awl_is_contiguous(cast) ? "" : "non-contiguous ",
+                         awl_dtype_name(cast->dtype), awl_shape_str(cast, cs, sizeof cs));
+    }
     uint64_t version = awl_tensor_version(source);
     pthread_mutex_lock(&kept_lock);
     int i = 0;
@@ -108,7 +116,7 @@ int awl_autocast_keep(awl_tensor *source, awl_tensor *cast)
             kept_cap = kept_cap ? 2 * kept_cap : 64;
             kept = awl_xrealloc(kept, (size_t)kept_cap * sizeof *kept);
         }
-        kept[n_kept++] = (struct kept){awl_retain(source), NULL, 0};
+        kept[n_kept++] = (struct kept_cast){awl_retain(source), NULL, 0};
     }
     awl_tensor *old = kept[i].cast;
     kept[i].cast = awl_retain(cast);

@@ -268,8 +268,8 @@ int awl_optimizer_keep_casts(awl_optimizer *o, awl_dtype dtype)
         return awl_error(AWL_ERR_INVALID, "%s: the optimizer is %s; only adamw keeps casts", op,
                          kind_names[o->kind]);
     if (dtype != AWL_F32 && dtype != AWL_BF16)
-        return awl_error(AWL_ERR_INVALID, "%s: %s is not bfloat16 (float32 turns keeping off)",
-                         op, awl_dtype_name(dtype));
+        return awl_error(AWL_ERR_INVALID, "%s: %s is not bfloat16 (float32 turns keeping off)", op,
+                         awl_dtype_name(dtype));
     if (dtype == AWL_F32) drop_casts(o);
     o->keep_dtype = dtype;
     return AWL_OK;
@@ -288,8 +288,8 @@ static awl_tensor *cast_for(awl_optimizer *o, int i)
     awl_tensor *p = o->params[i];
     if (!o->casts[i] && p->dtype == AWL_F32) {
         char device[32];
-        awl_tensor *c = awl_take(
-            awl_empty(p->ndim, p->shape, o->keep_dtype, awl_tensor_device_name(p, device, sizeof device)));
+        awl_tensor *c = awl_take(awl_empty(p->ndim, p->shape, o->keep_dtype,
+                                           awl_tensor_device_name(p, device, sizeof device)));
         if (c) awl_tensor_set_memory_role(c, AWL_MEMORY_OPTIMIZER);
         o->casts[i] = c;
     }

@@ -841,6 +841,14 @@ START_TEST(test_keep_casts)
     ck_assert_int_eq(awl_optimizer_keep_casts(ob, AWL_F64), AWL_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(awl_last_error(), "float64 is not bfloat16"));
     ck_assert_int_eq(awl_optimizer_keep_casts(NULL, AWL_BF16), AWL_ERR_INVALID);
+    /* a kept cast of the wrong size: an error naming both shapes */
+    awl_scope_begin();
+    awl_tensor *wrong = awl_zeros(AWL_SHAPE(2, 3), AWL_BF16, awl_gc_device());
+    ck_assert_int_eq(awl_autocast_keep(p1, wrong), AWL_ERR_INVALID);
+    ck_assert_msg(strstr(awl_last_error(), "awl_autocast_keep") &&
+                      strstr(awl_last_error(), "(2,3)") && strstr(awl_last_error(), "(4,37)"),
+                  "%s", awl_last_error());
+    awl_scope_end();
     awl_clear_error();
     awl_optimizer_free(sgd);
     awl_optimizer_free(oa);

@@ -562,8 +562,7 @@ int awl_cpu_adamw_step(int n, const awl_view *params, const awl_view *grads, con
 {
     const awl_view *casts = args->casts;
     for (int i = 0; i < n; i++)
-        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) ||
-            !rows_f32(&v[i]) ||
+        if (!rows_f32(&params[i]) || !rows_f32(&grads[i]) || !rows_f32(&m[i]) || !rows_f32(&v[i]) ||
             (casts && (casts[i].dtype != AWL_BF16 || !awl_view_is_contiguous(&casts[i]) ||
                        awl_view_numel(&casts[i]) != awl_view_numel(&params[i]))))
             return AWL_ERR_UNSUPPORTED;

@@ -40,7 +40,7 @@ struct adam_table {
     int64_t numel[ADAM_MAX];
     float decay[ADAM_MAX];
     float b1, b2, step_size, inv_bc2_sqrt, eps;
-    float grad_scale; /* awl_adamw_args's: each gradient times this first */
+    float grad_scale;      /* awl_adamw_args's: each gradient times this first */
     awl_bf16 *c[ADAM_MAX]; /* the parameters' bfloat16 copies (args->casts), or NULL */
 };
 

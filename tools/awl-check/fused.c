@@ -1191,9 +1191,9 @@ static void other_cases(ac_list *l)
                                                "3 tensors, step 3, bfloat16 copies"};
     for (int s = 0; s < 3; s++) {
         const bool casts = s == 2;
-        ac_case c = ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, adamw_names[s],
-                                casts ? call_adamw_casts : call_adamw,
-                                casts ? ref_adamw_casts : ref_adamw);
+        ac_case c =
+            ac_case_new(AWL_KERNEL_ADAMW_STEP, "", AWL_F32, adamw_names[s],
+                        casts ? call_adamw_casts : call_adamw, casts ? ref_adamw_casts : ref_adamw);
         c.args.count = 3;
         c.args.adam = (awl_adamw_args){.lr = 1e-2f,
                                        .beta1 = 0.9f,
@@ -1210,7 +1210,8 @@ static void other_cases(ac_list *l)
                                               psizes[i], AC_CONTIG);
                 ac_add(&c, k == 3 ? ac_domain(o, AWL_DOMAIN_POSITIVE) : o);
             }
-            if (casts) ac_add(&c, ac_operand_new("cast", AC_OUT, AWL_BF16, 1, psizes[i], AC_CONTIG));
+            if (casts)
+                ac_add(&c, ac_operand_new("cast", AC_OUT, AWL_BF16, 1, psizes[i], AC_CONTIG));
         }
         ac_push(l, &c);
     }
