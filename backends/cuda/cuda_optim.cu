@@ -6,11 +6,11 @@
  * A GPT has a few dozen to a few hundred parameter tensors, many of them
  * tiny (biases, LayerNorm weights): one launch per tensor would cost more in
  * launch gaps than in work. So the tensors go, up to ADAM_MAX at a time, into
- * a table passed by value as the kernel's argument (about 1.7 KB, well under
- * the 4 KB parameter limit): blockIdx.y picks the tensor, blockIdx.x strides
- * over its elements, 4 floats per load where all four arrays are 16-byte
- * aligned. A 124M-parameter model takes 5 launches with no host-device
- * copies and no synchronisation.
+ * a table passed by value as the kernel's argument (about 3.6 KB, under the
+ * 4 KB parameter limit): each tensor gets a run of blocks in proportion to
+ * its size, which stride over its elements, 4 floats per load where the
+ * arrays are 16-byte aligned. A 124M-parameter model (148 tensors) takes 3
+ * launches with no host-device copies and no synchronisation.
  *
  * The arithmetic is the CPU backend's, operation for operation, with every
  * product and sum explicitly rounded (__fmul_rn, __fadd_rn) so the compiler
@@ -29,20 +29,26 @@
 namespace
 {
 
-const int ADAM_MAX = 32;
-const int ADAM_THREADS = 256;
+const int ADAM_MAX = 64;
 
+/* One AdamW launch's tensors. Tensor k gets blocks [first_block[k],
+ * first_block[k + 1]) of a 1-D grid, as many as its size asks for
+ * (blocks_for, as the clipping kernels below), so a bias costs one block
+ * and the blocks share the elements evenly. */
 struct adam_table {
     float *p[ADAM_MAX];
     const float *g[ADAM_MAX];
     float *m[ADAM_MAX];
     float *v[ADAM_MAX];
+    awl_bf16 *c[ADAM_MAX]; /* the parameters' bfloat16 copies (args->casts), or NULL */
     int64_t numel[ADAM_MAX];
     float decay[ADAM_MAX];
+    int first_block[ADAM_MAX + 1];
+    int count;
     float b1, b2, step_size, inv_bc2_sqrt, eps;
-    float grad_scale;      /* awl_adamw_args's: each gradient times this first */
-    awl_bf16 *c[ADAM_MAX]; /* the parameters' bfloat16 copies (args->casts), or NULL */
+    float grad_scale; /* awl_adamw_args's: each gradient times this first */
 };
+static_assert(sizeof(adam_table) <= 4096, "a kernel's parameters fit in 4 KB");
 
 __device__ __forceinline__ void adam_one(const adam_table &t, float decay, float &p, float grad,
                                          float &m, float &v)
@@ -55,44 +61,6 @@ __device__ __forceinline__ void adam_one(const adam_table &t, float decay, float
     v = ve;
     float denom = __fadd_rn(__fmul_rn(sqrtf(ve), t.inv_bc2_sqrt), t.eps);
     p = __fsub_rn(pe, __fdiv_rn(__fmul_rn(t.step_size, me), denom));
-}
-
-__global__ void adamw_kernel(adam_table t)
-{
-    int k = blockIdx.y;
-    float *p = t.p[k], *m = t.m[k], *v = t.v[k];
-    const float *g = t.g[k];
-    awl_bf16 *c = t.c[k];
-    int64_t n = t.numel[k], step = (int64_t)gridDim.x * blockDim.x;
-    int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t done = 0;
-    if (((uintptr_t)p | (uintptr_t)m | (uintptr_t)v | (uintptr_t)g) % 16 == 0 &&
-        (uintptr_t)c % 8 == 0) {
-        int64_t nv = n / 4;
-        for (int64_t i = first; i < nv; i += step) {
-            float4 P = ((float4 *)p)[i], M = ((float4 *)m)[i], Vv = ((float4 *)v)[i];
-            float4 G = ((const float4 *)g)[i];
-            adam_one(t, t.decay[k], P.x, G.x, M.x, Vv.x);
-            adam_one(t, t.decay[k], P.y, G.y, M.y, Vv.y);
-            adam_one(t, t.decay[k], P.z, G.z, M.z, Vv.z);
-            adam_one(t, t.decay[k], P.w, G.w, M.w, Vv.w);
-            ((float4 *)p)[i] = P;
-            ((float4 *)m)[i] = M;
-            ((float4 *)v)[i] = Vv;
-            if (c) { /* the four as cast_bf16_kernel writes them: one 8-byte store */
-                awl_bf16 b[4] = {awlc_cast<awl_bf16>(P.x), awlc_cast<awl_bf16>(P.y),
-                                 awlc_cast<awl_bf16>(P.z), awlc_cast<awl_bf16>(P.w)};
-                uint2 packed;
-                memcpy(&packed, b, sizeof packed);
-                ((uint2 *)c)[i] = packed;
-            }
-        }
-        done = nv * 4;
-    }
-    for (int64_t i = done + first; i < n; i += step) {
-        adam_one(t, t.decay[k], p[i], g[i], m[i], v[i]);
-        if (c) c[i] = awlc_cast<awl_bf16>(p[i]);
-    }
 }
 
 bool plain_f32(const awl_view *v, int64_t n)
@@ -122,8 +90,10 @@ struct many_table {
     int count;
 };
 
-/* The tensor that block b works on, and the block's index among its blocks. */
-__device__ __forceinline__ int tensor_of_block(const many_table &t, int b, int *local)
+/* The tensor that block b works on, and the block's index among its blocks
+ * (a many_table or an adam_table). */
+template <typename Table>
+__device__ __forceinline__ int tensor_of_block(const Table &t, int b, int *local)
 {
     int k = 0, past = t.count; /* first_block[k] <= b < first_block[past] */
     while (past - k > 1) {
@@ -240,6 +210,58 @@ int blocks_for(int64_t numel)
     return b < 1 ? 1 : b > MANY_BLOCK_CAP ? MANY_BLOCK_CAP : (int)b;
 }
 
+/* A tensor's blocks in an AdamW launch: one per MANY_PER_BLOCK elements, up
+ * to ADAM_BLOCK_CAP (a grid's worth several times over: every block of the
+ * launch then has about the same work). */
+const int64_t ADAM_BLOCK_CAP = 4096;
+
+int adam_blocks_for(int64_t numel)
+{
+    int64_t b = (numel + MANY_PER_BLOCK - 1) / MANY_PER_BLOCK;
+    return b < 1 ? 1 : b > ADAM_BLOCK_CAP ? (int)ADAM_BLOCK_CAP : (int)b;
+}
+
+/* AdamW over the launch's tensors, four elements a thread where all five
+ * arrays allow 16-byte (the copy 8-byte) accesses. */
+__global__ void adamw_kernel(adam_table t)
+{
+    int local, k = tensor_of_block(t, blockIdx.x, &local);
+    float *p = t.p[k], *m = t.m[k], *v = t.v[k];
+    const float *g = t.g[k];
+    awl_bf16 *c = t.c[k];
+    const int64_t n = t.numel[k];
+    const int64_t step = (int64_t)(t.first_block[k + 1] - t.first_block[k]) * blockDim.x;
+    const int64_t first = (int64_t)local * blockDim.x + threadIdx.x;
+    int64_t done = 0;
+    if (((uintptr_t)p | (uintptr_t)m | (uintptr_t)v | (uintptr_t)g) % 16 == 0 &&
+        (uintptr_t)c % 8 == 0) {
+        int64_t nv = n / 4;
+        for (int64_t i = first; i < nv; i += step) {
+            float4 P = ((float4 *)p)[i], M = ((float4 *)m)[i], Vv = ((float4 *)v)[i];
+            float4 G = ((const float4 *)g)[i];
+            adam_one(t, t.decay[k], P.x, G.x, M.x, Vv.x);
+            adam_one(t, t.decay[k], P.y, G.y, M.y, Vv.y);
+            adam_one(t, t.decay[k], P.z, G.z, M.z, Vv.z);
+            adam_one(t, t.decay[k], P.w, G.w, M.w, Vv.w);
+            ((float4 *)p)[i] = P;
+            ((float4 *)m)[i] = M;
+            ((float4 *)v)[i] = Vv;
+            if (c) { /* the four as cast_bf16_kernel writes them: one 8-byte store */
+                awl_bf16 b[4] = {awlc_cast<awl_bf16>(P.x), awlc_cast<awl_bf16>(P.y),
+                                 awlc_cast<awl_bf16>(P.z), awlc_cast<awl_bf16>(P.w)};
+                uint2 packed;
+                memcpy(&packed, b, sizeof packed);
+                ((uint2 *)c)[i] = packed;
+            }
+        }
+        done = nv * 4;
+    }
+    for (int64_t i = done + first; i < n; i += step) {
+        adam_one(t, t.decay[k], p[i], g[i], m[i], v[i]);
+        if (c) c[i] = awlc_cast<awl_bf16>(p[i]);
+    }
+}
+
 /* The table of xs[start ..] (up to MANY_MAX tensors); returns its blocks. */
 int fill_many(int n, const awl_view *xs, int start, many_table *t)
 {
@@ -345,9 +367,9 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
     tab.step_size = (float)(args->lr / (1.0 - pow(args->beta1, t)));
     tab.inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(args->beta2, t)));
     for (int start = 0; start < n; start += ADAM_MAX) {
-        int count = n - start < ADAM_MAX ? n - start : ADAM_MAX;
-        int64_t most = 1;
-        for (int j = 0; j < count; j++) {
+        tab.count = n - start < ADAM_MAX ? n - start : ADAM_MAX;
+        tab.first_block[0] = 0;
+        for (int j = 0; j < tab.count; j++) {
             int i = start + j;
             tab.p[j] = awlc_ptr<float>(&params[i]);
             tab.g[j] = awlc_ptr<float>(&grads[i]);
@@ -356,10 +378,9 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
             tab.c[j] = casts ? awlc_ptr<awl_bf16>(&casts[i]) : nullptr;
             tab.numel[j] = awl_view_numel(&params[i]);
             tab.decay[j] = 1.0f - args->lr * weight_decay[i];
-            if (tab.numel[j] > most) most = tab.numel[j];
+            tab.first_block[j + 1] = tab.first_block[j] + adam_blocks_for(tab.numel[j]);
         }
-        unsigned gx = awlc_grid_for((most + 3) / 4, ADAM_THREADS);
-        adamw_kernel<<<dim3(gx, count), ADAM_THREADS>>>(tab);
+        adamw_kernel<<<tab.first_block[tab.count], MANY_THREADS>>>(tab);
         AWLC_TRY_STATUS(awlc_check_launch("adamw_step"));
     }
     return AWL_OK;
