@@ -179,6 +179,17 @@ struct many_bf16 {
     awl_bf16 *y[MANY_MAX];
 };
 
+/* Elements 4j .. 4j + 3 of y (8-byte aligned) = q rounded to bfloat16
+ * (the copy kernel's rounding), in one 8-byte store. */
+__device__ __forceinline__ void put_bf16x4(awl_bf16 *y, int64_t j, float4 q)
+{
+    awl_bf16 b[4] = {awlc_cast<awl_bf16>(q.x), awlc_cast<awl_bf16>(q.y), awlc_cast<awl_bf16>(q.z),
+                     awlc_cast<awl_bf16>(q.w)};
+    uint2 packed;
+    memcpy(&packed, b, sizeof packed);
+    ((uint2 *)y)[j] = packed;
+}
+
 /* y[k] = x[k] rounded to bfloat16 (the copy kernel's rounding), four
  * elements a thread: one 16-byte load and one 8-byte store where both are
  * aligned. */
@@ -192,12 +203,7 @@ __global__ void cast_bf16_kernel(many_table t, many_bf16 out)
     const bool aligned = (uintptr_t)x % 16 == 0 && (uintptr_t)y % 8 == 0;
     for (int64_t j = (int64_t)local * blockDim.x + threadIdx.x; j < groups; j += stride) {
         if (aligned && 4 * j + 3 < n) {
-            float4 q = ((const float4 *)x)[j];
-            awl_bf16 b[4] = {awlc_cast<awl_bf16>(q.x), awlc_cast<awl_bf16>(q.y),
-                             awlc_cast<awl_bf16>(q.z), awlc_cast<awl_bf16>(q.w)};
-            uint2 packed;
-            memcpy(&packed, b, sizeof packed);
-            ((uint2 *)y)[j] = packed;
+            put_bf16x4(y, j, ((const float4 *)x)[j]);
         } else {
             for (int64_t e = 4 * j; e < 4 * j + 4 && e < n; e++) y[e] = awlc_cast<awl_bf16>(x[e]);
         }
@@ -246,13 +252,7 @@ __global__ void adamw_kernel(adam_table t)
             ((float4 *)p)[i] = P;
             ((float4 *)m)[i] = M;
             ((float4 *)v)[i] = Vv;
-            if (c) { /* the four as cast_bf16_kernel writes them: one 8-byte store */
-                awl_bf16 b[4] = {awlc_cast<awl_bf16>(P.x), awlc_cast<awl_bf16>(P.y),
-                                 awlc_cast<awl_bf16>(P.z), awlc_cast<awl_bf16>(P.w)};
-                uint2 packed;
-                memcpy(&packed, b, sizeof packed);
-                ((uint2 *)c)[i] = packed;
-            }
+            if (c) put_bf16x4(c, i, P); /* as cast_bf16_kernel writes them */
         }
         done = nv * 4;
     }
