@@ -515,11 +515,10 @@ START_TEST(test_cuda_dropout_of_cast)
 }
 END_TEST
 
-/* Loss on a fixed batch after each of `steps` AdamW steps from seed 13. */
-/* `steps` AdamW steps on one batch, each step's loss into losses[]; with
- * keep, AdamW writes the weights' bfloat16 copies that the forward then
- * reads (awl_optimizer_keep_casts); with checkpointing, the blocks' replays
- * in backward read them too. */
+/* `steps` AdamW steps on one batch from seed 13, each step's loss into
+ * losses[]; with keep, AdamW writes the weights' bfloat16 copies that the
+ * forward then reads (awl_optimizer_keep_casts); with checkpointing, the
+ * blocks' replays in backward read them too. */
 static void train_steps(awl_dtype autocast, bool keep, bool checkpointing, int steps,
                         double *losses)
 {
