@@ -210,22 +210,18 @@ __global__ void cast_bf16_kernel(many_table t, many_bf16 out)
     }
 }
 
-int blocks_for(int64_t numel)
+/* A tensor's blocks: one per MANY_PER_BLOCK elements, at least one, at
+ * most cap. */
+int blocks_for(int64_t numel, int64_t cap = MANY_BLOCK_CAP)
 {
     int64_t b = (numel + MANY_PER_BLOCK - 1) / MANY_PER_BLOCK;
-    return b < 1 ? 1 : b > MANY_BLOCK_CAP ? MANY_BLOCK_CAP : (int)b;
+    return b < 1 ? 1 : b > cap ? (int)cap : (int)b;
 }
 
-/* A tensor's blocks in an AdamW launch: one per MANY_PER_BLOCK elements, up
- * to ADAM_BLOCK_CAP (a grid's worth several times over: every block of the
- * launch then has about the same work). */
+/* An AdamW launch gives a tensor up to ADAM_BLOCK_CAP blocks (a grid's
+ * worth several times over: every block of the launch then has about the
+ * same work). */
 const int64_t ADAM_BLOCK_CAP = 4096;
-
-int adam_blocks_for(int64_t numel)
-{
-    int64_t b = (numel + MANY_PER_BLOCK - 1) / MANY_PER_BLOCK;
-    return b < 1 ? 1 : b > ADAM_BLOCK_CAP ? (int)ADAM_BLOCK_CAP : (int)b;
-}
 
 /* AdamW over the launch's tensors, four elements a thread where all five
  * arrays allow 16-byte (the copy 8-byte) accesses. */
@@ -378,7 +374,7 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
             tab.c[j] = casts ? awlc_ptr<awl_bf16>(&casts[i]) : nullptr;
             tab.numel[j] = awl_view_numel(&params[i]);
             tab.decay[j] = 1.0f - args->lr * weight_decay[i];
-            tab.first_block[j + 1] = tab.first_block[j] + adam_blocks_for(tab.numel[j]);
+            tab.first_block[j + 1] = tab.first_block[j] + blocks_for(tab.numel[j], ADAM_BLOCK_CAP);
         }
         adamw_kernel<<<tab.first_block[tab.count], MANY_THREADS>>>(tab);
         AWLC_TRY_STATUS(awlc_check_launch("adamw_step"));
