@@ -3,8 +3,9 @@
  * harness (tools/awl-check), on every rung of the attention ladder and in
  * TF32 mode, plus what is particular to the device: its memory cache and
  * out-of-memory message, refusals, TF32 products that really use the
- * tensor cores, and float32 products on awl's 3xTF32 kernel as accurate as
- * cuBLAS's sgemm.
+ * tensor cores, float32 products on awl's 3xTF32 kernel as accurate as
+ * cuBLAS's sgemm, and kernels launched to overlap the one before them that
+ * still read what it wrote.
  *
  * The harness checks each kernel against the float64 reference over its
  * grid of dtypes and layouts (bfloat16 included: CUDA computes in it),
@@ -193,6 +194,47 @@ START_TEST(test_matmul_tf32)
 }
 END_TEST
 
+/* Programmatic dependent launch (cuda_common.cuh, "launches") lets each
+ * kernel be scheduled while the one before it drains, and each kernel waits
+ * for that one before it reads. A chain of 400 small kernels, each reading
+ * what the one before wrote, must give the CPU's bits with the setting on
+ * (a kernel reading too early would see stale values) and off; the setting
+ * refuses other values. */
+static void dependent_chain(const char *device, float *out, int64_t n)
+{
+    awl_scope_begin();
+    awl_manual_seed(5);
+    awl_tensor *x = awl_tensor_to_device(awl_randn(AWL_SHAPE(n), AWL_F32, "cpu"), device);
+    awl_tensor *scale = awl_full(AWL_SHAPE(1), 1.001, AWL_F32, device);
+    awl_tensor *shift = awl_full(AWL_SHAPE(n), -0.25, AWL_F32, device);
+    for (int i = 0; i < 200; i++) {
+        x = awl_tensor_binary(AWL_BINARY_MUL, x, scale);
+        x = awl_tensor_binary(AWL_BINARY_ADD, shift, x);
+    }
+    ck_assert_int_eq(awl_to_host(x, out, (size_t)n * sizeof(float)), AWL_OK);
+    awl_scope_end();
+}
+
+START_TEST(test_dependent_launch)
+{
+    enum { N = 1 << 16 };
+    static float want[N], got[N];
+    dependent_chain("cpu", want, N);
+    const char *settings[] = {"on", "off", "on"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(cuda->set_option("dependent_launch", settings[i]), AWL_OK);
+        memset(got, 0, sizeof got);
+        dependent_chain("cuda", got, N);
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0,
+                      "dependent_launch=%s: the chain's result differs from the CPU's",
+                      settings[i]);
+    }
+    awl_clear_error();
+    ck_assert_int_eq(cuda->set_option("dependent_launch", "sometimes"), AWL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "not on or off"));
+}
+END_TEST
+
 int main(void)
 {
     cuda = awl_cuda_backend();
@@ -212,6 +254,7 @@ int main(void)
         {"device", test_device_and_memory},
         {"device", test_refusals},
         {"device", test_matmul_tf32},
+        {"device", test_dependent_launch},
         {"primitives", test_fill},
         {"primitives", test_copy},
         {"primitives", test_unary},

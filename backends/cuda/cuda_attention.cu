@@ -164,6 +164,7 @@ template <int DP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_fwd_kernel(heads<T> out, lse_ref lse, heads<T> q, heads<T> k, heads<T> v, att_dims a)
 {
+    awlc_await_previous_kernel();
     extern __shared__ float sm[];
     float *Qs = sm, *Ks = Qs + TILE * (DP + PAD), *Vs = Ks + TILE * (DP + PAD);
     float *Ps = Vs + TILE * (DP + PAD);
@@ -232,6 +233,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <typename T>
 __global__ void attn_rowdot_kernel(float *Dv, heads<T> dout, heads<T> out, att_dims a)
 {
+    awlc_await_previous_kernel();
     int lane = threadIdx.x % AWLC_WARP;
     int64_t rows = (int64_t)a.B * a.H * a.T;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / AWLC_WARP; r < rows;
@@ -254,6 +256,7 @@ __global__ void attn_rowdot_kernel(float *Dv, heads<T> dout, heads<T> out, att_d
 template <typename T, int V>
 __global__ void attn_rowdot_packs_kernel(float *Dv, heads<T> dout, heads<T> out, att_dims a, int L)
 {
+    awlc_await_previous_kernel();
     int lane = threadIdx.x % AWLC_WARP, sub = lane % L, per_warp = AWLC_WARP / L;
     int64_t rows = (int64_t)a.B * a.H * a.T;
     int64_t warps = (int64_t)gridDim.x * blockDim.x / AWLC_WARP;
@@ -289,9 +292,11 @@ int rowdot(float *Dv, const heads<T> &dout, const heads<T> &out, const att_dims 
     int L = a.D / V;
     if (a.D % V == 0 && L <= AWLC_WARP && (L & (L - 1)) == 0 && rows_in_packs(dout, V) &&
         rows_in_packs(out, V)) {
-        attn_rowdot_packs_kernel<T, V><<<awlc_grid_for(rows * L, 256), 256>>>(Dv, dout, out, a, L);
+        awlc_launch(attn_rowdot_packs_kernel<T, V>, awlc_grid_for(rows * L, 256), 256, 0, Dv, dout,
+                    out, a, L);
     } else {
-        attn_rowdot_kernel<T><<<awlc_grid_for(rows * AWLC_WARP, 256), 256>>>(Dv, dout, out, a);
+        awlc_launch(attn_rowdot_kernel<T>, awlc_grid_for(rows * AWLC_WARP, 256), 256, 0, Dv, dout,
+                    out, a);
     }
     return awlc_check_launch("attention_backward rowdot");
 }
@@ -314,6 +319,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attn_dkdv_kernel(heads<T> dk, heads<T> dv, heads<T> dout, heads<T> q, heads<T> k, heads<T> v,
                      lse_ref lse, const float *Dv, att_dims a)
 {
+    awlc_await_previous_kernel();
     extern __shared__ float sm[];
     const int TS = TILE * (DP + PAD);
     float *Ks = sm, *Vs = Ks + TS, *Qs = Vs + TS, *dOs = Qs + TS;
@@ -364,6 +370,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attn_dq_kernel(heads<T> dq, heads<T> dout, heads<T> q, heads<T> k, heads<T> v, lse_ref lse,
                    const float *Dv, att_dims a)
 {
+    awlc_await_previous_kernel();
     extern __shared__ float sm[];
     const int TS = TILE * (DP + PAD);
     float *Qs = sm, *dOs = Qs + TS, *Ks = dOs + TS, *Vs = Ks + TS;
@@ -480,7 +487,7 @@ int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const hea
     size_t smem = fwd_smem(DP);
     AWLC_TRY_STATUS(allow_smem(attn_fwd_kernel<DP, T>, smem));
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.H);
-    attn_fwd_kernel<DP, T><<<grid, ATT_THREADS, smem>>>(o, l, q, k, v, a);
+    awlc_launch(attn_fwd_kernel<DP, T>, grid, ATT_THREADS, smem, o, l, q, k, v, a);
     return awlc_check_launch("attention_forward");
 }
 
@@ -538,13 +545,14 @@ int bwd_launch(const heads<T> &dq, const heads<T> &dk, const heads<T> &dv, const
     }
     if (st == AWL_OK) st = allow_smem(attn_dkdv_kernel<DP, T>, dkdv_smem(DP));
     if (st == AWL_OK) {
-        attn_dkdv_kernel<DP, T>
-            <<<grid, ATT_THREADS, dkdv_smem(DP)>>>(dk, dv, dout, q, k, v, l, Dv, a);
+        awlc_launch(attn_dkdv_kernel<DP, T>, grid, ATT_THREADS, dkdv_smem(DP), dk, dv, dout, q, k,
+                    v, l, Dv, a);
         st = awlc_check_launch("attention_backward dk dv");
     }
     if (st == AWL_OK) st = allow_smem(attn_dq_kernel<DP, T>, dq_smem(DP));
     if (st == AWL_OK) {
-        attn_dq_kernel<DP, T><<<grid, ATT_THREADS, dq_smem(DP)>>>(dq, dout, q, k, v, l, Dv, a);
+        awlc_launch(attn_dq_kernel<DP, T>, grid, ATT_THREADS, dq_smem(DP), dq, dout, q, k, v, l, Dv,
+                    a);
         st = awlc_check_launch("attention_backward dq");
     }
     awlc_scratch_free(Dv, dbytes);

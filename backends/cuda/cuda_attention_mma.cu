@@ -511,6 +511,7 @@ __global__ void __launch_bounds__(THREADS * QW)
     fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
                heads<typename M::elem> k, heads<typename M::elem> v, att_dims a)
 {
+    awlc_await_previous_kernel();
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
     const int NT = THREADS * QW;
@@ -732,6 +733,7 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
                 heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a,
                 typename M::word *ds_out = nullptr)
 {
+    awlc_await_previous_kernel();
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
     W *smem = reinterpret_cast<W *>(smem_bytes);
@@ -818,6 +820,7 @@ __global__ void __launch_bounds__(THREADS)
               heads<typename M::elem> k, heads<typename M::elem> v, lse_ref lse, const float *Dv,
               att_dims a)
 {
+    awlc_await_previous_kernel();
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
     W *smem = reinterpret_cast<W *>(smem_bytes);
@@ -918,6 +921,7 @@ __global__ void __launch_bounds__(THREADS * QW)
     dq_stored_kernel(heads<typename M::elem> dq, heads<typename M::elem> k,
                      const typename M::word *ds, att_dims a)
 {
+    awlc_await_previous_kernel();
     const int NT = THREADS * QW;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     typedef typename M::word W;
@@ -982,6 +986,7 @@ __global__ void __launch_bounds__(THREADS)
                      heads<typename M::elem> k, heads<typename M::elem> v, lse_ref lse,
                      const float *Dv, att_dims a, int nsplit)
 {
+    awlc_await_previous_kernel();
     typedef typename M::word W;
     const int DP = 64, TS = BR * (DP + M::PAD);
     extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -1074,6 +1079,7 @@ const int SUM_ROWS = 4;
 template <typename T>
 __global__ void dq_sum_kernel(heads<T> dq, const float *dq_acc, int nsplit, att_dims a)
 {
+    awlc_await_previous_kernel();
     int tq = blockIdx.x * SUM_ROWS + threadIdx.y, d = threadIdx.x, bh = blockIdx.y;
     if (tq >= a.T || d >= a.D) return;
     int64_t n = (int64_t)a.B * a.H * a.T * a.D, i = ((int64_t)bh * a.T + tq) * a.D + d;
@@ -1121,7 +1127,7 @@ int forward_rows(const heads<typename M::elem> &out, const lse_ref &lse,
     AWLC_TRY_STATUS(allow(fwd_kernel<M, DP, QW, DROP>, smem));
     att_dims g = a;
     dim3 grid = tile_grid((a.T + QW * BR - 1) / (QW * BR), &g);
-    fwd_kernel<M, DP, QW, DROP><<<grid, THREADS * QW, smem>>>(out, lse, q, k, v, g);
+    awlc_launch(fwd_kernel<M, DP, QW, DROP>, grid, THREADS * QW, smem, out, lse, q, k, v, g);
     return awlc_check_launch("attention_forward (tensor cores)");
 }
 
@@ -1161,11 +1167,12 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     if (ds) {
         s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
         AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
-        dkdv_kernel<M, DP, DROP, true>
-            <<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a, ds);
+        awlc_launch(dkdv_kernel<M, DP, DROP, true>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse,
+                    Dv, a, ds);
     } else {
         AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
-        dkdv_kernel<M, DP, DROP><<<grid, THREADS, s1>>>(dk, dv, dout, q, k, v, lse, Dv, a);
+        awlc_launch(dkdv_kernel<M, DP, DROP>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse, Dv, a,
+                    nullptr);
     }
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
     if (ds) {
@@ -1174,12 +1181,12 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
         dim3 grid2 = tile_grid(((a.T + BR - 1) / BR + QW - 1) / QW, &a2);
         size_t s2 = tiles<M, DP>(2) + tiles<M, 64>(2 * QW);
         AWLC_TRY_STATUS(allow(dq_stored_kernel<M, DP, QW>, s2));
-        dq_stored_kernel<M, DP, QW><<<grid2, THREADS * QW, s2>>>(dq, k, ds, a2);
+        awlc_launch(dq_stored_kernel<M, DP, QW>, grid2, THREADS * QW, s2, dq, k, ds, a2);
         return awlc_check_launch("attention_backward dq from stored dS (tensor cores)");
     }
     size_t s2 = tiles<M, DP>(6);
     AWLC_TRY_STATUS(allow(dq_kernel<M, DP, DROP>, s2));
-    dq_kernel<M, DP, DROP><<<grid, THREADS, s2>>>(dq, dout, q, k, v, lse, Dv, a);
+    awlc_launch(dq_kernel<M, DP, DROP>, grid, THREADS, s2, dq, dout, q, k, v, lse, Dv, a);
     return awlc_check_launch("attention_backward dq (tensor cores)");
 }
 
@@ -1238,12 +1245,12 @@ int backward_fused(const heads<typename M::elem> &dq, const heads<typename M::el
     size_t n = (size_t)bh * a.T * a.D, bytes = (size_t)nsplit * n * sizeof(float);
     float *acc = (float *)awlc_scratch_alloc(bytes);
     if (!acc) return AWL_ERR_OOM;
-    bwd_fused_kernel<M, DROP>
-        <<<dim3(nsplit, bh), THREADS, smem>>>(acc, dk, dv, dout, q, k, v, lse, Dv, a, nsplit);
+    awlc_launch(bwd_fused_kernel<M, DROP>, dim3(nsplit, bh), THREADS, smem, acc, dk, dv, dout, q, k,
+                v, lse, Dv, a, nsplit);
     int st = awlc_check_launch("attention_backward (tensor cores, one pass)");
     if (st == AWL_OK) {
-        dq_sum_kernel<<<dim3((a.T + SUM_ROWS - 1) / SUM_ROWS, bh), dim3(64, SUM_ROWS)>>>(dq, acc,
-                                                                                         nsplit, a);
+        awlc_launch(dq_sum_kernel<typename M::elem>, dim3((a.T + SUM_ROWS - 1) / SUM_ROWS, bh), dim3(64, SUM_ROWS), 0,
+                    dq, acc, nsplit, a);
         st = awlc_check_launch("attention_backward dq sum");
     }
     awlc_scratch_free(acc, bytes);

@@ -99,6 +99,41 @@ unsigned awlc_grid_for(int64_t n, int threads)
     return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
+/* ---- programmatic dependent launch (cuda_common.cuh, "launches") --------------------- */
+
+static bool dependent_launch_on = true;           /* the setting */
+static signed char sm90_cached[AWLC_MAX_DEVICES]; /* 0 not asked yet, 1 sm_90 or newer, -1 older */
+
+bool awlc_dependent_launch(void)
+{
+    if (!dependent_launch_on) return false;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= AWLC_MAX_DEVICES) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (sm90_cached[device] == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            major = 0;
+        }
+        sm90_cached[device] = major >= 9 ? 1 : -1;
+    }
+    return sm90_cached[device] > 0;
+}
+
+int awlc_set_dependent_launch(const char *value)
+{
+    if (value && (strcmp(value, "on") == 0 || strcmp(value, "off") == 0)) {
+        dependent_launch_on = strcmp(value, "on") == 0;
+        return AWL_OK;
+    }
+    return awl_error(AWL_ERR_INVALID, "awl_cuda: dependent_launch setting '%s' is not on or off",
+                     value ? value : "(null)");
+}
+
 /* ---- host copies and synchronisation ------------------------------------------------ */
 
 /* A copy from pageable memory (cudaMemcpy) first waits for everything queued
@@ -239,8 +274,10 @@ static int cuda_set_option(const char *name, const char *value)
 {
     if (name && strcmp(name, "attention") == 0) return awlc_attention_set_rung(value);
     if (name && strcmp(name, "fp32_matmul") == 0) return awlc_matmul_set_fp32(value);
+    if (name && strcmp(name, "dependent_launch") == 0) return awlc_set_dependent_launch(value);
     return awl_error(AWL_ERR_INVALID,
-                     "awl_cuda: no setting named '%s' (there are: attention, fp32_matmul)",
+                     "awl_cuda: no setting named '%s' (there are: attention, fp32_matmul, "
+                     "dependent_launch)",
                      name ? name : "(null)");
 }
 
@@ -254,6 +291,8 @@ static awl_backend make_table(void)
     if (rung && rung[0] && awlc_attention_set_rung(rung) < 0) awl_clear_error();
     const char *fp32 = getenv("AWL_CUDA_FP32_MATMUL");
     if (fp32 && fp32[0] && awlc_matmul_set_fp32(fp32) < 0) awl_clear_error();
+    const char *chain = getenv("AWL_CUDA_DEPENDENT_LAUNCH");
+    if (chain && chain[0] && awlc_set_dependent_launch(chain) < 0) awl_clear_error();
     awl_backend t = {};
     t.name = "cuda";
     t.device_count = awlc_device_count;

@@ -50,6 +50,7 @@ template <typename T> struct pack_width {
 template <int V, typename TO, typename TI, typename Op>
 __global__ void map1_kernel(TO *out, const TI *in, int64_t n, Op op)
 {
+    awlc_await_previous_kernel();
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t nv = n / V;
@@ -67,6 +68,7 @@ __global__ void map1_kernel(TO *out, const TI *in, int64_t n, Op op)
 template <int V, typename T, typename Op>
 __global__ void map2_kernel(T *out, const T *a, const T *b, int64_t n, Op op)
 {
+    awlc_await_previous_kernel();
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t nv = n / V;
@@ -88,6 +90,7 @@ template <int V, typename T, typename Op>
 __global__ void rowcast_kernel(T *out, const T *x, const T *y, int64_t npacks, uint32_t row_packs,
                                bool y_first, Op op)
 {
+    awlc_await_previous_kernel();
     typedef awlc_pack<T, V> P;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < npacks;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -109,9 +112,9 @@ int launch_map1(TO *out, const TI *in, int64_t n, const Op &op, const char *what
                                                                 : pack_width<TI>::value;
     unsigned grid = awlc_grid_for((n + V - 1) / V, THREADS);
     if (aligned16(out) && aligned16(in))
-        map1_kernel<V><<<grid, THREADS>>>(out, in, n, op);
+        awlc_launch(map1_kernel<V, TO, TI, Op>, grid, THREADS, 0, out, in, n, op);
     else
-        map1_kernel<1><<<grid, THREADS>>>(out, in, n, op);
+        awlc_launch(map1_kernel<1, TO, TI, Op>, grid, THREADS, 0, out, in, n, op);
     return awlc_check_launch(what);
 }
 
@@ -121,9 +124,9 @@ int launch_map2(T *out, const T *a, const T *b, int64_t n, const Op &op, const c
     const int V = pack_width<T>::value;
     unsigned grid = awlc_grid_for((n + V - 1) / V, THREADS);
     if (aligned16(out) && aligned16(a) && aligned16(b))
-        map2_kernel<V><<<grid, THREADS>>>(out, a, b, n, op);
+        awlc_launch(map2_kernel<V, T, Op>, grid, THREADS, 0, out, a, b, n, op);
     else
-        map2_kernel<1><<<grid, THREADS>>>(out, a, b, n, op);
+        awlc_launch(map2_kernel<1, T, Op>, grid, THREADS, 0, out, a, b, n, op);
     return awlc_check_launch(what);
 }
 
@@ -287,6 +290,7 @@ template <typename T, bool ADD, typename TI = T>
 __global__ void dropout4_kernel(T *out, const TI *in, const T *h, int64_t n, int64_t nh,
                                 uint64_t seed, uint64_t offset, uint32_t threshold, double scale)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type C;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j * 4 < n;
          j += (int64_t)gridDim.x * blockDim.x) {
@@ -312,6 +316,7 @@ __global__ void dropout_add4_kernel(T *out, const T *x, const TH *h, int64_t n, 
                                     uint64_t offset, uint32_t threshold, bool drop,
                                     typename Compute<T>::type scale)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type C;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j * 4 < n;
          j += (int64_t)gridDim.x * blockDim.x) {
@@ -450,8 +455,8 @@ int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const 
             const T *x = bias_b ? awlc_ptr<T>(a) : awlc_ptr<T>(b);
             const T *y = bias_b ? awlc_ptr<T>(b) : awlc_ptr<T>(a);
             int64_t np = n / V;
-            rowcast_kernel<V><<<awlc_grid_for(np, THREADS), THREADS>>>(
-                awlc_ptr<T>(out), x, y, np, (uint32_t)(cols / V), bias_a, f);
+            awlc_launch(rowcast_kernel<V, T, binary_op<T>>, awlc_grid_for(np, THREADS), THREADS, 0, awlc_ptr<T>(out),
+                        x, y, np, (uint32_t)(cols / V), bias_a, f);
             return awlc_check_launch("binary");
         }
         binary_fn<T> g = {awlc_ptr<T>(out), awlc_ptr<T>(a), awlc_ptr<T>(b), f};
@@ -541,11 +546,11 @@ int awlc_dropout_add(const awl_view *out, const awl_view *x, const awl_view *h,
         bool vec = (uintptr_t)o % (4 * sizeof(T)) == 0 && (uintptr_t)a % (4 * sizeof(T)) == 0 &&
                    (uintptr_t)b % (4 * sizeof(TH)) == 0;
         if (vec)
-            dropout_add4_kernel<true>
-                <<<grid, 256>>>(o, a, b, n, seed, offset, threshold, args != NULL, s);
+            awlc_launch(dropout_add4_kernel<true, T, TH>, grid, 256, 0, o, a, b, n, seed, offset,
+                        threshold, args != NULL, s);
         else
-            dropout_add4_kernel<false>
-                <<<grid, 256>>>(o, a, b, n, seed, offset, threshold, args != NULL, s);
+            awlc_launch(dropout_add4_kernel<false, T, TH>, grid, 256, 0, o, a, b, n, seed, offset,
+                        threshold, args != NULL, s);
         return awlc_check_launch("dropout_add");
     };
     if (mixed) return launch(float(), awl_bf16());
@@ -565,10 +570,10 @@ int awlc_add_dropout(const awl_view *out, const awl_view *x, const awl_view *h,
     if (n == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        dropout4_kernel<T, true><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
-            awlc_ptr<T>(out), awlc_ptr<T>(x), awlc_ptr<T>(h), n, nh, args->seed, args->offset,
-            awl_dropout_threshold(args->p),
-            awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p))));
+        awlc_launch(dropout4_kernel<T, true>, awlc_grid_for((n + 3) / 4, 256), 256, 0,
+                    awlc_ptr<T>(out), awlc_ptr<T>(x), awlc_ptr<T>(h), n, nh, args->seed,
+                    args->offset, awl_dropout_threshold(args->p),
+                    awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p))));
         return awlc_check_launch("add_dropout");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
@@ -583,10 +588,10 @@ int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args
             !awl_view_is_contiguous(in) || !awl_view_is_contiguous(out))
             return AWL_ERR_UNSUPPORTED;
         AWLC_TRY_STATUS(awlc_enter(out->data));
-        dropout4_kernel<awl_bf16, false, float><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
-            awlc_ptr<awl_bf16>(out), awlc_ptr<float>(in), nullptr, n, 1, args->seed,
-            args->offset, awl_dropout_threshold(args->p),
-            awlc_cast<double>(awlc_cast<awl_bf16>(awl_dropout_scale(args->p))));
+        awlc_launch(dropout4_kernel<awl_bf16, false, float>, awlc_grid_for((n + 3) / 4, 256), 256,
+                    0, awlc_ptr<awl_bf16>(out), awlc_ptr<float>(in), nullptr, n, 1, args->seed,
+                    args->offset, awl_dropout_threshold(args->p),
+                    awlc_cast<double>(awlc_cast<awl_bf16>(awl_dropout_scale(args->p))));
         return awlc_check_launch("dropout");
     }
     AWLC_TRY_STATUS(awlc_enter(out->data));
@@ -604,8 +609,8 @@ int awlc_dropout(const awl_view *out, const awl_view *in, const awl_dropout_args
                            awl_dropout_threshold(args->p),
                            awlc_cast<double>(awlc_cast<T>(awl_dropout_scale(args->p)))};
         if (!contiguous) return awlc_launch_strided<2>(L, n, f, "dropout");
-        dropout4_kernel<T, false><<<awlc_grid_for((n + 3) / 4, 256), 256>>>(
-            f.out, f.in, nullptr, n, 1, f.seed, f.offset, f.threshold, f.scale);
+        awlc_launch(dropout4_kernel<T, false>, awlc_grid_for((n + 3) / 4, 256), 256, 0, f.out, f.in,
+                    nullptr, n, 1, f.seed, f.offset, f.threshold, f.scale);
         return awlc_check_launch("dropout");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);

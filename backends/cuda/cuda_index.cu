@@ -149,6 +149,7 @@ __device__ void sum_piece(const add_args<T> &a, const int64_t *off, int s, int e
 template <typename T>
 __global__ void __launch_bounds__(ADD_THREADS) index_add_window_kernel(add_args<T> a)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     __shared__ int32_t key[WIN];
     __shared__ int64_t off[WIN];
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(ADD_THREADS) index_add_window_kernel(add_args<
 template <typename T>
 __global__ void __launch_bounds__(ADD_THREADS) index_add_carry_kernel(add_args<T> a)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     const int64_t w = blockIdx.x, p0 = w * WIN, pn = min(a.R, p0 + WIN);
     const int32_t k = a.keys[pn - 1];
@@ -222,6 +224,7 @@ __global__ void __launch_bounds__(ADD_THREADS) index_add_carry_kernel(add_args<T
 
 __global__ void iota_kernel(int32_t *out, int64_t n)
 {
+    awlc_await_previous_kernel();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = (int32_t)i;
@@ -373,7 +376,7 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
     }
     int st = awlc_copy(&kv, idx);
     if (st == AWL_OK) {
-        iota_kernel<<<awlc_grid_for(R, 256), 256>>>(v_in, R);
+        awlc_launch(iota_kernel, awlc_grid_for(R, 256), 256, 0, v_in, R);
         st = awlc_check_launch("index_add iota");
     }
     if (st == AWL_OK) {
@@ -410,9 +413,9 @@ int awlc_index_add(const awl_view *dst, const awl_view *idx, const awl_view *src
                 "the scratch's size above");
             a.head = (A *)heads;
             a.tail = (A *)tails;
-            index_add_window_kernel<T><<<(unsigned)windows, ADD_THREADS>>>(a);
+            awlc_launch(index_add_window_kernel<T>, (unsigned)windows, ADD_THREADS, 0, a);
             AWLC_TRY_STATUS(awlc_check_launch("index_add (windows)"));
-            index_add_carry_kernel<T><<<(unsigned)windows, ADD_THREADS>>>(a);
+            awlc_launch(index_add_carry_kernel<T>, (unsigned)windows, ADD_THREADS, 0, a);
             return awlc_check_launch("index_add (runs across windows)");
         };
         st = AWLC_DISPATCH(dst->dtype, run);

@@ -69,6 +69,7 @@ template <typename T, typename TO>
 __global__ void ln_fwd_kernel(TO *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
                               float eps, ln_vecs v)
 {
+    awlc_await_previous_kernel();
     int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
     const T *w = (const T *)v.w, *b = (const T *)v.b;
     for (int64_t r = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; r < rows;
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(256)
     ln_fwd_reg_kernel(TO *out, int64_t so, const T *x, int64_t sx, int64_t rows, int64_t C,
                       float eps, ln_vecs v)
 {
+    awlc_await_previous_kernel();
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
     int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
@@ -191,6 +193,7 @@ __global__ void __launch_bounds__(256)
                           float eps, ln_vecs v, uint64_t seed, uint64_t offset, uint32_t threshold,
                           bool drop, float scale)
 {
+    awlc_await_previous_kernel();
     const int V = 4;
     typedef awlc_pack<float, V> P;
     typedef awlc_pack<TH, V> PH;
@@ -241,6 +244,7 @@ __global__ void __launch_bounds__(256)
                       int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
                       int64_t sda, awl_bf16 *dcopy, int64_t sdc)
 {
+    awlc_await_previous_kernel();
     const int V = 16 / sizeof(T);
     typedef awlc_pack<T, V> P;
     typedef awlc_pack<TG, V> PG;
@@ -364,6 +368,7 @@ __global__ void ln_bwd_kernel(T *dx, int64_t sdx, const TG *dy, int64_t sdy, con
                               int64_t rows, int64_t C, ln_vecs v, float *partial, const T *dadd,
                               int64_t sda, awl_bf16 *dcopy, int64_t sdc)
 {
+    awlc_await_previous_kernel();
     extern __shared__ float acc[]; /* [warp][2][C]: dweight then dbias */
     int lane = threadIdx.x % AWLC_WARP, warp = threadIdx.x / AWLC_WARP;
     int nw = blockDim.x / AWLC_WARP;
@@ -419,6 +424,7 @@ template <typename T>
 __global__ void ln_sum_partials(const float *partial, int nblocks, int64_t C, T *dw, int64_t sdw,
                                 T *db, int64_t sdb)
 {
+    awlc_await_previous_kernel();
     __shared__ float part[PS_Y][AWLC_WARP + 1];
     int64_t j = (int64_t)blockIdx.x * AWLC_WARP + threadIdx.x;
     float s = 0;
@@ -502,13 +508,25 @@ int ln_forward_as(const awl_view *out, int64_t so, const awl_view *x, int64_t sx
     const T *xp = awlc_ptr<T>(x);
     const unsigned th = LN_WARPS * AWLC_WARP;
     switch (np) {
-    case 1: ln_fwd_reg_kernel<T, TO, 1><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
-    case 2: ln_fwd_reg_kernel<T, TO, 2><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
-    case 3: ln_fwd_reg_kernel<T, TO, 3><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
-    case 4: ln_fwd_reg_kernel<T, TO, 4><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
-    case 6: ln_fwd_reg_kernel<T, TO, 6><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
-    case 8: ln_fwd_reg_kernel<T, TO, 8><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v); break;
-    default: ln_fwd_kernel<T, TO><<<grid, th>>>(o, so, xp, sx, rows, C, eps, v);
+    case 1:
+        awlc_launch(ln_fwd_reg_kernel<T, TO, 1>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+        break;
+    case 2:
+        awlc_launch(ln_fwd_reg_kernel<T, TO, 2>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+        break;
+    case 3:
+        awlc_launch(ln_fwd_reg_kernel<T, TO, 3>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+        break;
+    case 4:
+        awlc_launch(ln_fwd_reg_kernel<T, TO, 4>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+        break;
+    case 6:
+        awlc_launch(ln_fwd_reg_kernel<T, TO, 6>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+        break;
+    case 8:
+        awlc_launch(ln_fwd_reg_kernel<T, TO, 8>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+        break;
+    default: awlc_launch(ln_fwd_kernel<T, TO>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
     }
     return awlc_check_launch("layernorm_forward");
 }
@@ -537,20 +555,19 @@ int ln_backward_as(const awl_view *dx, int64_t sdx, const awl_view *dy, int64_t 
     const unsigned th = warps * AWLC_WARP;
 #define LN_BWD_ARGS d, sdx, gy, sdy, xp, sx, rows, C, v, partial, add, sda, copy, sdc
     switch (np) {
-    case 1: ln_bwd_reg_kernel<T, TG, 1><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
-    case 2: ln_bwd_reg_kernel<T, TG, 2><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
-    case 3: ln_bwd_reg_kernel<T, TG, 3><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
-    case 4: ln_bwd_reg_kernel<T, TG, 4><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
-    case 6: ln_bwd_reg_kernel<T, TG, 6><<<nblocks, th, smem>>>(LN_BWD_ARGS); break;
-    default: ln_bwd_kernel<T, TG><<<nblocks, th, smem>>>(LN_BWD_ARGS);
+    case 1: awlc_launch(ln_bwd_reg_kernel<T, TG, 1>, nblocks, th, smem, LN_BWD_ARGS); break;
+    case 2: awlc_launch(ln_bwd_reg_kernel<T, TG, 2>, nblocks, th, smem, LN_BWD_ARGS); break;
+    case 3: awlc_launch(ln_bwd_reg_kernel<T, TG, 3>, nblocks, th, smem, LN_BWD_ARGS); break;
+    case 4: awlc_launch(ln_bwd_reg_kernel<T, TG, 4>, nblocks, th, smem, LN_BWD_ARGS); break;
+    case 6: awlc_launch(ln_bwd_reg_kernel<T, TG, 6>, nblocks, th, smem, LN_BWD_ARGS); break;
+    default: awlc_launch(ln_bwd_kernel<T, TG>, nblocks, th, smem, LN_BWD_ARGS);
     }
 #undef LN_BWD_ARGS
     AWLC_TRY_STATUS(awlc_check_launch("layernorm_backward"));
     if (!partial) return AWL_OK;
     unsigned gs = (unsigned)((2 * C + AWLC_WARP - 1) / AWLC_WARP);
-    ln_sum_partials<T><<<gs, dim3(AWLC_WARP, PS_Y)>>>(partial, nblocks, C,
-                                                      dweight ? awlc_ptr<T>(dweight) : NULL, sdw,
-                                                      dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
+    awlc_launch(ln_sum_partials<T>, gs, dim3(AWLC_WARP, PS_Y), 0, partial, nblocks, C,
+                dweight ? awlc_ptr<T>(dweight) : NULL, sdw, dbias ? awlc_ptr<T>(dbias) : NULL, sdb);
     return awlc_check_launch("layernorm_backward partials");
 }
 
@@ -622,12 +639,12 @@ int awlc_dropout_add_layernorm(const awl_view *sum, const awl_view *out, const a
         const float e = (float)eps;
 #define DAL_ARGS sp, op, xp, hp, rows, C, e, v, seed, offset, threshold, drop, scale
         switch (np) {
-        case 1: dropout_add_ln_kernel<TH, TO, 1><<<grid, th>>>(DAL_ARGS); break;
-        case 2: dropout_add_ln_kernel<TH, TO, 2><<<grid, th>>>(DAL_ARGS); break;
-        case 3: dropout_add_ln_kernel<TH, TO, 3><<<grid, th>>>(DAL_ARGS); break;
-        case 4: dropout_add_ln_kernel<TH, TO, 4><<<grid, th>>>(DAL_ARGS); break;
-        case 6: dropout_add_ln_kernel<TH, TO, 6><<<grid, th>>>(DAL_ARGS); break;
-        default: dropout_add_ln_kernel<TH, TO, 8><<<grid, th>>>(DAL_ARGS); break;
+        case 1: awlc_launch(dropout_add_ln_kernel<TH, TO, 1>, grid, th, 0, DAL_ARGS); break;
+        case 2: awlc_launch(dropout_add_ln_kernel<TH, TO, 2>, grid, th, 0, DAL_ARGS); break;
+        case 3: awlc_launch(dropout_add_ln_kernel<TH, TO, 3>, grid, th, 0, DAL_ARGS); break;
+        case 4: awlc_launch(dropout_add_ln_kernel<TH, TO, 4>, grid, th, 0, DAL_ARGS); break;
+        case 6: awlc_launch(dropout_add_ln_kernel<TH, TO, 6>, grid, th, 0, DAL_ARGS); break;
+        default: awlc_launch(dropout_add_ln_kernel<TH, TO, 8>, grid, th, 0, DAL_ARGS); break;
         }
 #undef DAL_ARGS
         return awlc_check_launch("dropout_add_layernorm");

@@ -666,6 +666,7 @@ const int SUM_COLS = 256, SUM_LANES = 8, SUM_MIN_ROWS = 64, SUM_BLOCKS = 528;
 __global__ void column_sums_part(const awl_bf16 *a, int64_t ld, int64_t M, int64_t K, int64_t chunk,
                                  float *part)
 {
+    awlc_await_previous_kernel();
     __shared__ float lanes[SUM_LANES][SUM_COLS];
     const int64_t c0 = (int64_t)blockIdx.x * SUM_COLS + threadIdx.x * 8;
     const int64_t k1 = min(K, (int64_t)(blockIdx.y + 1) * chunk);
@@ -694,6 +695,7 @@ __global__ void column_sums_part(const awl_bf16 *a, int64_t ld, int64_t M, int64
 __global__ void column_sums_finish(const float *part, int64_t M, int chunks, float *sums,
                                    int64_t s_sums)
 {
+    awlc_await_previous_kernel();
     __shared__ float lanes[SUM_LANES][32];
     const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float sum = 0;
@@ -730,12 +732,12 @@ int column_sums(const awl_view *sums, const awl_view *a)
     const size_t bytes = (size_t)(chunks * M) * sizeof(float);
     float *part = (float *)awlc_scratch_alloc(bytes);
     if (!part) return AWL_ERR_OOM;
-    column_sums_part<<<dim3((unsigned)col_blocks, (unsigned)chunks), dim3(32, SUM_LANES)>>>(
-        awlc_ptr<awl_bf16>(a), ld, M, K, chunk, part);
+    awlc_launch(column_sums_part, dim3((unsigned)col_blocks, (unsigned)chunks), dim3(32, SUM_LANES),
+                0, awlc_ptr<awl_bf16>(a), ld, M, K, chunk, part);
     int st = awlc_check_launch("matmul_wide (bias gradient)");
     if (st == AWL_OK) {
-        column_sums_finish<<<(unsigned)((M + 31) / 32), dim3(32, SUM_LANES)>>>(
-            part, M, (int)chunks, awlc_ptr<float>(sums), sums->strides[0]);
+        awlc_launch(column_sums_finish, (unsigned)((M + 31) / 32), dim3(32, SUM_LANES), 0, part, M,
+                    (int)chunks, awlc_ptr<float>(sums), sums->strides[0]);
         st = awlc_check_launch("matmul_wide (bias gradient)");
     }
     awlc_scratch_free(part, bytes);

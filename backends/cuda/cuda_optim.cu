@@ -124,6 +124,7 @@ __device__ __forceinline__ float4 load_group(const float *x, int64_t n, int64_t 
  * in float64: a float32 product has at most 48 significant bits). */
 __global__ void sum_squares_kernel(many_table t, double *partial)
 {
+    awlc_await_previous_kernel();
     __shared__ double scratch[32];
     int local, k = tensor_of_block(t, blockIdx.x, &local);
     const float *x = t.x[k];
@@ -145,6 +146,7 @@ __global__ void sum_squares_kernel(many_table t, double *partial)
 /* *out = the n partial sums, in a fixed order (one block). */
 __global__ void sum_partials_kernel(const double *partial, int n, double *out)
 {
+    awlc_await_previous_kernel();
     __shared__ double scratch[32];
     double s = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
@@ -154,6 +156,7 @@ __global__ void sum_partials_kernel(const double *partial, int n, double *out)
 
 __global__ void scale_kernel(many_table t, float factor)
 {
+    awlc_await_previous_kernel();
     int local, k = tensor_of_block(t, blockIdx.x, &local);
     float *x = t.x[k];
     const int64_t n = t.numel[k], groups = (n + 3) / 4;
@@ -195,6 +198,7 @@ __device__ __forceinline__ void put_bf16x4(awl_bf16 *y, int64_t j, float4 q)
  * aligned. */
 __global__ void cast_bf16_kernel(many_table t, many_bf16 out)
 {
+    awlc_await_previous_kernel();
     int local, k = tensor_of_block(t, blockIdx.x, &local);
     const float *x = t.x[k];
     awl_bf16 *y = out.y[k];
@@ -227,6 +231,7 @@ const int64_t ADAM_BLOCK_CAP = 4096;
  * arrays allow 16-byte (the copy 8-byte) accesses. */
 __global__ void adamw_kernel(adam_table t)
 {
+    awlc_await_previous_kernel();
     int local, k = tensor_of_block(t, blockIdx.x, &local);
     float *p = t.p[k], *m = t.m[k], *v = t.v[k];
     const float *g = t.g[k];
@@ -294,12 +299,12 @@ int awlc_sum_squares(int n, const awl_view *xs, const awl_view *out)
     for (int start = 0; start < n && status >= 0; start += MANY_MAX) {
         many_table tab;
         int grid = fill_many(n, xs, start, &tab);
-        sum_squares_kernel<<<grid, MANY_THREADS>>>(tab, partial + done);
+        awlc_launch(sum_squares_kernel, grid, MANY_THREADS, 0, tab, partial + done);
         status = awlc_check_launch("sum_squares");
         done += grid;
     }
     if (status >= 0) {
-        sum_partials_kernel<<<1, 1024>>>(partial, done, awlc_ptr<double>(out));
+        awlc_launch(sum_partials_kernel, 1, 1024, 0, partial, done, awlc_ptr<double>(out));
         status = awlc_check_launch("sum_squares");
     }
     awlc_scratch_free(partial, bytes);
@@ -314,7 +319,7 @@ int awlc_scale(int n, const awl_view *xs, double factor)
     for (int start = 0; start < n; start += MANY_MAX) {
         many_table tab;
         int grid = fill_many(n, xs, start, &tab);
-        scale_kernel<<<grid, MANY_THREADS>>>(tab, (float)factor);
+        awlc_launch(scale_kernel, grid, MANY_THREADS, 0, tab, (float)factor);
         AWLC_TRY_STATUS(awlc_check_launch("scale"));
     }
     return AWL_OK;
@@ -334,7 +339,7 @@ int awlc_cast_many(int n, const awl_view *outs, const awl_view *xs)
         many_bf16 out;
         int grid = fill_many(n, xs, start, &tab);
         for (int j = 0; j < tab.count; j++) out.y[j] = awlc_ptr<awl_bf16>(&outs[start + j]);
-        cast_bf16_kernel<<<grid, MANY_THREADS>>>(tab, out);
+        awlc_launch(cast_bf16_kernel, grid, MANY_THREADS, 0, tab, out);
         AWLC_TRY_STATUS(awlc_check_launch("cast_many"));
     }
     return AWL_OK;
@@ -376,7 +381,7 @@ int awlc_adamw_step(int n, const awl_view *params, const awl_view *grads, const 
             tab.decay[j] = 1.0f - args->lr * weight_decay[i];
             tab.first_block[j + 1] = tab.first_block[j] + blocks_for(tab.numel[j], ADAM_BLOCK_CAP);
         }
-        adamw_kernel<<<tab.first_block[tab.count], MANY_THREADS>>>(tab);
+        awlc_launch(adamw_kernel, tab.first_block[tab.count], MANY_THREADS, 0, tab);
         AWLC_TRY_STATUS(awlc_check_launch("adamw_step"));
     }
     return AWL_OK;

@@ -132,6 +132,7 @@ template <typename T, typename A, typename TO>
 __global__ void lines_kernel(const T *in, kept_map km, int64_t K, int64_t R, int64_t sr, int nsplit,
                              int64_t chunk, sink<A, TO> dst)
 {
+    awlc_await_previous_kernel();
     __shared__ A scratch[AWLC_WARP];
     for (int64_t line = blockIdx.x; line < K * nsplit; line += gridDim.x) {
         int64_t k = line / nsplit, s = line % nsplit;
@@ -156,6 +157,7 @@ template <typename T, typename A, typename TO>
 __global__ void warp_lines_kernel(const T *in, kept_map km, int64_t K, int64_t R, int nsplit,
                                   int64_t chunk, sink<A, TO> dst)
 {
+    awlc_await_previous_kernel();
     int lane = threadIdx.x % AWLC_WARP, nw = blockDim.x / AWLC_WARP;
     for (int64_t line = (int64_t)blockIdx.x * nw + threadIdx.x / AWLC_WARP; line < K * nsplit;
          line += (int64_t)gridDim.x * nw) {
@@ -184,6 +186,7 @@ __global__ void columns_kernel(const T *in, kept_map om, int64_t nouter, int64_t
                                int64_t out_sc, int64_t R, int64_t sr, int64_t chunk,
                                sink<A, TO> dst)
 {
+    awlc_await_previous_kernel();
     __shared__ A part[COL_Y][COL_X + 1];
     int64_t c = (int64_t)blockIdx.x * COL_X + threadIdx.x;
     int s = blockIdx.z, nsplit = gridDim.z;
@@ -211,6 +214,7 @@ template <typename T, typename A, typename TO>
 __global__ void general_kernel(const T *in, kept_map km, int64_t K, reduced_map rm, int64_t R,
                                sink<A, TO> dst)
 {
+    awlc_await_previous_kernel();
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K;
          k += (int64_t)gridDim.x * blockDim.x) {
         int64_t in_off, out_off;
@@ -271,7 +275,7 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
 
     if (rm.ndim > 1) {
         unsigned grid = awlc_grid_for(K, 128);
-        general_kernel<T, A, T><<<grid, 128>>>(src, km, K, rm, R, final_sink);
+        awlc_launch(general_kernel<T, A, T>, grid, 128, 0, src, km, K, rm, R, final_sink);
         return awlc_check_launch("reduce");
     }
     int64_t sr = rm.in[0];
@@ -306,15 +310,17 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
         dim3 block(COL_X, COL_Y);
         dim3 grid((unsigned)((ncol + COL_X - 1) / COL_X),
                   (unsigned)std::min<int64_t>(nouter, 65535), (unsigned)nsplit);
-        columns_kernel<T, A, T>
-            <<<grid, block>>>(src, om, nouter, ncol, km.out[km.ndim - 1], R, sr, chunk, first);
+        awlc_launch(columns_kernel<T, A, T>, grid, block, 0, src, om, nouter, ncol,
+                    km.out[km.ndim - 1], R, sr, chunk, first);
     } else if (sr == 1 && chunk <= LINE_WARP) {
         unsigned grid = (unsigned)std::min<int64_t>((K * nsplit + 7) / 8, 1 << 30);
-        warp_lines_kernel<T, A, T><<<grid, 256>>>(src, km, K, R, (int)nsplit, chunk, first);
+        awlc_launch(warp_lines_kernel<T, A, T>, grid, 256, 0, src, km, K, R, (int)nsplit, chunk,
+                    first);
     } else {
         unsigned threads = pow2_threads(chunk);
         unsigned grid = (unsigned)std::min<int64_t>(K * nsplit, 1 << 30);
-        lines_kernel<T, A, T><<<grid, threads>>>(src, km, K, R, sr, (int)nsplit, chunk, first);
+        awlc_launch(lines_kernel<T, A, T>, grid, threads, 0, src, km, K, R, sr, (int)nsplit, chunk,
+                    first);
     }
     int st = awlc_check_launch("reduce");
     if (st == AWL_OK && partial) {
@@ -327,7 +333,8 @@ int run_reduce(int op, const awl_view *out, const awl_view *in, const kept_map &
         }
         unsigned threads = pow2_threads(nsplit);
         unsigned grid = (unsigned)std::min<int64_t>(K, 1 << 30);
-        lines_kernel<A, A, T><<<grid, threads>>>(partial, pm, K, nsplit, 1, 1, nsplit, final_sink);
+        awlc_launch(lines_kernel<A, A, T>, grid, threads, 0, partial, pm, K, nsplit, 1, 1, nsplit,
+                    final_sink);
         st = awlc_check_launch("reduce");
     }
     if (partial) awlc_scratch_free(partial, partial_bytes);

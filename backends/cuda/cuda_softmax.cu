@@ -170,6 +170,7 @@ template <typename T>
 __global__ void softmax_fwd_kernel(T *out, const T *in, int64_t rows, int64_t n, int64_t so,
                                    int64_t si, bool log)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *x = in + r * si;
@@ -187,6 +188,7 @@ template <typename T>
 __global__ void softmax_bwd_kernel(T *dx, const T *dy, const T *y, int64_t rows, int64_t n,
                                    int64_t sdx, int64_t sdy, int64_t sy, bool log)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     __shared__ A scratch[AWLC_WARP];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -250,6 +252,7 @@ __device__ __forceinline__ void ce_write_grad(T *d, const T *x, int64_t V, A g, 
 template <typename T>
 __global__ void ce_fwd_kernel(T *loss, int64_t s_loss, const T *logits, ce_args a)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
         const T *x = logits + r * a.s_logits;
@@ -265,6 +268,7 @@ template <typename T>
 __global__ void ce_bwd_kernel(T *dlogits, int64_t s_dlogits, const T *dloss, int64_t s_dloss,
                               const T *logits, ce_args a)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     for (int64_t r = blockIdx.x; r < a.N; r += gridDim.x) {
         int32_t t = a.targets[r * a.s_targets];
@@ -285,6 +289,7 @@ template <typename T, bool STASH>
 __global__ void ce_fwd_bwd_kernel(T *loss, int64_t s_loss, T *dlogits, int64_t s_dlogits,
                                   const T *dloss, int64_t s_dloss, const T *logits, ce_args a)
 {
+    awlc_await_previous_kernel();
     typedef typename Compute<T>::type A;
     extern __shared__ __align__(16) unsigned char ce_smem[];
     T *stash = STASH ? reinterpret_cast<T *>(ce_smem) : nullptr;
@@ -325,8 +330,8 @@ int awlc_softmax_forward(const awl_view *out, const awl_view *in, bool log)
     if (rows == 0 || n == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        softmax_fwd_kernel<T><<<row_blocks(rows), row_threads(n)>>>(
-            awlc_ptr<T>(out), awlc_ptr<T>(in), rows, n, so, si, log);
+        awlc_launch(softmax_fwd_kernel<T>, row_blocks(rows), row_threads(n), 0, awlc_ptr<T>(out),
+                    awlc_ptr<T>(in), rows, n, so, si, log);
         return awlc_check_launch("softmax_forward");
     };
     return AWLC_DISPATCH_FLOAT(out->dtype, run);
@@ -342,8 +347,8 @@ int awlc_softmax_backward(const awl_view *dx, const awl_view *dy, const awl_view
     if (rows == 0 || n == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        softmax_bwd_kernel<T><<<row_blocks(rows), row_threads(n)>>>(
-            awlc_ptr<T>(dx), awlc_ptr<T>(dy), awlc_ptr<T>(y), rows, n, sdx, sdy, sy, log);
+        awlc_launch(softmax_bwd_kernel<T>, row_blocks(rows), row_threads(n), 0, awlc_ptr<T>(dx),
+                    awlc_ptr<T>(dy), awlc_ptr<T>(y), rows, n, sdx, sdy, sy, log);
         return awlc_check_launch("softmax_backward");
     };
     return AWLC_DISPATCH_FLOAT(dx->dtype, run);
@@ -379,8 +384,8 @@ int awlc_cross_entropy_forward(const awl_view *loss, const awl_view *lse, const 
     if (a.N == 0 || a.V == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        ce_fwd_kernel<T><<<row_blocks(a.N), row_threads(a.V)>>>(awlc_ptr<T>(loss), s_loss,
-                                                                awlc_ptr<T>(logits), a);
+        awlc_launch(ce_fwd_kernel<T>, row_blocks(a.N), row_threads(a.V), 0, awlc_ptr<T>(loss),
+                    s_loss, awlc_ptr<T>(logits), a);
         return awlc_check_launch("cross_entropy_forward");
     };
     return AWLC_DISPATCH_FLOAT(logits->dtype, run);
@@ -418,13 +423,13 @@ int awlc_cross_entropy_forward_backward(const awl_view *loss, const awl_view *ls
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)bytes),
                          "cross_entropy_forward_backward (shared memory)");
-            ce_fwd_bwd_kernel<T, true><<<row_blocks(a.N), row_threads(a.V), bytes>>>(
-                awlc_ptr<T>(loss), s_loss, awlc_ptr<T>(dlogits), s_dlogits, awlc_ptr<T>(dloss),
-                s_dloss, awlc_ptr<T>(logits), a);
+            awlc_launch(ce_fwd_bwd_kernel<T, true>, row_blocks(a.N), row_threads(a.V), bytes,
+                        awlc_ptr<T>(loss), s_loss, awlc_ptr<T>(dlogits), s_dlogits,
+                        awlc_ptr<T>(dloss), s_dloss, awlc_ptr<T>(logits), a);
         } else {
-            ce_fwd_bwd_kernel<T, false><<<row_blocks(a.N), row_threads(a.V)>>>(
-                awlc_ptr<T>(loss), s_loss, awlc_ptr<T>(dlogits), s_dlogits, awlc_ptr<T>(dloss),
-                s_dloss, awlc_ptr<T>(logits), a);
+            awlc_launch(ce_fwd_bwd_kernel<T, false>, row_blocks(a.N), row_threads(a.V), 0,
+                        awlc_ptr<T>(loss), s_loss, awlc_ptr<T>(dlogits), s_dlogits,
+                        awlc_ptr<T>(dloss), s_dloss, awlc_ptr<T>(logits), a);
         }
         return awlc_check_launch("cross_entropy_forward_backward");
     };
@@ -444,8 +449,8 @@ int awlc_cross_entropy_backward(const awl_view *dlogits, const awl_view *dloss,
     if (a.N == 0 || a.V == 0) return AWL_OK;
     auto run = [&](auto tag) -> int {
         typedef decltype(tag) T;
-        ce_bwd_kernel<T><<<row_blocks(a.N), row_threads(a.V)>>>(
-            awlc_ptr<T>(dlogits), s_dlogits, awlc_ptr<T>(dloss), s_dloss, awlc_ptr<T>(logits), a);
+        awlc_launch(ce_bwd_kernel<T>, row_blocks(a.N), row_threads(a.V), 0, awlc_ptr<T>(dlogits),
+                    s_dlogits, awlc_ptr<T>(dloss), s_dloss, awlc_ptr<T>(logits), a);
         return awlc_check_launch("cross_entropy_backward");
     };
     return AWLC_DISPATCH_FLOAT(logits->dtype, run);
