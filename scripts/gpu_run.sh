@@ -264,7 +264,10 @@ stage_cublas() {
 # PROFILE="config:precision[:dropout] ..." (default gpt2-124m:bf16
 # shakespeare-char:fp32; dropout 0 where none is given);
 # PROFILE_PEER=1 profiles the PyTorch peer's eager step on each pair too.
-# awl's steps clip the gradients' norm to 1, as in the bench stage.
+# awl's steps clip the gradients' norm to 1, as in the bench stage. A kernel
+# that starts early (programmatic dependent launch, docs/cuda.md) counts its
+# wait for the kernel before it in its own time; AWL_CUDA_DEPENDENT_LAUNCH=off
+# in the environment gives each kernel's time alone.
 stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
     local t0=$(date +%s) pair fields
