@@ -57,7 +57,9 @@ int awlc_check_launch(const char *what);
 /* ---- launches ------------------------------------------------------------------ */
 
 /* Every kernel of the backend is launched with awlc_launch and begins with
- * awlc_await_previous_kernel().
+ * awlc_await_previous_kernel(), but the 3xTF32 product's
+ * (cuda_gemm_tf32x3.cu: its callers hand it a stream, and it is ordered as
+ * usual). scripts/check_cuda_launches.sh checks both.
  *
  * Between two kernels in a stream the device normally drains the first one
  * completely before it starts to schedule the second: a gap of a few
@@ -95,7 +97,7 @@ int awlc_set_dependent_launch(const char *value);
 /* kernel<<<grid, block, smem>>>(args...) on the current device's stream, with
  * programmatic dependent launch where awlc_dependent_launch() says so. The
  * kernel must begin with awlc_await_previous_kernel(). Check the launch with
- * awlc_check_launch as after <<<...>>>. */
+ * awlc_check_launch. */
 template <typename... Params, typename... Args>
 static inline void awlc_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                Args... args)
