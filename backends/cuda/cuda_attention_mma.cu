@@ -1249,8 +1249,8 @@ int backward_fused(const heads<typename M::elem> &dq, const heads<typename M::el
                 v, lse, Dv, a, nsplit);
     int st = awlc_check_launch("attention_backward (tensor cores, one pass)");
     if (st == AWL_OK) {
-        awlc_launch(dq_sum_kernel<typename M::elem>, dim3((a.T + SUM_ROWS - 1) / SUM_ROWS, bh), dim3(64, SUM_ROWS), 0,
-                    dq, acc, nsplit, a);
+        awlc_launch(dq_sum_kernel<typename M::elem>, dim3((a.T + SUM_ROWS - 1) / SUM_ROWS, bh),
+                    dim3(64, SUM_ROWS), 0, dq, acc, nsplit, a);
         st = awlc_check_launch("attention_backward dq sum");
     }
     awlc_scratch_free(acc, bytes);

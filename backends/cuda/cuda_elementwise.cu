@@ -455,8 +455,8 @@ int awlc_binary(awl_binary_op op, const awl_view *out, const awl_view *a, const 
             const T *x = bias_b ? awlc_ptr<T>(a) : awlc_ptr<T>(b);
             const T *y = bias_b ? awlc_ptr<T>(b) : awlc_ptr<T>(a);
             int64_t np = n / V;
-            awlc_launch(rowcast_kernel<V, T, binary_op<T>>, awlc_grid_for(np, THREADS), THREADS, 0, awlc_ptr<T>(out),
-                        x, y, np, (uint32_t)(cols / V), bias_a, f);
+            awlc_launch(rowcast_kernel<V, T, binary_op<T>>, awlc_grid_for(np, THREADS), THREADS, 0,
+                        awlc_ptr<T>(out), x, y, np, (uint32_t)(cols / V), bias_a, f);
             return awlc_check_launch("binary");
         }
         binary_fn<T> g = {awlc_ptr<T>(out), awlc_ptr<T>(a), awlc_ptr<T>(b), f};

@@ -507,27 +507,17 @@ int ln_forward_as(const awl_view *out, int64_t so, const awl_view *x, int64_t sx
     TO *o = awlc_ptr<TO>(out);
     const T *xp = awlc_ptr<T>(x);
     const unsigned th = LN_WARPS * AWLC_WARP;
+#define LN_FWD_ARGS o, so, xp, sx, rows, C, eps, v
     switch (np) {
-    case 1:
-        awlc_launch(ln_fwd_reg_kernel<T, TO, 1>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
-        break;
-    case 2:
-        awlc_launch(ln_fwd_reg_kernel<T, TO, 2>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
-        break;
-    case 3:
-        awlc_launch(ln_fwd_reg_kernel<T, TO, 3>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
-        break;
-    case 4:
-        awlc_launch(ln_fwd_reg_kernel<T, TO, 4>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
-        break;
-    case 6:
-        awlc_launch(ln_fwd_reg_kernel<T, TO, 6>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
-        break;
-    case 8:
-        awlc_launch(ln_fwd_reg_kernel<T, TO, 8>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
-        break;
-    default: awlc_launch(ln_fwd_kernel<T, TO>, grid, th, 0, o, so, xp, sx, rows, C, eps, v);
+    case 1: awlc_launch(ln_fwd_reg_kernel<T, TO, 1>, grid, th, 0, LN_FWD_ARGS); break;
+    case 2: awlc_launch(ln_fwd_reg_kernel<T, TO, 2>, grid, th, 0, LN_FWD_ARGS); break;
+    case 3: awlc_launch(ln_fwd_reg_kernel<T, TO, 3>, grid, th, 0, LN_FWD_ARGS); break;
+    case 4: awlc_launch(ln_fwd_reg_kernel<T, TO, 4>, grid, th, 0, LN_FWD_ARGS); break;
+    case 6: awlc_launch(ln_fwd_reg_kernel<T, TO, 6>, grid, th, 0, LN_FWD_ARGS); break;
+    case 8: awlc_launch(ln_fwd_reg_kernel<T, TO, 8>, grid, th, 0, LN_FWD_ARGS); break;
+    default: awlc_launch(ln_fwd_kernel<T, TO>, grid, th, 0, LN_FWD_ARGS);
     }
+#undef LN_FWD_ARGS
     return awlc_check_launch("layernorm_forward");
 }
 
