@@ -725,13 +725,13 @@ template <typename M, int DP, bool STORE> __host__ __device__ constexpr int dkdv
  * tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. With STORE it also
  * writes each dS^T tile, rounded as the products use it, to `ds_out` (ds_tile)
- * for dq_stored_kernel. */
+ * for dq_stored_kernel; without it ds_out is NULL. */
 template <typename M, int DP, bool DROP, bool STORE = false>
 __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
     dkdv_kernel(heads<typename M::elem> dk, heads<typename M::elem> dv,
                 heads<typename M::elem> dout, heads<typename M::elem> q, heads<typename M::elem> k,
                 heads<typename M::elem> v, lse_ref lse, const float *Dv, att_dims a,
-                typename M::word *ds_out = nullptr)
+                typename M::word *ds_out)
 {
     awlc_await_previous_kernel();
     extern __shared__ __align__(16) unsigned char smem_bytes[];
