@@ -433,12 +433,14 @@ static void bench_tiny(void)
 
 typedef struct attn_case {
     awl_view q, k, v, out, lse, dq, dk, dv, dout;
+    const awl_dropout_args *dropout; /* NULL: none */
 } attn_case;
 
 static void attn_forward(void *p)
 {
     attn_case *c = p;
-    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true, NULL) != AWL_OK)
+    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true, c->dropout) !=
+        AWL_OK)
         exit(1);
 }
 
@@ -446,7 +448,7 @@ static void attn_backward(void *p)
 {
     attn_case *c = p;
     if (B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
-                              &c->lse, 0.125, true, NULL) != AWL_OK)
+                              &c->lse, 0.125, true, c->dropout) != AWL_OK)
         exit(1);
 }
 
@@ -485,14 +487,20 @@ static void bench_attention(const char *config, int64_t Bn, int64_t H, int64_t T
     const int64_t lstrides[3] = {H * T, T, 1};
     memcpy(c.lse.strides, lstrides, sizeof lstrides);
     double tf, tb, flops = 4.0 * (double)(Bn * H * T * T * D);
-    time_pair(attn_forward, &c, attn_backward, &c, 3, &tf, &tb);
-    bench_json_begin("attention");
-    printf("\"config\":\"%s\",\"B\":%lld,\"H\":%lld,\"T\":%lld,"
-           "\"D\":%lld,\"forward_ms\":%.3f,\"forward_gflops\":%.2f,"
-           "\"backward_ms\":%.3f,\"backward_gflops\":%.2f}\n",
-           config, (long long)Bn, (long long)H, (long long)T, (long long)D,
-           tf * 1e3, flops / tf * 1e-9, tb * 1e3, 2.5 * flops / tb * 1e-9);
-    fflush(stdout);
+    /* without dropout, then with nanoGPT's 0.2 on the weights (the mask
+     * drawn in the forward and again in the backward) */
+    const awl_dropout_args drop = {0.2, 1337, 7};
+    for (int d = 0; d < 2; d++) {
+        c.dropout = d ? &drop : NULL;
+        time_pair(attn_forward, &c, attn_backward, &c, 3, &tf, &tb);
+        bench_json_begin("attention");
+        printf("\"config\":\"%s\",\"B\":%lld,\"H\":%lld,\"T\":%lld,"
+               "\"D\":%lld,\"dropout\":%g,\"forward_ms\":%.3f,\"forward_gflops\":%.2f,"
+               "\"backward_ms\":%.3f,\"backward_gflops\":%.2f}\n",
+               config, (long long)Bn, (long long)H, (long long)T, (long long)D, d ? drop.p : 0.0,
+               tf * 1e3, flops / tf * 1e-9, tb * 1e3, 2.5 * flops / tb * 1e-9);
+        fflush(stdout);
+    }
     free(qkv);
     free(dqkv);
     free(out);

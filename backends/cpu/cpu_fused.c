@@ -432,10 +432,11 @@ int awl_cpu_gelu_backward(const awl_view *dx, const awl_view *dy, const awl_view
 
 /* ---- dropout with an addition: dropout_add and add_dropout ---------------------- */
 
-/* The loop of both kernels, one Philox block per four elements as the
- * dropout kernel draws them. sum (add_dropout): o = keep_i (a_i + h_(i mod
- * nh)) scale; else (dropout_add, nh = n): o = a_i + keep_i h_i scale, a
- * bfloat16 h (an autocast branch) widened as it is read. */
+/* The loop of both kernels, CPU_DROPOUT_GROUP elements at a time, the
+ * mask as the dropout kernel draws it (cpu_dropout_keeps). sum
+ * (add_dropout): o = keep_i (a_i + h_(i mod nh)) scale; else (dropout_add,
+ * nh = n): o = a_i + keep_i h_i scale, a bfloat16 h (an autocast branch)
+ * widened as it is read. */
 static void dropout_with_add(float *o, const float *a, const void *h, bool h_bf16, int64_t n,
                              int64_t nh, const awl_dropout_args *args, bool sum)
 {
@@ -443,16 +444,29 @@ static void dropout_with_add(float *o, const float *a, const void *h, bool h_bf1
     const awl_bf16 *hb = h;
     const uint32_t threshold = awl_dropout_threshold(args->p);
     const float scale = (float)awl_dropout_scale(args->p);
-    const int64_t blocks = (n + 3) / 4;
+    const int64_t groups = (n + CPU_DROPOUT_GROUP - 1) / CPU_DROPOUT_GROUP;
     int nt = awl_cpu_threads_for(n, CPU_GRAIN_COSTLY);
-#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(blocks, nt))
-    for (int64_t j = 0; j < blocks; j++) {
-        unsigned keep = awl_dropout_block_bits(
-            awl_philox4x32(args->seed, args->offset + (uint64_t)j), threshold);
-        for (int64_t i = 4 * j; i < 4 * j + 4 && i < n; i++) {
-            float b = h_bf16 ? awl_bf16_to_float(hb[i % nh]) : hf[i % nh];
-            bool k = keep >> (i - 4 * j) & 1u;
-            o[i] = sum ? (k ? (a[i] + b) * scale : 0.0f) : (k ? a[i] + b * scale : a[i]);
+#pragma omp parallel for num_threads(awl_cpu_team(nt)) schedule(static, awl_cpu_chunk(groups, nt))
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t i0 = g * CPU_DROPOUT_GROUP;
+        const int64_t len = n - i0 < CPU_DROPOUT_GROUP ? n - i0 : CPU_DROPOUT_GROUP;
+        uint8_t keep[CPU_DROPOUT_GROUP];
+        cpu_dropout_keeps(keep, len, args->seed, args->offset, (uint64_t)i0, threshold);
+        float *og = o + i0;
+        const float *ag = a + i0;
+        if (sum) { /* h repeats every nh elements: its group's values, without a division each */
+            float hg[CPU_DROPOUT_GROUP];
+            for (int64_t e = 0, j = i0 % nh; e < len; e++, j = j + 1 == nh ? 0 : j + 1)
+                hg[e] = hf[j];
+#pragma omp simd
+            for (int64_t e = 0; e < len; e++) og[e] = keep[e] ? (ag[e] + hg[e]) * scale : 0.0f;
+        } else if (h_bf16) {
+#pragma omp simd
+            for (int64_t e = 0; e < len; e++)
+                og[e] = keep[e] ? ag[e] + awl_bf16_to_float(hb[i0 + e]) * scale : ag[e];
+        } else {
+#pragma omp simd
+            for (int64_t e = 0; e < len; e++) og[e] = keep[e] ? ag[e] + hf[i0 + e] * scale : ag[e];
         }
     }
 }

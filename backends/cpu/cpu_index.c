@@ -272,9 +272,30 @@ static double normal_from_block(const awl_philox_block *blk, unsigned w)
     return (w % 2 == 0) ? r * cos(t) : r * sin(t);
 }
 
+/* Dropout of a float32 run with unit strides: CPU_DROPOUT_GROUP elements
+ * at a time, the mask decided by cpu_dropout_keeps, out = in * scale (the
+ * same float32 product as the general loop's double one: both factors are
+ * float32, so their product is exact in double and rounded once). */
+static void dropout_f32_run(float *out, const float *in, int64_t n, uint64_t flat,
+                            const random_ctx *c)
+{
+    const float scale = (float)c->scale;
+    for (int64_t i0 = 0; i0 < n; i0 += CPU_DROPOUT_GROUP) {
+        const int64_t len = n - i0 < CPU_DROPOUT_GROUP ? n - i0 : CPU_DROPOUT_GROUP;
+        uint8_t keep[CPU_DROPOUT_GROUP];
+        cpu_dropout_keeps(keep, len, c->seed, c->offset, flat + (uint64_t)i0, c->threshold);
+#pragma omp simd
+        for (int64_t e = 0; e < len; e++) out[i0 + e] = keep[e] ? in[i0 + e] * scale : 0.0f;
+    }
+}
+
 static void random_segment(SEGMENT_ARGS)
 {
     const random_ctx *c = ctx;
+    if (c->dropout && c->dtype == AWL_F32 && s[0] == 1 && s[1] == 1) {
+        dropout_f32_run((float *)p[0], (const float *)p[1], n, (uint64_t)flat, c);
+        return;
+    }
     int64_t i = 0;
     while (i < n) {
         uint64_t e = (uint64_t)(flat + i);

@@ -711,7 +711,7 @@ static int ref_dropout_add(const ac_case *c, double *const *in, double **ref)
  * float32 stream (autocast's residual additions). */
 static void dropout_add_cases(ac_list *l)
 {
-    static const int64_t shapes[][2] = {{1, 37}, {64, 384}};
+    static const int64_t shapes[][2] = {{1, 37}, {5, 77}, {64, 384}};
     const awl_dropout_args d = {0.3, 0x9e3779b97f4a7c15ull, 7};
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < COUNT(shapes); s++)
@@ -814,7 +814,7 @@ static int ref_add_dropout(const ac_case *c, double *const *in, double **ref)
 /* Each float dtype: h one row repeated over x's rows, and h of x's shape. */
 static void add_dropout_cases(ac_list *l)
 {
-    static const int64_t shapes[][2] = {{3, 37}, {64, 384}};
+    static const int64_t shapes[][2] = {{3, 37}, {5, 77}, {64, 384}};
     const awl_dropout_args d = {0.2, 0x9e3779b97f4a7c15ull, 11};
     for (int t = 0; t < 3; t++)
         for (int s = 0; s < COUNT(shapes); s++)
