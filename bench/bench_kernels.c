@@ -10,7 +10,9 @@
  *   - element-wise and reductions: memcpy bandwidth, counting bytes read plus
  *     bytes written for both; add should reach >= 0.6x.
  * Fused attention has no ceiling here; its lines give time and GFLOP/s at the
- * reference GPT configurations (docs/DESIGN.md) for comparison across changes.
+ * reference GPT configurations (docs/DESIGN.md) for comparison across changes,
+ * and the dropout masks' Philox blocks drawn one by one against
+ * cpu_philox_blocks (sixteen side by side with AVX-512).
  *
  *   ./bench_kernels                 all cases
  *   ./bench_kernels quick           smaller sizes, fewer repeats (a smoke run)
@@ -26,6 +28,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_philox.h"
 #include "bench/bench_util.h"
 
 static const awl_backend *B;
@@ -429,6 +432,44 @@ static void bench_tiny(void)
     free(c.z);
 }
 
+/* ---- the dropout masks' Philox blocks ------------------------------------------------- */
+
+typedef struct philox_case {
+    uint32_t words[4 * 256];
+    uint64_t next; /* the first block of the next draw */
+} philox_case;
+
+/* 256 blocks, one awl_philox4x32 call each. */
+static void philox_one_by_one(void *p)
+{
+    philox_case *c = p;
+    for (int b = 0; b < 256; b++)
+        memcpy(c->words + 4 * b, awl_philox4x32(1337, c->next + (uint64_t)b).w, 16);
+    c->next += 256;
+}
+
+/* The same 256 blocks through cpu_philox_blocks (sixteen at a time with
+ * AVX-512). */
+static void philox_many(void *p)
+{
+    philox_case *c = p;
+    cpu_philox_blocks(1337, c->next, 256, c->words);
+    c->next += 256;
+}
+
+static void bench_philox(void)
+{
+    if (!selected("philox")) return;
+    static philox_case c;
+    double t1, tm;
+    time_pair(philox_one_by_one, &c, philox_many, &c, 200, &t1, &tm);
+    bench_json_begin("philox");
+    printf("\"blocks\":256,\"ns_per_block_one_by_one\":%.2f,\"ns_per_block_many\":%.2f,"
+           "\"ratio\":%.3f}\n",
+           t1 / 256 * 1e9, tm / 256 * 1e9, tm / t1);
+    fflush(stdout);
+}
+
 /* ---- fused kernels at the reference GPT shapes ----------------------------------------- */
 
 typedef struct attn_case {
@@ -549,6 +590,7 @@ int main(int argc, char **argv)
     bench_memory("sum_rows", 5, rows, cols, 4.0 * (double)big);
     bench_memory("sum_columns", 6, rows, cols, 4.0 * (double)big);
     bench_tiny();
+    bench_philox();
     bench_attention("cpu-small", 16, 4, 64, 32);
     bench_attention("cpu-medium", 16, 6, 128, 32);
     if (!quick) bench_attention("shakespeare-char", 64, 6, 256, 64);

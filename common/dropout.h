@@ -135,37 +135,43 @@ static inline AWL_HOST_DEVICE unsigned awl_attention_dropout_bits(uint64_t seed,
     return bits;
 }
 
+/* The multipliers of keys 0 .. n - 1 of a row whose Philox blocks are
+ * words (block c as words 4 c .. 4 c + 3; n <= 16 times their number):
+ * m[j] = scale where the weight is kept, 0 where it is dropped. Key j's
+ * byte is byte j % 4 of word j / 4, so whole words take one loop the
+ * compiler vectorises. (Host code.) */
+static inline void awl_attention_dropout_multipliers_of(float *m, int64_t n, const uint32_t *words,
+                                                        uint32_t threshold, float scale)
+{
+    const int64_t whole = n / 4;
+    for (int64_t w = 0; w < whole; w++)
+        for (int k = 0; k < 4; k++)
+            m[4 * w + k] = (words[w] >> (8 * k) & 255u) < threshold ? scale : 0.0f;
+    for (int64_t j = 4 * whole; j < n; j++)
+        m[j] = (words[j / 4] >> (8 * (j % 4)) & 255u) < threshold ? scale : 0.0f;
+}
+
 /* The multipliers of keys 0 .. n - 1 of row r (n <= S rounded up to 16:
  * keys S and up, which no row has, take the rest of the last chunk's bytes):
  * m[j] = scale where the weight is kept, 0 where it is dropped; one Philox
- * block per 16 keys. The blocks of up to 256 keys are drawn first and
- * their bytes compared after, in a loop over whole words that the compiler
- * vectorises: the CPU's fused attention draws a row for every query,
- * forward and backward, and with sixteen bits packed and unpacked a block
- * the draw took longer than the products.
- * (Host code: the CPU kernel's rows and the composed path's mask.) */
+ * block per 16 keys, drawn 16 blocks at a time before their bytes are
+ * compared (awl_attention_dropout_multipliers_of): with sixteen bits packed
+ * and unpacked a block, the CPU's fused attention, which draws a row for
+ * every query forward and backward, spent longer on its mask than on its
+ * products. (Host code: the composed path's mask; the CPU kernel draws its
+ * blocks with backends/cpu/cpu_philox.h.) */
 static inline void awl_attention_dropout_multipliers(float *m, int64_t n, uint64_t seed,
                                                      uint64_t offset, uint64_t r, int64_t S,
                                                      uint32_t threshold, float scale)
 {
     const uint64_t first = offset + r * awl_attention_dropout_chunks(S);
-    const int64_t chunks = (n + 15) / 16;
-    for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
-        const int64_t nc = chunks - c0 < 16 ? chunks - c0 : 16;
-        uint32_t words[64]; /* chunk c0 + l's block as words 4 l .. 4 l + 3 */
-        for (int64_t l = 0; l < nc; l++)
+    for (int64_t c0 = 0; 16 * c0 < n; c0 += 16) {
+        const int64_t keys = n - 16 * c0 < 256 ? n - 16 * c0 : 256;
+        uint32_t words[64];
+        for (int64_t l = 0; 16 * l < keys; l++)
             memcpy(words + 4 * l, awl_philox4x32(seed, first + (uint64_t)(c0 + l)).w,
                    4 * sizeof *words);
-        /* key 16 (c0 + l) + u: byte u % 4 of word 4 l + u / 4 */
-        float *mc = m + 16 * c0;
-        const int64_t keys = n - 16 * c0 < 16 * nc ? n - 16 * c0 : 16 * nc;
-        if (keys == 16 * nc)
-            for (int64_t w = 0; w < 4 * nc; w++)
-                for (int k = 0; k < 4; k++)
-                    mc[4 * w + k] = (words[w] >> (8 * k) & 255u) < threshold ? scale : 0.0f;
-        else /* the row ends inside its last chunk */
-            for (int64_t j = 0; j < keys; j++)
-                mc[j] = (words[j / 4] >> (8 * (j % 4)) & 255u) < threshold ? scale : 0.0f;
+        awl_attention_dropout_multipliers_of(m + 16 * c0, keys, words, threshold, scale);
     }
 }
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_philox.h"
 #include "common/philox.h"
 #include "tensor/tensor.h"
 #include "tools/awl-check/awl_check.h"
@@ -245,6 +246,26 @@ START_TEST(test_philox_known_answers)
 }
 END_TEST
 
+/* backends/cpu/cpu_philox.h's many blocks at a time (sixteen side by side
+ * where the CPU has AVX-512) give awl_philox4x32's words, block by block:
+ * counts that are and are not multiples of sixteen, and first blocks whose
+ * low word wraps inside a group (the carry into the high word). */
+START_TEST(test_philox_blocks)
+{
+    const uint64_t firsts[] = {0, 5, 0xfffffff8u, 0x1fffffff5ull, 0xfffffffffffffff0ull};
+    const int64_t counts[] = {1, 16, 20, 37, 64};
+    uint32_t words[4 * 64];
+    for (int f = 0; f < 5; f++)
+        for (int c = 0; c < 5; c++) {
+            const uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(f + 1);
+            cpu_philox_blocks(seed, firsts[f], counts[c], words);
+            for (int64_t b = 0; b < counts[c]; b++)
+                ck_assert_mem_eq(words + 4 * b, awl_philox4x32(seed, firsts[f] + (uint64_t)b).w,
+                                 4 * sizeof *words);
+        }
+}
+END_TEST
+
 /* ---- the checker catches mistakes --------------------------------------------------------- */
 
 static const awl_backend *cpu;
@@ -451,6 +472,7 @@ static Suite *backend_suite(const char *name)
         TCase *checker = tcase_create("checker");
         tcase_set_timeout(checker, 300);
         tcase_add_test(checker, test_philox_known_answers);
+        tcase_add_test(checker, test_philox_blocks);
         tcase_add_test(checker, test_checker_catches);
         tcase_add_test(checker, test_checker_progress);
         suite_add_tcase(s, checker);

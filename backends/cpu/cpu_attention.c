@@ -53,6 +53,7 @@
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_math.h"
+#include "backends/cpu/cpu_philox.h"
 #include "common/dropout.h"
 
 /* A (B, H, T, D) float32 view: base pointer and strides along B, H, T (D is
@@ -389,6 +390,17 @@ static const awl_dropout_args *active(const awl_dropout_args *d)
     return d && d->p > 0.0 ? d : NULL;
 }
 
+/* The dropout multipliers of keys 0 .. n - 1 of row r (common/dropout.h's
+ * awl_attention_dropout_multipliers), the row's blocks drawn into words
+ * (four for every 16 keys) by cpu_philox_blocks. */
+static void row_multipliers(float *m, int64_t n, const awl_dropout_args *d, uint64_t r, int64_t T,
+                            uint32_t threshold, float scale, uint32_t *words)
+{
+    cpu_philox_blocks(d->seed, d->offset + r * awl_attention_dropout_chunks(T), (n + 15) / 16,
+                      words);
+    awl_attention_dropout_multipliers_of(m, n, words, threshold, scale);
+}
+
 /* Threads for B*H problems of cost T*T*D each, and the scratch they need. */
 static float *scratch_for(int64_t BH, int64_t T, int64_t D, int64_t per_head, int *nt)
 {
@@ -413,9 +425,9 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                   ld = row_stride(Tp);
     if (B * H * T == 0) return AWL_OK;
     int nt;
-    /* k transposed, a tile of scores, a zero row, a sink row and a row of
-     * dropout multipliers */
-    const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp;
+    /* k transposed, a tile of scores, a zero row, a sink row, a row of
+     * dropout multipliers and its Philox words */
+    const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp + Tp / 4;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     const bool wide = wide_dots();
@@ -428,6 +440,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
         const int64_t b = bh / H, i = bh % H;
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *S = kt + D * ld;
         float *zeros = S + ROWS * ld, *sink = zeros + D, *mrow = sink + D;
+        uint32_t *words = (uint32_t *)(mrow + Tp);
         transpose_head(&hk, b, i, T, D, (float)scale, kt);
         for (int64_t r0 = 0; r0 < T; r0 += ROWS) {
             /* the keys the tile's last row sees; rows past T score 0 */
@@ -452,9 +465,8 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                 if (drop) {
                     const int64_t nb = round_up(last[k] + 1, BLOCK);
                     float *p = S + k * ld;
-                    awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
-                                                      awl_attention_dropout_row(b, i, r, H, T), T,
-                                                      threshold, keep_scale);
+                    row_multipliers(mrow, nb, drop, awl_attention_dropout_row(b, i, r, H, T), T,
+                                    threshold, keep_scale, words);
 #pragma omp simd
                     for (int64_t j = 0; j < nb; j++) p[j] *= mrow[j];
                 }
@@ -485,9 +497,10 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     int nt;
     /* k and v transposed; P and dS (Tr x ld each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
-     * by column after all rows are done; a zero row, a sink row and a row
-     * of dropout multipliers, and each row's dO_r . out_r */
-    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T;
+     * by column after all rows are done; a zero row, a sink row, a row of
+     * dropout multipliers, each row's dO_r . out_r, and the multipliers'
+     * Philox words */
+    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T + Tp / 4;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     const bool wide = wide_dots();
@@ -503,6 +516,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
         float *kt = scratch + (int64_t)omp_get_thread_num() * per_head, *vt = kt + D * ld;
         float *P = vt + D * ld, *dS = P + Tr * ld, *zeros = dS + Tr * ld, *sink = zeros + D;
         float *mrow = sink + D, *deltas = mrow + Tp;
+        uint32_t *words = (uint32_t *)(deltas + T);
         float *in[ROWS], *grads[ROWS], *outs[ROWS];
         transpose_head(&hk, b, i, T, D, sc, kt);
         transpose_head(&hv, b, i, T, D, 1.0f, vt);
@@ -538,9 +552,8 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 for (int64_t j = nr; j < nb; j++) p[j] = -INFINITY;
                 const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
                 if (drop) {
-                    awl_attention_dropout_multipliers(mrow, nb, drop->seed, drop->offset,
-                                                      awl_attention_dropout_row(b, i, r, H, T), T,
-                                                      threshold, keep_scale);
+                    row_multipliers(mrow, nb, drop, awl_attention_dropout_row(b, i, r, H, T), T,
+                                    threshold, keep_scale, words);
 #pragma omp simd
                     for (int64_t j = 0; j < nb; j++) {
                         const float e = cpu_expf(p[j] - l);

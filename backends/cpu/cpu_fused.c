@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_philox.h"
 #include "backends/cpu/cpu_math.h"
 
 /* (rows, n) float32, contiguous: the layout every row kernel here reads. */

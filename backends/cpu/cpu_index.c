@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_philox.h"
 #include "common/dropout.h"
 
 #define SEGMENT_ARGS int64_t n, int64_t flat, char *const *p, const int64_t *s, const void *ctx

@@ -23,7 +23,6 @@
 #define AWL_BACKENDS_CPU_INTERNAL_H
 
 #include <stdint.h>
-#include <string.h>
 
 #include "backends/backend.h"
 
@@ -133,29 +132,6 @@ static inline void cpu_store(awl_dtype dtype, char *p, int64_t i, double d)
     case AWL_BF16: ((awl_bf16 *)p)[i] = awl_float_to_bf16((float)d); break;
     default: break;
     }
-}
-
-/* ---- dropout masks ---- */
-
-/* Elements a dropout kernel decides at a time (cpu_dropout_keeps). */
-#define CPU_DROPOUT_GROUP 256
-
-/* keep[e] = 1 where element first + e of the mask drawn at (seed, offset)
- * keeps its value, 0 where it drops it (common/dropout.h's decision:
- * (w >> 8) < threshold, w word (first + e) % 4 of block offset + (first +
- * e) / 4), for e < n <= CPU_DROPOUT_GROUP. The blocks are drawn first and
- * their words compared after, in one loop the compiler vectorises: decided
- * an element at a time, with the generic loads and stores around it, the
- * mask cost several times what the draw does. */
-static inline void cpu_dropout_keeps(uint8_t *keep, int64_t n, uint64_t seed, uint64_t offset,
-                                     uint64_t first, uint32_t threshold)
-{
-    uint32_t words[CPU_DROPOUT_GROUP + 4];
-    const int64_t skip = (int64_t)(first % 4), blocks = (skip + n + 3) / 4;
-    for (int64_t b = 0; b < blocks; b++)
-        memcpy(words + 4 * b, awl_philox4x32(seed, offset + first / 4 + (uint64_t)b).w,
-               4 * sizeof *words);
-    for (int64_t e = 0; e < n; e++) keep[e] = (words[skip + e] >> 8) < threshold;
 }
 
 /* ---- the table's entries, by file ---- */
