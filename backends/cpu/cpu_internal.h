@@ -5,9 +5,11 @@
  * (cpu_backend.c), memory (cpu_memory.c), the strided iterator (cpu_iter.c),
  * element-wise ops (cpu_elementwise.c), reductions (cpu_reduce.c), matmul
  * (cpu_matmul.c), indexing and random numbers (cpu_index.c), and the fused
- * kernels (cpu_fused.c, cpu_attention.c). This header holds what more than one of them needs: the
- * iterator that walks up to four same-shaped strided views at once, the
- * parallel-size thresholds, and the declarations the table is built from.
+ * kernels (cpu_fused.c, cpu_attention.c); the dropout masks' Philox
+ * blocks, many at a time, are cpu_philox.h's. This header holds what more
+ * than one of them needs: the iterator that walks up to four same-shaped
+ * strided views at once, the parallel-size thresholds, and the
+ * declarations the table is built from.
  *
  * The iterator is the heart of every element-wise kernel. It drops size-1
  * axes, merges adjacent axes that are contiguous with each other in every
