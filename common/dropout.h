@@ -66,18 +66,6 @@ static inline AWL_HOST_DEVICE unsigned awl_dropout_block_bits(awl_philox_block b
            (unsigned)((b.w[2] >> 8) < threshold) << 2 | (unsigned)((b.w[3] >> 8) < threshold) << 3;
 }
 
-/* Decisions for elements i .. i + 3 (bit u for i + u): one Philox block
- * when i is a multiple of 4, two when the four straddle blocks. */
-static inline AWL_HOST_DEVICE unsigned awl_dropout_keep4(uint64_t seed, uint64_t offset, uint64_t i,
-                                                         uint32_t threshold)
-{
-    unsigned w = (unsigned)(i % 4);
-    uint64_t blk = offset + i / 4;
-    unsigned bits = awl_dropout_block_bits(awl_philox4x32(seed, blk), threshold);
-    if (w) bits |= awl_dropout_block_bits(awl_philox4x32(seed, blk + 1), threshold) << 4;
-    return (bits >> w) & 15u;
-}
-
 /* ---- attention dropout ---------------------------------------------------------
  *
  * The (..., T, S) attention weights are a stack of rows, row r being query
