@@ -21,7 +21,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/dropout.h"
 #include "common/philox.h"
 
 #if defined(__AVX512F__)
