@@ -390,14 +390,55 @@ static const awl_dropout_args *active(const awl_dropout_args *d)
     return d && d->p > 0.0 ? d : NULL;
 }
 
-/* The dropout multipliers of keys 0 .. n - 1 of row r (common/dropout.h's
- * awl_attention_dropout_multipliers), the row's blocks drawn into words
- * (four for every 16 keys) by cpu_philox_blocks. */
-static void row_multipliers(float *m, int64_t n, const awl_dropout_args *d, uint64_t r, int64_t T,
-                            uint32_t threshold, float scale, uint32_t *words)
+/* Whether a tile's rows draw their dropout blocks together (tile_words)
+ * rather than each its own (row_multipliers). A row of at most 64 keys is
+ * at most four Philox blocks, fewer than cpu_philox_blocks draws side by
+ * side, so drawn alone its blocks come one at a time; but a tile's rows
+ * are consecutive in the stream (awl_attention_dropout_row), so their
+ * blocks, whole rows, are one run of up to 32. Longer rows draw their own,
+ * up to the last key they see (a causal row drawn whole would be twice
+ * the blocks); without AVX-512 every block comes one at a time, and so do
+ * rows alike. */
+static bool tile_drawn(int64_t T)
 {
-    cpu_philox_blocks(d->seed, d->offset + r * awl_attention_dropout_chunks(T), (n + 15) / 16,
-                      words);
+#if defined(__AVX512F__)
+    return awl_attention_dropout_chunks(T) < 5;
+#else
+    (void)T;
+    return false;
+#endif
+}
+
+/* Where tile_drawn: the Philox blocks of the tile's rows r0 .. up to r0 +
+ * ROWS - 1 (and T - 1) of head (b, i), whole, into words (row r0 + k's 4
+ * chunks words from words + 4 k chunks, chunks =
+ * awl_attention_dropout_chunks(T)). */
+static void tile_words(const awl_dropout_args *d, int64_t b, int64_t i, int64_t r0, int64_t H,
+                       int64_t T, uint32_t *words)
+{
+    if (!tile_drawn(T)) return;
+    const uint64_t chunks = awl_attention_dropout_chunks(T);
+    const int64_t rows = T - r0 < ROWS ? T - r0 : ROWS;
+    cpu_philox_blocks(d->seed, d->offset + awl_attention_dropout_row(b, i, r0, H, T) * chunks,
+                      rows * (int64_t)chunks, words);
+}
+
+/* The dropout multipliers of keys 0 .. n - 1 of row r = r0 + k of head
+ * (b, i) (common/dropout.h's awl_attention_dropout_multipliers): from the
+ * tile's words where tile_words drew them, else from the row's own blocks
+ * (four words for every 16 keys), drawn here into words by
+ * cpu_philox_blocks. */
+static void row_multipliers(float *m, int64_t n, const awl_dropout_args *d, int64_t b, int64_t i,
+                            int64_t r0, int k, int64_t H, int64_t T, uint32_t threshold,
+                            float scale, uint32_t *words)
+{
+    const uint64_t chunks = awl_attention_dropout_chunks(T);
+    if (tile_drawn(T))
+        words += 4 * (uint64_t)k * chunks;
+    else
+        cpu_philox_blocks(d->seed,
+                          d->offset + awl_attention_dropout_row(b, i, r0 + k, H, T) * chunks,
+                          (n + 15) / 16, words);
     awl_attention_dropout_multipliers_of(m, n, words, threshold, scale);
 }
 
@@ -426,8 +467,8 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
     if (B * H * T == 0) return AWL_OK;
     int nt;
     /* k transposed, a tile of scores, a zero row, a sink row, a row of
-     * dropout multipliers and its Philox words */
-    const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp + Tp / 4;
+     * dropout multipliers and the Philox words of a tile's rows */
+    const int64_t per_head = D * ld + ROWS * ld + 2 * D + Tp + ROWS * Tp / 4;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     const bool wide = wide_dots();
@@ -457,6 +498,7 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
             float top[ROWS], sum[ROWS], inv[ROWS];
             tile_last_keys(r0, T, causal, last);
             tile_softmax(S, ld, round_up(n, BLOCK), last, top, sum);
+            if (drop) tile_words(drop, b, i, r0, H, T, words);
             for (int k = 0; k < ROWS; k++) {
                 const int64_t r = r0 + k;
                 inv[k] = 1.0f / sum[k];
@@ -465,8 +507,8 @@ int awl_cpu_attention_forward(const awl_view *out, const awl_view *lse, const aw
                 if (drop) {
                     const int64_t nb = round_up(last[k] + 1, BLOCK);
                     float *p = S + k * ld;
-                    row_multipliers(mrow, nb, drop, awl_attention_dropout_row(b, i, r, H, T), T,
-                                    threshold, keep_scale, words);
+                    row_multipliers(mrow, nb, drop, b, i, r0, k, H, T, threshold, keep_scale,
+                                    words);
 #pragma omp simd
                     for (int64_t j = 0; j < nb; j++) p[j] *= mrow[j];
                 }
@@ -498,9 +540,9 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
     /* k and v transposed; P and dS (Tr x ld each, row r filled up to the
      * keys it sees, zero after), kept so that dk and dv can be summed column
      * by column after all rows are done; a zero row, a sink row, a row of
-     * dropout multipliers, each row's dO_r . out_r, and the multipliers'
-     * Philox words */
-    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T + Tp / 4;
+     * dropout multipliers, each row's dO_r . out_r, and the Philox words
+     * of a tile's rows */
+    const int64_t per_head = 2 * D * ld + 2 * Tr * ld + 2 * D + Tp + T + ROWS * Tp / 4;
     const uint32_t threshold = drop ? awl_attention_dropout_threshold(drop->p) : 0;
     const float keep_scale = drop ? (float)awl_attention_dropout_scale(threshold) : 1.0f;
     const bool wide = wide_dots();
@@ -541,6 +583,7 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
             prefetch_rows(&hdo, b, i, r0 + ROWS, T, D);
             tile_dots(wide, in, kt, n, ld, D, P + r0 * ld);
             tile_dots(wide, grads, vt, n, ld, D, dS + r0 * ld); /* dp, overwritten by ds below */
+            if (drop) tile_words(drop, b, i, r0, H, T, words);
             for (int64_t r = r0; r < r0 + ROWS && r < T; r++) {
                 float *p = P + r * ld, *ds = dS + r * ld;
                 /* the row's loops run over whole blocks of keys, its scores
@@ -552,8 +595,8 @@ int awl_cpu_attention_backward(const awl_view *dq, const awl_view *dk, const awl
                 for (int64_t j = nr; j < nb; j++) p[j] = -INFINITY;
                 const float l = *lse_at(&hl, b, i, r), delta = deltas[r];
                 if (drop) {
-                    row_multipliers(mrow, nb, drop, awl_attention_dropout_row(b, i, r, H, T), T,
-                                    threshold, keep_scale, words);
+                    row_multipliers(mrow, nb, drop, b, i, r0, (int)(r - r0), H, T, threshold,
+                                    keep_scale, words);
 #pragma omp simd
                     for (int64_t j = 0; j < nb; j++) {
                         const float e = cpu_expf(p[j] - l);
