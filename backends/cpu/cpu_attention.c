@@ -397,8 +397,8 @@ static const awl_dropout_args *active(const awl_dropout_args *d)
  * are consecutive in the stream (awl_attention_dropout_row), so their
  * blocks, whole rows, are one run of up to 32. Longer rows draw their own,
  * up to the last key they see (a causal row drawn whole would be twice
- * the blocks); without AVX-512 every block comes one at a time, and so do
- * rows alike. */
+ * the blocks), and so does every row without AVX-512, where blocks are
+ * drawn one at a time either way. */
 static bool tile_drawn(int64_t T)
 {
 #if defined(__AVX512F__)
@@ -409,10 +409,10 @@ static bool tile_drawn(int64_t T)
 #endif
 }
 
-/* Where tile_drawn: the Philox blocks of the tile's rows r0 .. up to r0 +
- * ROWS - 1 (and T - 1) of head (b, i), whole, into words (row r0 + k's 4
- * chunks words from words + 4 k chunks, chunks =
- * awl_attention_dropout_chunks(T)). */
+/* Where tile_drawn: the Philox blocks of the tile's rows r0 .. r0 + ROWS
+ * - 1 (those below T) of head (b, i), whole rows, into words: row r0 + k's
+ * 4 chunks words start at words + 4 k chunks, chunks =
+ * awl_attention_dropout_chunks(T). */
 static void tile_words(const awl_dropout_args *d, int64_t b, int64_t i, int64_t r0, int64_t H,
                        int64_t T, uint32_t *words)
 {
