@@ -263,8 +263,9 @@ typedef struct awl_backend {
      * transport. NULL where work runs synchronously (the CPU). */
     void *(*stream)(int device);
     /* Sets one of the backend's named settings, chosen once rather than
-     * looked up by kernels ("attention" = "auto", "simt", "split" or
-     * "one-pass" on CUDA; "fp32_matmul" = "3xtf32" or "sgemm" on CUDA);
+     * looked up by kernels ("attention" = "auto", "simt", "split",
+     * "one-pass" or "mma" on CUDA; "fp32_matmul" = "3xtf32" or "sgemm" on
+     * CUDA);
      * AWL_ERR_INVALID with a message for an unknown name or value. */
     int (*set_option)(const char *name, const char *value);
 

@@ -2,6 +2,7 @@
  * bench/bench_cuda.c - the CUDA backend's kernels against the chip's ceilings.
  *
  *   ./bench_cuda            JSON lines on stdout, one per measurement
+ *   ./bench_cuda attention  the ceilings and the attention rungs alone
  *
  * First the two ceilings, measured in this process (METHOD.md): a large
  * device-to-device copy (bytes read + written per second) and the backend's
@@ -288,6 +289,78 @@ static void ceilings(void)
 
 /* ---- one configuration -------------------------------------------------------------- */
 
+/* Causal attention at one configuration's shape, on every rung. */
+static void attention_rungs(const char *name, int64_t B, int64_t T, int64_t H, int64_t D)
+{
+    /* tensor cores (f32 as 3xTF32, TF32 mode, bf16) with the backward's dS
+     * stored by its first kernel for its second (the default), the backward
+     * in two kernels that recompute it (split) and in one pass with dQ in
+     * slices (one-pass), bf16's wgmma kernels on mma.sync (mma), and CUDA cores (simt); the
+     * tensor-core rungs again with dropout 0.1 (the mask drawn in the kernels); ceiling: the
+     * matching GEMM rate */
+    const awl_dropout_args att_drop = {0.1, 1, 0};
+    static const struct {
+        awl_dtype dt;
+        const char *env; /* the "attention" setting, or NULL for "auto" */
+        bool tf32, dropout;
+        int ceiling; /* index into gemm_tflops */
+        const char *suffix;
+    } rungs[] = {{AWL_F32, NULL, false, false, 0, "f32"},
+                 {AWL_F32, "split", false, false, 0, "f32 split"},
+                 {AWL_F32, "one-pass", false, false, 0, "f32 one-pass"},
+                 {AWL_F32, NULL, true, false, 1, "f32 tf32"},
+                 {AWL_F32, "split", true, false, 1, "f32 tf32 split"},
+                 {AWL_F32, "one-pass", true, false, 1, "f32 tf32 one-pass"},
+                 {AWL_F32, "simt", false, false, 0, "f32 simt"},
+                 {AWL_BF16, NULL, false, false, 2, "bf16"},
+                 {AWL_BF16, "split", false, false, 2, "bf16 split"},
+                 {AWL_BF16, "one-pass", false, false, 2, "bf16 one-pass"},
+                 {AWL_BF16, "mma", false, false, 2, "bf16 mma"},
+                 {AWL_BF16, "simt", false, false, 2, "bf16 simt"},
+                 {AWL_F32, NULL, false, true, 0, "f32 dropout"},
+                 {AWL_F32, "one-pass", false, true, 0, "f32 dropout one-pass"},
+                 {AWL_F32, NULL, true, true, 1, "f32 tf32 dropout"},
+                 {AWL_F32, "one-pass", true, true, 1, "f32 tf32 dropout one-pass"},
+                 {AWL_BF16, NULL, false, true, 2, "bf16 dropout"},
+                 {AWL_BF16, "split", false, true, 2, "bf16 dropout split"},
+                 {AWL_BF16, "one-pass", false, true, 2, "bf16 dropout one-pass"},
+                 {AWL_BF16, "mma", false, true, 2, "bf16 dropout mma"}};
+    for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
+        awl_dtype dt = rungs[t].dt;
+        be->set_option("attention", rungs[t].env ? rungs[t].env : "auto");
+        be->set_matmul_fast_fp32(rungs[t].tf32);
+        char fwd_name[64], bwd_name[64];
+        snprintf(fwd_name, sizeof fwd_name, "attention_forward %s", rungs[t].suffix);
+        snprintf(bwd_name, sizeof bwd_name, "attention_backward %s", rungs[t].suffix);
+        dbuf q = MAKE(dt, -1, 1, B, H, T, D), k = MAKE(dt, -1, 1, B, H, T, D),
+             v = MAKE(dt, -1, 1, B, H, T, D), o = MAKE(dt, -1, 1, B, H, T, D),
+             lse = MAKE(AWL_F32, 0, 1, B, H, T), dq = MAKE(dt, -1, 1, B, H, T, D),
+             dk = MAKE(dt, -1, 1, B, H, T, D), dv = MAKE(dt, -1, 1, B, H, T, D),
+             dout = MAKE(dt, -1, 1, B, H, T, D);
+        views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v},
+                   .d0 = 1.0 / sqrt((double)D),
+                   .drop = rungs[t].dropout ? &att_drop : NULL};
+        double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
+        report_flops(name, fwd_name, time_ms(b_att, &f), flops, rungs[t].ceiling);
+        be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true, f.drop);
+        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v},
+                   .d0 = f.d0,
+                   .drop = f.drop};
+        report_flops(name, bwd_name, time_ms(b_att_bwd, &g), 2.5 * flops, rungs[t].ceiling);
+        be->set_matmul_fast_fp32(false);
+        be->set_option("attention", "auto");
+        drop(&q);
+        drop(&k);
+        drop(&v);
+        drop(&o);
+        drop(&lse);
+        drop(&dq);
+        drop(&dk);
+        drop(&dv);
+        drop(&dout);
+    }
+}
+
 static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H, int64_t V, int L)
 {
     int64_t N = B * T, D = C / H;
@@ -413,71 +486,7 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
         drop(&y);
         drop(&d);
     }
-    /* causal attention on every rung: tensor cores (f32 as 3xTF32, TF32
-     * mode, bf16) with the backward's dS stored by its first kernel for its
-     * second (the default), the backward in two kernels that recompute it
-     * (split) and in one pass with dQ in slices (one-pass), and CUDA cores
-     * (simt); the tensor-core rungs again with dropout 0.1 (the mask drawn
-     * in the kernels); ceiling: the matching GEMM rate */
-    const awl_dropout_args att_drop = {0.1, 1, 0};
-    static const struct {
-        awl_dtype dt;
-        const char *env; /* the "attention" setting, or NULL for "auto" */
-        bool tf32, dropout;
-        int ceiling; /* index into gemm_tflops */
-        const char *suffix;
-    } rungs[] = {{AWL_F32, NULL, false, false, 0, "f32"},
-                 {AWL_F32, "split", false, false, 0, "f32 split"},
-                 {AWL_F32, "one-pass", false, false, 0, "f32 one-pass"},
-                 {AWL_F32, NULL, true, false, 1, "f32 tf32"},
-                 {AWL_F32, "split", true, false, 1, "f32 tf32 split"},
-                 {AWL_F32, "one-pass", true, false, 1, "f32 tf32 one-pass"},
-                 {AWL_F32, "simt", false, false, 0, "f32 simt"},
-                 {AWL_BF16, NULL, false, false, 2, "bf16"},
-                 {AWL_BF16, "split", false, false, 2, "bf16 split"},
-                 {AWL_BF16, "one-pass", false, false, 2, "bf16 one-pass"},
-                 {AWL_BF16, "simt", false, false, 2, "bf16 simt"},
-                 {AWL_F32, NULL, false, true, 0, "f32 dropout"},
-                 {AWL_F32, "one-pass", false, true, 0, "f32 dropout one-pass"},
-                 {AWL_F32, NULL, true, true, 1, "f32 tf32 dropout"},
-                 {AWL_F32, "one-pass", true, true, 1, "f32 tf32 dropout one-pass"},
-                 {AWL_BF16, NULL, false, true, 2, "bf16 dropout"},
-                 {AWL_BF16, "split", false, true, 2, "bf16 dropout split"},
-                 {AWL_BF16, "one-pass", false, true, 2, "bf16 dropout one-pass"}};
-    for (size_t t = 0; t < sizeof rungs / sizeof rungs[0]; t++) {
-        awl_dtype dt = rungs[t].dt;
-        be->set_option("attention", rungs[t].env ? rungs[t].env : "auto");
-        be->set_matmul_fast_fp32(rungs[t].tf32);
-        char fwd_name[64], bwd_name[64];
-        snprintf(fwd_name, sizeof fwd_name, "attention_forward %s", rungs[t].suffix);
-        snprintf(bwd_name, sizeof bwd_name, "attention_backward %s", rungs[t].suffix);
-        dbuf q = MAKE(dt, -1, 1, B, H, T, D), k = MAKE(dt, -1, 1, B, H, T, D),
-             v = MAKE(dt, -1, 1, B, H, T, D), o = MAKE(dt, -1, 1, B, H, T, D),
-             lse = MAKE(AWL_F32, 0, 1, B, H, T), dq = MAKE(dt, -1, 1, B, H, T, D),
-             dk = MAKE(dt, -1, 1, B, H, T, D), dv = MAKE(dt, -1, 1, B, H, T, D),
-             dout = MAKE(dt, -1, 1, B, H, T, D);
-        views f = {.v = {&o.v, &lse.v, &q.v, &k.v, &v.v},
-                   .d0 = 1.0 / sqrt((double)D),
-                   .drop = rungs[t].dropout ? &att_drop : NULL};
-        double flops = 4.0 * B * H * T * T * D / 2; /* two products, causal half */
-        report_flops(name, fwd_name, time_ms(b_att, &f), flops, rungs[t].ceiling);
-        be->attention_forward(&o.v, &lse.v, &q.v, &k.v, &v.v, f.d0, true, f.drop);
-        views g = {.v = {&dq.v, &dk.v, &dv.v, &dout.v, &q.v, &k.v, &v.v, &o.v, &lse.v},
-                   .d0 = f.d0,
-                   .drop = f.drop};
-        report_flops(name, bwd_name, time_ms(b_att_bwd, &g), 2.5 * flops, rungs[t].ceiling);
-        be->set_matmul_fast_fp32(false);
-        be->set_option("attention", "auto");
-        drop(&q);
-        drop(&k);
-        drop(&v);
-        drop(&o);
-        drop(&lse);
-        drop(&dq);
-        drop(&dk);
-        drop(&dv);
-        drop(&dout);
-    }
+    attention_rungs(name, B, T, H, D);
     /* embedding backward: index_add of B*T rows of C onto V rows */
     {
         dbuf dst = MAKE(AWL_F32, -1, 1, V, C), idx = MAKE(AWL_I32, 0, (double)V, N),
@@ -536,9 +545,11 @@ static void config(const char *name, int64_t B, int64_t T, int64_t C, int64_t H,
 }
 #endif
 
-int main(void)
+int main(int argc, char **argv)
 {
 #ifndef AWL_WITH_CUDA
+    (void)argc;
+    (void)argv;
     printf("{\"bench\":\"cuda\",\"skipped\":\"awl was built without CUDA\"}\n");
     return 0;
 #else
@@ -555,8 +566,13 @@ int main(void)
     printf("{\"bench\":\"cuda\",\"device\":\"%s\",\"sms\":%d,\"l2_mb\":%.0f}\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
     ceilings();
-    config("shakespeare-char", 64, 256, 384, 6, 65, 6);
-    config("gpt2-124m", 16, 1024, 768, 12, 50304, 12);
+    if (argc > 1 && strcmp(argv[1], "attention") == 0) {
+        attention_rungs("shakespeare-char", 64, 256, 6, 64);
+        attention_rungs("gpt2-124m", 16, 1024, 12, 64);
+    } else {
+        config("shakespeare-char", 64, 256, 384, 6, 65, 6);
+        config("gpt2-124m", 16, 1024, 768, 12, 50304, 12);
+    }
     printf("{\"bench\":\"cuda\",\"reserved_bytes\":%zu}\n", be->memory_reserved(0));
     return 0;
 #endif

@@ -9,7 +9,7 @@
 #
 # The machine's image has nvcc, gcc and PyTorch but no pkg-config,
 # OpenBLAS, Check or zlib headers, so there is no CMake: every .c is
-# compiled with gcc and every .cu with nvcc -arch=sm_90, all in parallel,
+# compiled with gcc and every .cu with nvcc for sm_90a, all in parallel,
 # against what the git-ignored folder .cudadev carries from a dev machine
 # (scripts/make_cudadev.sh fills it):
 #     .cudadev/include   cblas.h openblas_config.h check.h check_stdint.h zlib.h zconf.h,
@@ -51,7 +51,7 @@ CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=
         -I$CUDA_HOME/include"
 # --split-compile: the attention kernels' instances (dropout in and out) are
 # the longest compile; their optimisation runs on 4 threads
-NVFLAGS="-arch=sm_90 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
+NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -DAWL_CUDA_WGMMA=1 -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
          --split-compile=4"
 # OpenBLAS, cuBLAS and NCCL are not linked: awl opens them on first use
 # (dlopen, found through LD_LIBRARY_PATH; backends/cpu/cpu_blas.c, the CUDA
@@ -110,6 +110,6 @@ for src in tests/helpers/*.c; do HELPERS+=("$(gpu_obj "$src")"); done
 # Links program $1 from the objects after it and the library's.
 gpu_link() {
     local name=$1; shift
-    nvcc -arch=sm_90 -o "$B/bin/$name" "$@" "${LIB_OBJ[@]}" $LIBS > "$B/log/link_$name.log" 2>&1 ||
+    nvcc -gencode=arch=compute_90a,code=sm_90a -o "$B/bin/$name" "$@" "${LIB_OBJ[@]}" $LIBS > "$B/log/link_$name.log" 2>&1 ||
         { echo "link failed: $name"; cat "$B/log/link_$name.log"; touch "$B/FAILED"; }
 }

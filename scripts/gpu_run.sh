@@ -6,7 +6,7 @@
 # Made for the lent H200 machine (the `device` tool: one `run` with carry
 # [".cudadev"]), whose image has nvcc, gcc and PyTorch but no pkg-config,
 # OpenBLAS, Check or zlib headers. So the build is no CMake but
-# scripts/gpu_build.sh's: gcc and nvcc -arch=sm_90, all in parallel,
+# scripts/gpu_build.sh's: gcc and nvcc for sm_90a, all in parallel,
 # against what the git-ignored folder .cudadev carries from a dev machine
 # (scripts/make_cudadev.sh fills it; gpu_build.sh lists it), and also
 #     .cudadev/data/tinyshakespeare.txt      (from ../shared/data)
@@ -272,7 +272,7 @@ stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
     local t0=$(date +%s) pair fields
     { gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
-        nvcc -arch=sm_90 -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
+        nvcc -gencode=arch=compute_90a,code=sm_90a -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
             "${LIB_OBJ[@]}" -L$D/lib -l:libz.so.1 -lgomp -ldl -lm -lrt \
             -lpthread; } > "$B/log/profile_build.log" 2>&1 ||
         { row "profile: build failed"; tail -20 "$B/log/profile_build.log"; return; }

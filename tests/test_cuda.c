@@ -68,17 +68,19 @@ CONFORMS(test_matmul_bias, "matmul_bias")
 CONFORMS(test_adamw, "adamw")
 CONFORMS(test_dropout, "dropout")
 
-/* Attention on every rung: tensor cores (float32 as 3xTF32; bfloat16 mma)
- * with the backward's dS stored by its first kernel for its second (the
- * default), in two kernels that recompute it ("split"), in one pass with
- * dQ in slices ("one-pass"), the CUDA-core kernels ("simt"), each with
+/* Attention on every rung: tensor cores (float32 as 3xTF32; bfloat16 mma,
+ * its forward on wgmma where the build and the device have it) with the
+ * backward's dS stored by its first kernel for its second (the default), in
+ * two kernels that recompute it ("split"), in one pass with dQ in slices
+ * ("one-pass"), bfloat16's wgmma kernels on mma.sync ("mma"), the CUDA-core
+ * kernels ("simt"), each with
  * dropout and without (awl-check's attention cases include dropout); and
  * float32 in TF32 mode, whose single TF32 pass keeps 10 mantissa bits
  * (tolerances x 500). */
 START_TEST(test_attention)
 {
-    static const char *const rungs[] = {NULL, "split", "one-pass", "simt"};
-    for (int r = 0; r < 4; r++) conforms("attention", rungs[r], 1);
+    static const char *const rungs[] = {NULL, "split", "one-pass", "mma", "simt"};
+    for (int r = 0; r < 5; r++) conforms("attention", rungs[r], 1);
     cuda->set_matmul_fast_fp32(true);
     for (int r = 0; r < 3; r++) conforms("attention", rungs[r], 500);
     cuda->set_matmul_fast_fp32(false);
@@ -117,7 +119,7 @@ START_TEST(test_device_and_memory)
 
     awl_clear_error();
     ck_assert_int_eq(cuda->set_option("attention", "fastest"), AWL_ERR_INVALID);
-    ck_assert_ptr_nonnull(strstr(awl_last_error(), "auto, simt, split or one-pass"));
+    ck_assert_ptr_nonnull(strstr(awl_last_error(), "auto, simt, split, one-pass or mma"));
 }
 END_TEST
 

@@ -492,7 +492,7 @@ int fwd_launch(const heads<T> &o, const lse_ref &l, const heads<T> &q, const hea
 }
 
 /* The rung the "attention" setting chose: set once, read by every call. */
-enum rung { RUNG_AUTO, RUNG_SIMT, RUNG_SPLIT, RUNG_ONE_PASS };
+enum rung { RUNG_AUTO, RUNG_SIMT, RUNG_SPLIT, RUNG_ONE_PASS, RUNG_MMA };
 std::atomic<int> chosen_rung{RUNG_AUTO};
 
 /* float32 and bfloat16 go to the tensor-core kernels unless the setting
@@ -511,16 +511,21 @@ bool awlc_attention_one_pass(void)
     return chosen_rung.load(std::memory_order_relaxed) == RUNG_ONE_PASS;
 }
 
+bool awlc_attention_mma_only(void)
+{
+    return chosen_rung.load(std::memory_order_relaxed) == RUNG_MMA;
+}
+
 int awlc_attention_set_rung(const char *value)
 {
-    static const char *const names[] = {"auto", "simt", "split", "one-pass"};
-    for (int r = 0; r < 4; r++)
+    static const char *const names[] = {"auto", "simt", "split", "one-pass", "mma"};
+    for (int r = 0; r < 5; r++)
         if (value && strcmp(value, names[r]) == 0) {
             chosen_rung.store(r);
             return AWL_OK;
         }
     return awl_error(AWL_ERR_INVALID,
-                     "awl_cuda: attention setting '%s' is not auto, simt, split or one-pass",
+                     "awl_cuda: attention setting '%s' is not auto, simt, split, one-pass or mma",
                      value ? value : "(null)");
 }
 

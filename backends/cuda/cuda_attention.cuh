@@ -93,6 +93,9 @@ int awlc_attention_mma_forward(const heads<float> &out, const lse_ref &lse, cons
  * (tests and the benchmark compare them). */
 bool awlc_attention_split(void);
 bool awlc_attention_one_pass(void);
+/* Whether it is "mma": the bfloat16 forward and dK/dV kernels on mma.sync
+ * where they would take wgmma (Hopper, built for sm_90a). */
+bool awlc_attention_mma_only(void);
 
 /* Backward on tensor cores, given Dv[(b*H + h)*T + t] = rowsum(dout * out).
  * By default a dK/dV kernel that also stores dS^T, then a dQ kernel that

@@ -61,6 +61,11 @@
  * the mask. Scores are scaled by scale * log2(e) so that exp2 does the
  * exponentials; lse is stored in natural-log units like the float kernels'.
  *
+ * On Hopper, built for sm_90a (AWL_CUDA_WGMMA), bfloat16 with D <= 64 runs
+ * the forward and the stored-dS dK/dV kernel as fwd_wgmma_kernel and
+ * dkdv_wgmma_kernel: the same algorithm, each tile product one
+ * warpgroup-wide wgmma (see there); the "mma" setting keeps mma.sync.
+ *
  * Dropout (a.dropout; a template parameter DROP of every kernel, so that
  * the kernels without it are what they were) needs no memory: each lane computes the multipliers
  * of the weights it holds from common/dropout.h. The forward multiplies
@@ -344,24 +349,34 @@ template <int P> struct tf32_mma {
 
 /* ---- what both share ---------------------------------------------------------------- */
 
+/* Where element (r, c) of a tile sits (in words): rows padded by PAD, or,
+ * with SW, rows of 128 bytes in the 128-byte swizzle that wgmma reads
+ * (16-byte chunk j of row r at chunk j ^ (r % 8); see fwd_wgmma_kernel). */
+template <typename M, int DP, bool SW> __device__ __forceinline__ int tile_at(int r, int c)
+{
+    const int V = 16 / sizeof(typename M::word); /* words of a chunk */
+    return SW ? r * DP + ((c / V) ^ (r % 8)) * V + c % V : r * (DP + M::PAD) + c;
+}
+
 /* Starts loading rows [t0, t0 + 64) of one head into tile (row-major, row
- * stride DP + PAD): whole aligned 16-byte chunks by cp.async, the rest (rows
- * past T and columns past D as zeros, unaligned rows) by plain stores. The
- * tile is complete once this thread's cp.async group is waited for and the
- * block has synchronised. A tile of whole aligned rows (every tile but a
- * sequence's partial last one, where D = DP and the strides keep each row
- * on a 16-byte boundary) takes a path of its own: a thread's chunks are
- * then one column of rows NT / CH apart, one address and a constant step,
- * where the general loop spends some fifty integer instructions on each
- * chunk's row, bounds and alignment (the forward's and the backward's main
- * loops were led by the integer pipe; the gpt2-124m bf16 step 3.8% shorter
- * on an H100, docs/cuda.md). */
-template <typename M, int DP, int NT = THREADS>
+ * stride DP + PAD, or swizzled: tile_at): whole aligned 16-byte chunks by
+ * cp.async, the rest (rows past T and columns past D as zeros, unaligned
+ * rows) by plain stores. The tile is complete once this thread's cp.async
+ * group is waited for and the block has synchronised. A tile of whole
+ * aligned rows (every tile but a sequence's partial last one, where D = DP
+ * and the strides keep each row on a 16-byte boundary) takes a path of its
+ * own: a thread's chunks are then one column of rows NT / CH apart, one
+ * address and a constant step, where the general loop spends some fifty
+ * integer instructions on each chunk's row, bounds and alignment (the
+ * forward's and the backward's main loops were led by the integer pipe; the
+ * gpt2-124m bf16 step 3.8% shorter on an H100, docs/cuda.md). */
+template <typename M, int DP, int NT = THREADS, bool SW = false>
 __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> &x, int b, int h,
                           int t0, const att_dims &a)
 {
     typedef typename M::word W;
     const int V = 16 / sizeof(W), CH = DP / V; /* V-element chunks per row */
+    static_assert(!SW || CH == 8, "the 128-byte swizzle takes rows of eight chunks");
     if (a.D == DP && t0 + BR <= a.T && x.rows16) {
         /* the common case, every chunk whole and aligned: a thread copies
          * the same column of rows RS apart, so one address and one step */
@@ -369,15 +384,14 @@ __device__ void load_tile(typename M::word *tile, const heads<typename M::elem> 
         static_assert(NT % CH == 0 && BR % (NT / CH) == 0, "a tile in whole passes");
         int r = threadIdx.x / CH, c = (threadIdx.x % CH) * V;
         const typename M::elem *src = row_ptr(x, b, h, t0 + r) + c;
-        W *dst = tile + r * (DP + M::PAD) + c;
 #pragma unroll
         for (int i = 0; i < BR / RS; i++)
-            cp_async16(dst + i * RS * (DP + M::PAD), src + i * RS * x.st);
+            cp_async16(tile + tile_at<M, DP, SW>(r + i * RS, c), src + i * RS * x.st);
         return;
     }
     for (int idx = threadIdx.x; idx < BR * CH; idx += NT) {
         int r = idx / CH, c = (idx % CH) * V, t = t0 + r;
-        W *dst = tile + r * (DP + M::PAD) + c;
+        W *dst = tile + tile_at<M, DP, SW>(r, c);
         int n = t < a.T ? min(max(a.D - c, 0), V) : 0; /* elements to read */
         const typename M::elem *src = n > 0 ? row_ptr(x, b, h, t) + c : nullptr;
         if (n == V && ((uintptr_t)src & 15u) == 0) {
@@ -484,6 +498,90 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* One key tile of the online softmax, for a warp's query rows row and row
+ * + 8 (row = its first row + g) and keys k0..k0 + 63, given their scores s
+ * (C fragments): masks s where `mask` says the tile crosses the diagonal
+ * or the end of the sequence, turns the scores into weights against the
+ * running maximum m, adds their sums into l, sets alpha to how far m moved
+ * (the factor for the rows' output so far: rescale), and multiplies the
+ * weights by their dropout multipliers after their sums are taken (lse
+ * stays that of the whole softmax). */
+template <bool DROP>
+__device__ __forceinline__ void softmax_tile(float s[8][4], float alpha[2], float m[2], float l[2],
+                                             bool mask, const att_dims &a, int b, int h, int row,
+                                             int k0, int lane)
+{
+    int t = lane % 4;
+    const float sl2 = a.scale * LOG2E;
+    if (mask)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + nb * 8 + 2 * t + (e & 1);
+                if (!att_visible(row + 8 * (e / 2), key, a)) s[nb][e] = -INFINITY;
+            }
+    /* m is the running maximum of the unscaled scores (the same keys' as of
+     * the scaled ones: scale > 0), so a weight is one FFMA and one ex2,
+     * exp2(s sl2 - m sl2); ms = m sl2, or 0 while a row has seen no key,
+     * so that its hidden keys give exp2(-inf) = 0. */
+    float mx[2] = {m[0], m[1]}, ms[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nb][e]);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float mn = quad_max(mx[i]);
+        ms[i] = mn == -INFINITY ? 0.0f : mn * sl2;
+        alpha[i] = m[i] == mn ? 1.0f : awlc_exp2_ftz(fmaf(m[i], sl2, -ms[i]));
+        m[i] = mn;
+    }
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[nb][e] = awlc_exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
+            rs[e / 2] += s[nb][e];
+        }
+    if (DROP) drop_rows(s, a, b, h, row, k0, lane);
+#pragma unroll
+    for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + quad_sum(rs[i]);
+}
+
+/* o (C fragments of rows g and g + 8) times alpha[0] and alpha[1]. */
+template <int DP> __device__ __forceinline__ void rescale(float o[DP / 8][4], const float alpha[2])
+{
+#pragma unroll
+    for (int nb = 0; nb < DP / 8; nb++) {
+        o[nb][0] *= alpha[0];
+        o[nb][1] *= alpha[0];
+        o[nb][2] *= alpha[1];
+        o[nb][3] *= alpha[1];
+    }
+}
+
+/* The end of a forward for a warp's rows qs + r0 + g (+ 8): lse (natural
+ * log units) and out = o / l. */
+template <typename T, int DP>
+__device__ __forceinline__ void
+finish_rows(const heads<T> &out, const lse_ref &lse, const float o[DP / 8][4], const float m[2],
+            const float l[2], const att_dims &a, int b, int h, int qs, int r0, int lane)
+{
+    int g = lane / 4, t = lane % 4;
+    const float sl2 = a.scale * LOG2E;
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        int row = qs + r0 + g + 8 * i;
+        if (t == 0 && row < a.T)
+            lse.p[b * lse.sb + h * lse.sh + (int64_t)row * lse.st] =
+                (m[i] * sl2 + log2f(l[i])) * LN2;
+    }
+    store_rows<T, DP>(out, b, h, qs, r0, o, inv, a, g, t);
+}
+
 /* Which of its head's `tiles` tiles, and which head (b H + h), a block
  * takes. With a.group = 0 the grid is (tiles, heads); else it is one row
  * of every head's tiles, in groups of `group` heads, each group's first
@@ -507,7 +605,7 @@ __device__ __forceinline__ att_block block_of(const att_dims &a, int tiles)
  * (w / 4) 64 + (w % 4) 16 .. + 15 of the block; every key tile brought
  * into shared memory serves all of them. */
 template <typename M, int DP, int QW, bool DROP>
-__global__ void __launch_bounds__(THREADS * QW)
+__global__ void __launch_bounds__(THREADS *QW)
     fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
                heads<typename M::elem> k, heads<typename M::elem> v, att_dims a)
 {
@@ -540,7 +638,6 @@ __global__ void __launch_bounds__(THREADS * QW)
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nb = 0; nb < DP / 8; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-    const float sl2 = a.scale * LOG2E;
     int last = a.causal ? min(ntiles - 1, (q0 + QW * BR - 1) / BR) : ntiles - 1;
     for (int kt = 0; kt <= last; kt++) {
         int k0 = kt * BR;
@@ -556,62 +653,231 @@ __global__ void __launch_bounds__(THREADS * QW)
         if (!a.causal || k0 <= qs + r0 + 15) {
             float s[8][4];
             M::template scores<DP>(s, qf, Ks, lane);
-            if (needs_mask(qs, k0, a))
-#pragma unroll
-                for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int row = qs + r0 + g + 8 * (e / 2), key = k0 + nb * 8 + 2 * t + (e & 1);
-                        if (!att_visible(row, key, a)) s[nb][e] = -INFINITY;
-                    }
-            /* m is the running maximum of the unscaled scores (the same keys'
-             * as of the scaled ones: scale > 0), so a weight is one FFMA and
-             * one ex2, exp2(s sl2 - m sl2); ms = m sl2, or 0 while a row has
-             * seen no key, so that its hidden keys give exp2(-inf) = 0. */
-            float mx[2] = {m[0], m[1]}, ms[2], alpha[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nb][e]);
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float mn = quad_max(mx[i]);
-                ms[i] = mn == -INFINITY ? 0.0f : mn * sl2;
-                alpha[i] = m[i] == mn ? 1.0f : awlc_exp2_ftz(fmaf(m[i], sl2, -ms[i]));
-                m[i] = mn;
-            }
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s[nb][e] = awlc_exp2_ftz(fmaf(s[nb][e], sl2, -ms[e / 2]));
-                    rs[e / 2] += s[nb][e];
-                }
-            if (DROP) drop_rows(s, a, b, h, qs + r0 + g, k0, lane);
-#pragma unroll
-            for (int i = 0; i < 2; i++) l[i] = l[i] * alpha[i] + quad_sum(rs[i]);
-#pragma unroll
-            for (int nb = 0; nb < DP / 8; nb++) {
-                o[nb][0] *= alpha[0];
-                o[nb][1] *= alpha[0];
-                o[nb][2] *= alpha[1];
-                o[nb][3] *= alpha[1];
-            }
+            float alpha[2];
+            softmax_tile<DROP>(s, alpha, m, l, needs_mask(qs, k0, a), a, b, h, qs + r0 + g, k0,
+                               lane);
+            rescale<DP>(o, alpha);
             M::template accumulate<DP>(o, s, Vs, lane);
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
-    float inv[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        int row = qs + r0 + g + 8 * i;
-        if (t == 0 && row < a.T)
-            lse.p[b * lse.sb + h * lse.sh + (int64_t)row * lse.st] =
-                (m[i] * sl2 + log2f(l[i])) * LN2;
-    }
-    store_rows<typename M::elem, DP>(out, b, h, qs, r0, o, inv, a, g, t);
+    finish_rows<typename M::elem, DP>(out, lse, o, m, l, a, b, h, qs, r0, lane);
 }
+
+/* ---- Hopper's warpgroup products (sm_90a): the forward and dK/dV ------------------ */
+
+#if defined(AWL_CUDA_WGMMA)
+/*
+ * bfloat16 with D <= 64: fwd_kernel's algorithm, with each tile product
+ * one wgmma.mma_async issued by a warpgroup (4 consecutive warps, 128
+ * threads) for all its 64 query rows, its B operand (and S's A, Q) read by
+ * the tensor cores straight from shared memory: 4 instructions where each
+ * warp issued 32 mma.sync and 16 ldmatrix, and no registers spent on B
+ * fragments. The accumulators of wgmma.m64n64k16 give warp w of the group
+ * rows 16w..16w + 15 in exactly mma.m16n8's C fragments, and its A
+ * operand in registers is mma.m16n8k16's A fragment (PTX ISA, "Register
+ * Fragments and Shared Memory Matrix Layouts" of wgmma), so the masking,
+ * the online softmax, dropout and the stores are fwd_kernel's
+ * (softmax_tile, finish_rows), and P goes from S's registers to the second
+ * product as in bf16_mma::accumulate.
+ *
+ * Tiles lie in the layout the tensor cores read with the 128-byte swizzle:
+ * a row of 64 bf16 is 128 bytes, its 16-byte chunk j at chunk j ^ (row %
+ * 8), eight rows one 1024-byte atom (tile_at; tiles 1024-byte aligned).
+ * A shared-memory operand is a 64-bit descriptor (sw128): the tile's
+ * address, the 1024 bytes from one group of 8 rows to the next, and the
+ * swizzle mode. Q and K are "K-major" (the summed index, d, runs along a
+ * row): the k-th 16 columns of a product start 32 k bytes into the rows
+ * (the swizzle is applied to the address, so an offset inside the atom
+ * holds). V in P V is "MN-major" (d is the output's column, along the row;
+ * the keys are summed), read with the transpose bit: its k-th 16 keys are
+ * two atoms, 2048 k bytes on.
+ *
+ * The ordering rules: the tiles come by cp.async, whose writes the tensor
+ * cores (the async proxy) see only after fence.proxy.async and the block's
+ * barrier; registers the products read or accumulate into are handed over
+ * by wgmma.fence; the products run asynchronously until
+ * wgmma.commit_group / wait_group, and nothing touches their accumulators
+ * before that wait (reg_fence tells the compiler so).
+ */
+
+/* A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+ * address >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte
+ * offset >> 4 (32-45), swizzle mode (62-63; 1 = 128 bytes). The stride
+ * from one 8-row group to the next is 1024 bytes in both majors; the
+ * leading offset is unused for these 64-wide tiles (K-major: 16 columns
+ * lie within a row; MN-major: 64 columns are one atom) and set to 1024
+ * bytes too. */
+__device__ __forceinline__ uint64_t sw128(const void *tile)
+{
+    uint64_t addr = (uint32_t)__cvta_generic_to_shared(tile);
+    return (addr & 0x3FFFF) >> 4 | (uint64_t)(1024 >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* Shared memory written by this thread through the generic proxy
+ * (cp.async) made visible to the tensor cores' reads. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Keeps the compiler from moving reads or writes of x across this point
+ * (an empty asm volatile that claims to rewrite x). */
+__device__ __forceinline__ void reg_fence(float x[8][4])
+{
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(x[nb][e])::"memory");
+}
+__device__ __forceinline__ void reg_fence(uint32_t x[4])
+{
+#pragma unroll
+    for (int e = 0; e < 4; e++) asm volatile("" : "+r"(x[e])::"memory");
+}
+
+/* A 16 x 64 tile of a warp's C fragments (floats) as bf16 A fragments
+ * for a product over its 64 columns, 16 at a time (f[kk]: columns 16 kk..;
+ * the C fragments of two neighbouring 8-column blocks are exactly one A
+ * fragment), each fenced for the wgmma that reads it. */
+__device__ __forceinline__ void a_fragments(uint32_t f[4][4], const float c[8][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        f[kk][0] = pack2(c[2 * kk][0], c[2 * kk][1]);
+        f[kk][1] = pack2(c[2 * kk][2], c[2 * kk][3]);
+        f[kk][2] = pack2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        f[kk][3] = pack2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+        reg_fence(f[kk]);
+    }
+}
+
+#define AWLC_WG_D                                                                                  \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define AWLC_WG_OUT(d)                                                                             \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),      \
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),  \
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),  \
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),  \
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),  \
+        "+f"(d[7][2]), "+f"(d[7][3])
+
+/* d (64 x 64, f32) = A B^T, or += where `add`: A a 64 x 16 slice of a
+ * K-major tile, B one of another (both by descriptor). */
+__device__ __forceinline__ void wgmma_ss(float d[8][4], uint64_t da, uint64_t db, int add)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AWLC_WG_D
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : AWLC_WG_OUT(d)
+                 : "l"(da), "l"(db), "r"(add));
+#endif
+}
+
+/* d (64 x 64, f32) += A B: A (64 x 16) in registers (a warp's rows as
+ * mma.m16n8k16's A fragment), B 16 rows of an MN-major tile (descriptor,
+ * transposed). */
+__device__ __forceinline__ void wgmma_rs_t(float d[8][4], const uint32_t a[4], uint64_t db)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AWLC_WG_D
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : AWLC_WG_OUT(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+#endif
+}
+
+/* The forward of QW x 64 query rows on QW warpgroups, warpgroup u on rows
+ * u 64 .. u 64 + 63 of the block (warp w of it on 16 w ..); every key tile
+ * brought into shared memory serves all of them. Shared memory: QW Q
+ * tiles, then two K/V buffers [K0 V0 K1 V1], 1024-byte aligned. */
+template <int QW, bool DROP>
+__global__ void __launch_bounds__(THREADS *QW)
+    fwd_wgmma_kernel(heads<awl_bf16> out, lse_ref lse, heads<awl_bf16> q, heads<awl_bf16> k,
+                     heads<awl_bf16> v, att_dims a)
+{
+    awlc_await_previous_kernel();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef bf16_mma M;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int NT = THREADS * QW, TS = BR * 64; /* a tile's words */
+    uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_bytes);
+    uint16_t *smem = reinterpret_cast<uint16_t *>(smem_bytes + ((1024 - base % 1024) % 1024));
+    int ntiles = (a.T + BR - 1) / BR, nblocks = (a.T + QW * BR - 1) / (QW * BR);
+    att_block at = block_of(a, nblocks);
+    int qt = a.causal ? nblocks - 1 - at.tile : at.tile;
+    int b = at.bh / a.H, h = at.bh % a.H, q0 = qt * QW * BR;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    int sub = warp / 4, r0 = (warp % 4) * 16, qs = q0 + sub * BR; /* the group's 64-row tile */
+    uint16_t *kv = smem + QW * TS;
+
+#pragma unroll
+    for (int u = 0; u < QW; u++) load_tile<M, 64, NT, true>(smem + u * TS, q, b, h, q0 + u * BR, a);
+    load_tile<M, 64, NT, true>(kv, k, b, h, 0, a);
+    load_tile<M, 64, NT, true>(kv + TS, v, b, h, 0, a);
+    cp_async_commit();
+    const uint64_t dq = sw128(smem + sub * TS);
+    float o[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+    int last = a.causal ? min(ntiles - 1, (q0 + QW * BR - 1) / BR) : ntiles - 1;
+    for (int kt = 0; kt <= last; kt++) {
+        int k0 = kt * BR;
+        uint16_t *Ks = kv + (kt & 1) * 2 * TS, *Vs = Ks + TS, *next = kv + (~kt & 1) * 2 * TS;
+        if (kt < last) {
+            load_tile<M, 64, NT, true>(next, k, b, h, k0 + BR, a);
+            load_tile<M, 64, NT, true>(next + TS, v, b, h, k0 + BR, a);
+        }
+        cp_async_commit();
+        cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
+        fence_proxy_async();
+        __syncthreads();
+        /* a warpgroup whose rows all come before this tile's keys skips it */
+        if (!a.causal || k0 <= qs + BR - 1) {
+            float s[8][4] = {}; /* the first product overwrites it (add = 0) */
+            const uint64_t dk = sw128(Ks), dv = sw128(Vs);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(s, dq + 2 * kk, dk + 2 * kk, kk);
+            wgmma_commit();
+            wgmma_wait_all();
+            reg_fence(s);
+            float alpha[2];
+            softmax_tile<DROP>(s, alpha, m, l, needs_mask(qs, k0, a), a, b, h, qs + r0 + g, k0,
+                               lane);
+            rescale<64>(o, alpha);
+            uint32_t p[4][4]; /* P in bf16, the A fragments of keys 16 kk.. */
+            a_fragments(p, s);
+            reg_fence(o);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_t(o, p[kk], dv + kk * (2048 >> 4));
+            wgmma_commit();
+            wgmma_wait_all();
+            reg_fence(o);
+        }
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+    finish_rows<awl_bf16, 64>(out, lse, o, m, l, a, b, h, qs, r0, lane);
+#else
+    __trap(); /* launched only where awlc_wgmma() holds */
+#endif
+}
+#endif
 
 /* lse (in log2 units) and Di of rows r and r + 8 of this warp. */
 __device__ __forceinline__ void row_stats(float ls[2], float ds[2], const lse_ref &lse,
@@ -642,33 +908,27 @@ __device__ void load_stats(float *ls, float *ds, const lse_ref &lse, const float
 /* Starts loading query rows [q0, q0 + 64) for the walk over query tiles:
  * Q into qd, dO into the tile after it, their statistics into st (lse,
  * then Di). */
-template <typename M, int DP>
+template <typename M, int DP, bool SW = false>
 __device__ void load_query_tile(typename M::word *qd, float *st, const heads<typename M::elem> &q,
                                 const heads<typename M::elem> &dout, const lse_ref &lse,
                                 const float *Dv, int b, int h, int q0, const att_dims &a)
 {
-    load_tile<M, DP>(qd, q, b, h, q0, a);
-    load_tile<M, DP>(qd + BR * (DP + M::PAD), dout, b, h, q0, a);
+    load_tile<M, DP, THREADS, SW>(qd, q, b, h, q0, a);
+    load_tile<M, DP, THREADS, SW>(qd + BR * (SW ? DP : DP + M::PAD), dout, b, h, q0, a);
     load_stats(st, st + BR, lse, Dv, b, h, q0, a);
 }
 
-/* One (key tile, query tile) pair of the backward, for the warp's keys
- * k0 + r0 + g (+ 8) of head (b, h), given their K and V fragments: S^T =
- * K Q^T, P^T = exp2(S^T - lse), dP^T = M^T (V dO^T), dS^T = P^T (dP^T - D)
- * (left in dst); dV += (M P)^T dO, dK += dS^T Q, M the dropout multipliers
- * (1 without dropout). ls and ds: the query tile's statistics. */
-template <typename M, int DP, bool DROP>
-__device__ __forceinline__ void
-dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
-          const uint32_t kf[DP / M::KS][4], const uint32_t vf[DP / M::KS][4],
-          const typename M::word *Qs, const typename M::word *dOs, const float *ls, const float *ds,
-          int b, int h, int q0, int k0, int r0, const att_dims &a, int lane)
+/* The middle of a dK/dV pair, element by element: from S^T (in p) and
+ * dP^T (in dst), C fragments of the warp's keys k0 + r0 + g (+ 8) and
+ * query tile q0, to P^T times the dropout multipliers M^T (in p) and dS^T
+ * = P^T (M^T dP^T - D) (in dst). ls and ds: the query tile's statistics. */
+template <bool DROP>
+__device__ __forceinline__ void dkdv_weights(float p[8][4], float dst[8][4], const float *ls,
+                                             const float *ds, int b, int h, int q0, int k0, int r0,
+                                             const att_dims &a, int lane)
 {
     int g = lane / 4, t = lane % 4;
     const float sl2 = a.scale * LOG2E;
-    float p[8][4];
-    M::template scores<DP>(p, kf, Qs, lane);    /* S^T: keys x queries */
-    M::template scores<DP>(dst, vf, dOs, lane); /* dP^T */
     bool mask = needs_mask(q0, k0, a);
     unsigned words = DROP ? drop_words_t(a, b, h, q0, k0 + r0, lane) : 0u;
 #pragma unroll
@@ -689,6 +949,24 @@ dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
             dst[nb][e] = pv * (m * dst[nb][e] - d_q);
         }
     }
+}
+
+/* One (key tile, query tile) pair of the backward, for the warp's keys
+ * k0 + r0 + g (+ 8) of head (b, h), given their K and V fragments: S^T =
+ * K Q^T, P^T = exp2(S^T - lse), dP^T = M^T (V dO^T), dS^T = P^T (dP^T - D)
+ * (left in dst); dV += (M P)^T dO, dK += dS^T Q, M the dropout multipliers
+ * (1 without dropout). ls and ds: the query tile's statistics. */
+template <typename M, int DP, bool DROP>
+__device__ __forceinline__ void
+dkdv_pair(float dst[8][4], float gk[DP / 8][4], float gv[DP / 8][4],
+          const uint32_t kf[DP / M::KS][4], const uint32_t vf[DP / M::KS][4],
+          const typename M::word *Qs, const typename M::word *dOs, const float *ls, const float *ds,
+          int b, int h, int q0, int k0, int r0, const att_dims &a, int lane)
+{
+    float p[8][4];
+    M::template scores<DP>(p, kf, Qs, lane);    /* S^T: keys x queries */
+    M::template scores<DP>(dst, vf, dOs, lane); /* dP^T */
+    dkdv_weights<DROP>(p, dst, ls, ds, b, h, q0, k0, r0, a, lane);
     M::template accumulate<DP>(gv, p, dOs, lane);
     M::template accumulate<DP>(gk, dst, Qs, lane);
 }
@@ -709,6 +987,37 @@ __device__ __forceinline__ W *ds_tile(W *ds, const att_dims &a, int ntiles, int 
 {
     int64_t pair = a.causal ? (int64_t)qt * (qt + 1) / 2 + kt : (int64_t)qt * ntiles + kt;
     return ds + (bh * ds_pairs(a, ntiles) + pair) * (BR * BR);
+}
+
+/* Writes a warp's 16 rows r0.. of a dS^T tile (C fragments, rounded to
+ * the tiles' word) to `tile` (64 x 64, row-major): through the warp's part
+ * of `stage` (64 rows of 64 + PAD words), then out in 16-byte chunks,
+ * eight lanes to a row, so that each store instruction writes whole
+ * 128-byte lines (a C fragment's pairs written directly are 4 bytes a
+ * lane, half sectors). */
+template <typename M>
+__device__ __forceinline__ void store_ds_rows(typename M::word *tile, typename M::word *stage,
+                                              const float ds_t[8][4], int r0, int lane)
+{
+    typedef typename M::word W;
+    int g = lane / 4, t = lane % 4;
+    const int SW = BR + M::PAD, V = 16 / sizeof(W), CH = BR / V;
+    W *st = stage + r0 * SW;
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            M::store_pair(st + (g + 8 * i) * SW + nb * 8 + 2 * t, ds_t[nb][2 * i],
+                          ds_t[nb][2 * i + 1]);
+    __syncwarp();
+    tile += r0 * BR;
+#pragma unroll
+    for (int i = 0; i < 16 * CH / 32; i++) {
+        int c = lane + 32 * i;
+        *reinterpret_cast<uint4 *>(tile + (c / CH) * BR + (c % CH) * V) =
+            *reinterpret_cast<const uint4 *>(st + (c / CH) * SW + (c % CH) * V);
+    }
+    __syncwarp(); /* read out before the next tile's rows are written */
 }
 
 /* The blocks an SM the dK/dV kernel is compiled for: bfloat16 with D <= 64
@@ -782,35 +1091,104 @@ __global__ void __launch_bounds__(THREADS, dkdv_blocks<M, DP, STORE>())
         }
         float ds_t[8][4];
         dkdv_pair<M, DP, DROP>(ds_t, gk, gv, kf, vf, Qs, dOs, ls, ds, b, h, q0, k0, r0, a, lane);
-        if (STORE) {
-            /* the warp's 16 rows through its part of shared memory, then out
-             * in 16-byte chunks, eight lanes to a row, so that each store
-             * instruction writes whole 128-byte lines (a C fragment's pairs
-             * written directly are 4 bytes a lane, half sectors) */
-            const int SW = BR + M::PAD, V = 16 / sizeof(W), CH = BR / V;
-            W *st = stage + r0 * SW;
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-                    M::store_pair(st + (g + 8 * i) * SW + nb * 8 + 2 * t, ds_t[nb][2 * i],
-                                  ds_t[nb][2 * i + 1]);
-            __syncwarp();
-            W *tile = ds_tile(ds_out, a, ntiles, at.bh, qt, kt) + r0 * BR;
-#pragma unroll
-            for (int i = 0; i < 16 * CH / 32; i++) {
-                int c = lane + 32 * i;
-                *reinterpret_cast<uint4 *>(tile + (c / CH) * BR + (c % CH) * V) =
-                    *reinterpret_cast<const uint4 *>(st + (c / CH) * SW + (c % CH) * V);
-            }
-            __syncwarp(); /* read out before the next tile's rows are written */
-        }
+        if (STORE)
+            store_ds_rows<M>(ds_tile(ds_out, a, ntiles, at.bh, qt, kt), stage, ds_t, r0, lane);
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
     const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
     store_rows<typename M::elem, DP>(dk, b, h, k0, r0, gk, sc, a, g, t);
     store_rows<typename M::elem, DP>(dv, b, h, k0, r0, gv, one, a, g, t);
 }
+
+#if defined(AWL_CUDA_WGMMA)
+/* dkdv_kernel for bfloat16 with D <= 64, storing dS^T, on wgmma (see
+ * fwd_wgmma_kernel): the block is one warpgroup on its 64 keys, and each
+ * pair of tiles is four warpgroup products, S^T = K Q^T and dP^T = V dO^T
+ * (both operands K-major tiles), then dV += P^T dO and dK += dS^T Q with
+ * P^T and dS^T from registers and dO and Q read as MN-major (the same
+ * tiles, with the transpose bit). */
+template <bool DROP>
+__global__ void __launch_bounds__(THREADS, 3)
+    dkdv_wgmma_kernel(heads<awl_bf16> dk, heads<awl_bf16> dv, heads<awl_bf16> dout,
+                      heads<awl_bf16> q, heads<awl_bf16> k, heads<awl_bf16> v, lse_ref lse,
+                      const float *Dv, att_dims a, uint16_t *ds_out)
+{
+    awlc_await_previous_kernel();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef bf16_mma M;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int TS = BR * 64; /* a tile's words */
+    uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_bytes);
+    uint16_t *smem = reinterpret_cast<uint16_t *>(smem_bytes + ((1024 - base % 1024) % 1024));
+    float *stats = reinterpret_cast<float *>(smem + 6 * TS); /* [ls0 ds0 ls1 ds1] */
+    uint16_t *stage = reinterpret_cast<uint16_t *>(stats + 4 * BR);
+    int ntiles = (a.T + BR - 1) / BR;
+    att_block at = block_of(a, ntiles);
+    int kt = at.tile, b = at.bh / a.H, h = at.bh % a.H, k0 = kt * BR;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int r0 = warp * 16;
+    int first = a.causal ? kt : 0;
+
+    /* [K V Q0 dO0 Q1 dO1], all in the 128-byte swizzle */
+    load_tile<M, 64, THREADS, true>(smem, k, b, h, k0, a);
+    load_tile<M, 64, THREADS, true>(smem + TS, v, b, h, k0, a);
+    load_query_tile<M, 64, true>(smem + 2 * TS, stats, q, dout, lse, Dv, b, h, first * BR, a);
+    cp_async_commit();
+    const uint64_t dK = sw128(smem), dV = sw128(smem + TS);
+    float gk[8][4], gv[8][4];
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) gk[nb][e] = gv[nb][e] = 0.0f;
+    for (int qt = first; qt < ntiles; qt++) {
+        int q0 = qt * BR, cur = (qt - first) & 1;
+        uint16_t *Qs = smem + (2 + 2 * cur) * TS, *next = smem + (4 - 2 * cur) * TS;
+        const float *ls = stats + cur * 2 * BR, *ds = ls + BR;
+        if (qt + 1 < ntiles)
+            load_query_tile<M, 64, true>(next, stats + (cur ^ 1) * 2 * BR, q, dout, lse, Dv, b, h,
+                                         q0 + BR, a);
+        cp_async_commit();
+        cp_async_wait<1>(); /* all but the prefetch: this tile has arrived */
+        fence_proxy_async();
+        __syncthreads();
+        const uint64_t dQ = sw128(Qs), dO = sw128(Qs + TS);
+        float p[8][4] = {}, ds_t[8][4] = {};
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(p, dK + 2 * kk, dQ + 2 * kk, kk);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(ds_t, dV + 2 * kk, dO + 2 * kk, kk);
+        wgmma_commit();
+        wgmma_wait_all();
+        reg_fence(p);
+        reg_fence(ds_t);
+        dkdv_weights<DROP>(p, ds_t, ls, ds, b, h, q0, k0, r0, a, lane);
+        uint32_t pa[4][4], sa[4][4]; /* P^T and dS^T in bf16, A fragments */
+        a_fragments(pa, p);
+        a_fragments(sa, ds_t);
+        reg_fence(gv);
+        reg_fence(gk);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_t(gv, pa[kk], dO + kk * (2048 >> 4));
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_t(gk, sa[kk], dQ + kk * (2048 >> 4));
+        wgmma_commit();
+        store_ds_rows<M>(ds_tile(ds_out, a, ntiles, at.bh, qt, kt), stage, ds_t, r0, lane);
+        wgmma_wait_all();
+        reg_fence(gv);
+        reg_fence(gk);
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+    const float one[2] = {1.0f, 1.0f}, sc[2] = {a.scale, a.scale};
+    int g = lane / 4, t = lane % 4;
+    store_rows<awl_bf16, 64>(dk, b, h, k0, r0, gk, sc, a, g, t);
+    store_rows<awl_bf16, 64>(dv, b, h, k0, r0, gv, one, a, g, t);
+#else
+    __trap(); /* launched only where awlc_wgmma() holds */
+#endif
+}
+#endif
 
 /* dQ for 64 queries; walks the key tiles: S = Q K^T, P, dP = M (dO V^T),
  * dS = P (dP - D), dQ += dS K (M: dropout multipliers, or none). */
@@ -917,7 +1295,7 @@ template <typename M, int DP> __host__ __device__ constexpr int dq_groups()
  * reads transposed. Under the causal mask the group's first tile has one
  * key tile fewer than its second: its warps sit out the last one. */
 template <typename M, int DP, int QW>
-__global__ void __launch_bounds__(THREADS * QW)
+__global__ void __launch_bounds__(THREADS *QW)
     dq_stored_kernel(heads<typename M::elem> dq, heads<typename M::elem> k,
                      const typename M::word *ds, att_dims a)
 {
@@ -1148,6 +1526,31 @@ int forward(const heads<typename M::elem> &out, const lse_ref &lse,
     return forward_rows<M, DP, 1, DROP>(out, lse, q, k, v, a);
 }
 
+#if defined(AWL_CUDA_WGMMA)
+/* The wgmma forward (bfloat16, D <= 64), QW warpgroups a block: 64 rows
+ * of Q each, two K/V buffers, and 1 KB to align them on. */
+template <int QW, bool DROP>
+int forward_wgmma_rows(const heads<awl_bf16> &out, const lse_ref &lse, const heads<awl_bf16> &q,
+                       const heads<awl_bf16> &k, const heads<awl_bf16> &v, const att_dims &a)
+{
+    size_t smem = (size_t)(QW + 4) * BR * 64 * sizeof(uint16_t) + 1024;
+    AWLC_TRY_STATUS(allow(fwd_wgmma_kernel<QW, DROP>, smem));
+    att_dims g = a;
+    dim3 grid = tile_grid((a.T + QW * BR - 1) / (QW * BR), &g);
+    awlc_launch(fwd_wgmma_kernel<QW, DROP>, grid, THREADS * QW, smem, out, lse, q, k, v, g);
+    return awlc_check_launch("attention_forward (wgmma)");
+}
+
+/* Two warpgroups a block once there are more than 64 rows. */
+template <bool DROP>
+int forward_wgmma(const heads<awl_bf16> &out, const lse_ref &lse, const heads<awl_bf16> &q,
+                  const heads<awl_bf16> &k, const heads<awl_bf16> &v, const att_dims &a)
+{
+    if (a.T > BR) return forward_wgmma_rows<2, DROP>(out, lse, q, k, v, a);
+    return forward_wgmma_rows<1, DROP>(out, lse, q, k, v, a);
+}
+#endif
+
 /* The backward in two kernels: dkdv_kernel, then dQ. With `ds` (scratch of
  * stored_ds_bytes) the dK/dV kernel stores its dS^T tiles there and
  * dq_stored_kernel reads them back: 5 tile products a pair of tiles, for a
@@ -1164,7 +1567,21 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     att_dims a = a0;
     dim3 grid = tile_grid((a.T + BR - 1) / BR, &a);
     size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    if (ds) {
+    bool wg = false;
+#if defined(AWL_CUDA_WGMMA)
+    if constexpr (std::is_same<M, bf16_mma>::value && DP == 64)
+        wg = ds && awlc_wgmma() && !awlc_attention_mma_only();
+#endif
+    if (wg) {
+#if defined(AWL_CUDA_WGMMA)
+        if constexpr (std::is_same<M, bf16_mma>::value && DP == 64) {
+            s1 += tiles<M, 64>(1) + 1024; /* the dS^T rows on their way out; alignment */
+            AWLC_TRY_STATUS(allow(dkdv_wgmma_kernel<DROP>, s1));
+            awlc_launch(dkdv_wgmma_kernel<DROP>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse, Dv,
+                        a, ds);
+        }
+#endif
+    } else if (ds) {
         s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
         AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
         awlc_launch(dkdv_kernel<M, DP, DROP, true>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse,
@@ -1335,6 +1752,12 @@ int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
                                const heads<awl_bf16> &q, const heads<awl_bf16> &k,
                                const heads<awl_bf16> &v, const att_dims &a)
 {
+#if defined(AWL_CUDA_WGMMA)
+    /* on Hopper, unless the "attention" setting asks for mma.sync ("mma") */
+    if (a.D <= 64 && awlc_wgmma() && !awlc_attention_mma_only())
+        return a.dropout ? forward_wgmma<true>(out, lse, q, k, v, a)
+                         : forward_wgmma<false>(out, lse, q, k, v, a);
+#endif
     return forward_d<bf16_mma>(out, lse, q, k, v, a);
 }
 

@@ -101,27 +101,41 @@ unsigned awlc_grid_for(int64_t n, int threads)
 
 /* ---- programmatic dependent launch (cuda_common.cuh, "launches") --------------------- */
 
-static bool dependent_launch_on = true;           /* the setting */
-static signed char sm90_cached[AWLC_MAX_DEVICES]; /* 0 not asked yet, 1 sm_90 or newer, -1 older */
+static bool dependent_launch_on = true; /* the setting */
+static int cc_cached[AWLC_MAX_DEVICES]; /* compute capability major 10 + minor; 0 not asked */
 
-bool awlc_dependent_launch(void)
+/* The current device's compute capability as major 10 + minor (90 for
+ * Hopper), or -1 where it cannot be read. */
+static int current_cc(void)
 {
-    if (!dependent_launch_on) return false;
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= AWLC_MAX_DEVICES) {
         (void)cudaGetLastError();
-        return false;
+        return -1;
     }
-    if (sm90_cached[device] == 0) {
-        int major = 0;
+    if (cc_cached[device] == 0) {
+        int major = 0, minor = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
-            cudaSuccess) {
+                cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) !=
+                cudaSuccess) {
             (void)cudaGetLastError();
-            major = 0;
+            major = minor = 0;
         }
-        sm90_cached[device] = major >= 9 ? 1 : -1;
+        cc_cached[device] = major > 0 ? major * 10 + minor : -1;
     }
-    return sm90_cached[device] > 0;
+    return cc_cached[device];
+}
+
+bool awlc_dependent_launch(void) { return dependent_launch_on && current_cc() >= 90; }
+
+bool awlc_wgmma(void)
+{
+#if defined(AWL_CUDA_WGMMA)
+    return current_cc() == 90;
+#else
+    return false;
+#endif
 }
 
 int awlc_set_dependent_launch(const char *value)

@@ -91,6 +91,11 @@ __device__ __forceinline__ void awlc_await_previous_kernel(void)
  * the device is sm_90 or newer and the setting is on. */
 bool awlc_dependent_launch(void);
 
+/* Whether the kernels built for sm_90a (wgmma; AWL_CUDA_WGMMA, set where
+ * the build's architectures include 90a) can run on the current device:
+ * compute capability 9.0. */
+bool awlc_wgmma(void);
+
 /* Sets `dependent_launch` from "on" or "off": AWL_OK or AWL_ERR_INVALID. */
 int awlc_set_dependent_launch(const char *value);
 
