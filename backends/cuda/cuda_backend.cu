@@ -99,7 +99,7 @@ unsigned awlc_grid_for(int64_t n, int threads)
     return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
-/* ---- programmatic dependent launch (cuda_common.cuh, "launches") --------------------- */
+/* ---- the device's compute capability: dependent launch, wgmma ------------------------ */
 
 static bool dependent_launch_on = true; /* the setting */
 static int cc_cached[AWLC_MAX_DEVICES]; /* compute capability major 10 + minor; 0 not asked */
