@@ -69,14 +69,13 @@ CONFORMS(test_adamw, "adamw")
 CONFORMS(test_dropout, "dropout")
 
 /* Attention on every rung: tensor cores (float32 as 3xTF32; bfloat16 mma,
- * its forward on wgmma where the build and the device have it) with the
- * backward's dS stored by its first kernel for its second (the default), in
- * two kernels that recompute it ("split"), in one pass with dQ in slices
- * ("one-pass"), bfloat16's wgmma kernels on mma.sync ("mma"), the CUDA-core
- * kernels ("simt"), each with
- * dropout and without (awl-check's attention cases include dropout); and
- * float32 in TF32 mode, whose single TF32 pass keeps 10 mantissa bits
- * (tolerances x 500). */
+ * its forward and dK/dV on wgmma where the build and the device have them)
+ * with the backward's dS stored by its first kernel for its second (the
+ * default), in two kernels that recompute it ("split"), in one pass with dQ
+ * in slices ("one-pass"), bfloat16's wgmma kernels on mma.sync ("mma"), the
+ * CUDA-core kernels ("simt"), each with dropout and without (awl-check's
+ * attention cases include dropout); and float32 in TF32 mode, whose single
+ * TF32 pass keeps 10 mantissa bits (tolerances x 500). */
 START_TEST(test_attention)
 {
     static const char *const rungs[] = {NULL, "split", "one-pass", "mma", "simt"};

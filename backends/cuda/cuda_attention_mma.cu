@@ -1551,6 +1551,39 @@ int forward_wgmma(const heads<awl_bf16> &out, const lse_ref &lse, const heads<aw
 }
 #endif
 
+/* Launches the dK/dV kernel on `grid` (smem: its tiles and statistics),
+ * storing dS^T in ds where ds is not NULL: on wgmma for bfloat16 with D
+ * <= 64 where the build and the device have it, else on mma.sync. */
+template <typename M, int DP, bool DROP>
+int launch_dkdv(dim3 grid, size_t smem, const heads<typename M::elem> &dk,
+                const heads<typename M::elem> &dv, const heads<typename M::elem> &dout,
+                const heads<typename M::elem> &q, const heads<typename M::elem> &k,
+                const heads<typename M::elem> &v, const lse_ref &lse, const float *Dv,
+                const att_dims &a, typename M::word *ds)
+{
+#if defined(AWL_CUDA_WGMMA)
+    if constexpr (std::is_same<M, bf16_mma>::value && DP == 64)
+        if (ds && awlc_wgmma() && !awlc_attention_mma_only()) {
+            smem += tiles<M, 64>(1) + 1024; /* the dS^T rows on their way out; alignment */
+            AWLC_TRY_STATUS(allow(dkdv_wgmma_kernel<DROP>, smem));
+            awlc_launch(dkdv_wgmma_kernel<DROP>, grid, THREADS, smem, dk, dv, dout, q, k, v, lse,
+                        Dv, a, ds);
+            return AWL_OK;
+        }
+#endif
+    if (ds) {
+        smem += tiles<M, 64>(1); /* the dS^T rows on their way out */
+        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, smem));
+        awlc_launch(dkdv_kernel<M, DP, DROP, true>, grid, THREADS, smem, dk, dv, dout, q, k, v, lse,
+                    Dv, a, ds);
+        return AWL_OK;
+    }
+    AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, smem));
+    awlc_launch(dkdv_kernel<M, DP, DROP>, grid, THREADS, smem, dk, dv, dout, q, k, v, lse, Dv, a,
+                nullptr);
+    return AWL_OK;
+}
+
 /* The backward in two kernels: dkdv_kernel, then dQ. With `ds` (scratch of
  * stored_ds_bytes) the dK/dV kernel stores its dS^T tiles there and
  * dq_stored_kernel reads them back: 5 tile products a pair of tiles, for a
@@ -1567,30 +1600,7 @@ int backward(const heads<typename M::elem> &dq, const heads<typename M::elem> &d
     att_dims a = a0;
     dim3 grid = tile_grid((a.T + BR - 1) / BR, &a);
     size_t s1 = tiles<M, DP>(6) + 4 * BR * sizeof(float);
-    bool wg = false;
-#if defined(AWL_CUDA_WGMMA)
-    if constexpr (std::is_same<M, bf16_mma>::value && DP == 64)
-        wg = ds && awlc_wgmma() && !awlc_attention_mma_only();
-#endif
-    if (wg) {
-#if defined(AWL_CUDA_WGMMA)
-        if constexpr (std::is_same<M, bf16_mma>::value && DP == 64) {
-            s1 += tiles<M, 64>(1) + 1024; /* the dS^T rows on their way out; alignment */
-            AWLC_TRY_STATUS(allow(dkdv_wgmma_kernel<DROP>, s1));
-            awlc_launch(dkdv_wgmma_kernel<DROP>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse, Dv,
-                        a, ds);
-        }
-#endif
-    } else if (ds) {
-        s1 += tiles<M, 64>(1); /* the dS^T rows on their way out */
-        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP, true>, s1));
-        awlc_launch(dkdv_kernel<M, DP, DROP, true>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse,
-                    Dv, a, ds);
-    } else {
-        AWLC_TRY_STATUS(allow(dkdv_kernel<M, DP, DROP>, s1));
-        awlc_launch(dkdv_kernel<M, DP, DROP>, grid, THREADS, s1, dk, dv, dout, q, k, v, lse, Dv, a,
-                    nullptr);
-    }
+    AWLC_TRY_STATUS((launch_dkdv<M, DP, DROP>(grid, s1, dk, dv, dout, q, k, v, lse, Dv, a, ds)));
     AWLC_TRY_STATUS(awlc_check_launch("attention_backward dk dv (tensor cores)"));
     if (ds) {
         const int QW = dq_groups<M, DP>();
