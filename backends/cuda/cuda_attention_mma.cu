@@ -701,6 +701,11 @@ __global__ void __launch_bounds__(THREADS *QW)
  * before that wait (reg_fence tells the compiler so).
  */
 
+/* The helpers below are compiled in the sm_90a pass and the host pass
+ * only: a build for several architectures ("80;90a") compiles this file
+ * once for each, and the other passes' kernels are stubs that use none of
+ * them. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
 /* A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
  * address >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte
  * offset >> 4 (32-45), swizzle mode (62-63; 1 = 128 bytes). The stride
@@ -779,13 +784,11 @@ __device__ __forceinline__ void a_fragments(uint32_t f[4][4], const float c[8][4
  * K-major tile, B one of another (both by descriptor). */
 __device__ __forceinline__ void wgmma_ss(float d[8][4], uint64_t da, uint64_t db, int add)
 {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AWLC_WG_D
                  ", %32, %33, p, 1, 1, 0, 0;\n}\n"
                  : AWLC_WG_OUT(d)
                  : "l"(da), "l"(db), "r"(add));
-#endif
 }
 
 /* d (64 x 64, f32) += A B: A (64 x 16) in registers (a warp's rows as
@@ -793,13 +796,13 @@ __device__ __forceinline__ void wgmma_ss(float d[8][4], uint64_t da, uint64_t db
  * transposed). */
 __device__ __forceinline__ void wgmma_rs_t(float d[8][4], const uint32_t a[4], uint64_t db)
 {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AWLC_WG_D
                  ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
                  : AWLC_WG_OUT(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-#endif
 }
+
+#endif
 
 /* The forward of QW x 64 query rows on QW warpgroups, warpgroup u on rows
  * u 64 .. u 64 + 63 of the block (warp w of it on 16 w ..); every key tile
