@@ -605,7 +605,7 @@ __device__ __forceinline__ att_block block_of(const att_dims &a, int tiles)
  * (w / 4) 64 + (w % 4) 16 .. + 15 of the block; every key tile brought
  * into shared memory serves all of them. */
 template <typename M, int DP, int QW, bool DROP>
-__global__ void __launch_bounds__(THREADS *QW)
+__global__ void __launch_bounds__(THREADS * QW)
     fwd_kernel(heads<typename M::elem> out, lse_ref lse, heads<typename M::elem> q,
                heads<typename M::elem> k, heads<typename M::elem> v, att_dims a)
 {
@@ -809,7 +809,7 @@ __device__ __forceinline__ void wgmma_rs_t(float d[8][4], const uint32_t a[4], u
  * brought into shared memory serves all of them. Shared memory: QW Q
  * tiles, then two K/V buffers [K0 V0 K1 V1], 1024-byte aligned. */
 template <int QW, bool DROP>
-__global__ void __launch_bounds__(THREADS *QW)
+__global__ void __launch_bounds__(THREADS * QW)
     fwd_wgmma_kernel(heads<awl_bf16> out, lse_ref lse, heads<awl_bf16> q, heads<awl_bf16> k,
                      heads<awl_bf16> v, att_dims a)
 {
@@ -1298,7 +1298,7 @@ template <typename M, int DP> __host__ __device__ constexpr int dq_groups()
  * reads transposed. Under the causal mask the group's first tile has one
  * key tile fewer than its second: its warps sit out the last one. */
 template <typename M, int DP, int QW>
-__global__ void __launch_bounds__(THREADS *QW)
+__global__ void __launch_bounds__(THREADS * QW)
     dq_stored_kernel(heads<typename M::elem> dq, heads<typename M::elem> k,
                      const typename M::word *ds, att_dims a)
 {
@@ -1530,6 +1530,10 @@ int forward(const heads<typename M::elem> &out, const lse_ref &lse,
 }
 
 #if defined(AWL_CUDA_WGMMA)
+/* Whether the bfloat16 kernels that have a wgmma form take it: the device
+ * can run them (awlc_wgmma) and the "attention" setting is not "mma". */
+static bool wgmma_on(void) { return awlc_wgmma() && !awlc_attention_mma_only(); }
+
 /* The wgmma forward (bfloat16, D <= 64), QW warpgroups a block: 64 rows
  * of Q each, two K/V buffers, and 1 KB to align them on. */
 template <int QW, bool DROP>
@@ -1566,7 +1570,7 @@ int launch_dkdv(dim3 grid, size_t smem, const heads<typename M::elem> &dk,
 {
 #if defined(AWL_CUDA_WGMMA)
     if constexpr (std::is_same<M, bf16_mma>::value && DP == 64)
-        if (ds && awlc_wgmma() && !awlc_attention_mma_only()) {
+        if (ds && wgmma_on()) {
             smem += tiles<M, 64>(1) + 1024; /* the dS^T rows on their way out; alignment */
             AWLC_TRY_STATUS(allow(dkdv_wgmma_kernel<DROP>, smem));
             awlc_launch(dkdv_wgmma_kernel<DROP>, grid, THREADS, smem, dk, dv, dout, q, k, v, lse,
@@ -1767,7 +1771,7 @@ int awlc_attention_mma_forward(const heads<awl_bf16> &out, const lse_ref &lse,
 {
 #if defined(AWL_CUDA_WGMMA)
     /* on Hopper, unless the "attention" setting asks for mma.sync ("mma") */
-    if (a.D <= 64 && awlc_wgmma() && !awlc_attention_mma_only())
+    if (a.D <= 64 && wgmma_on())
         return a.dropout ? forward_wgmma<true>(out, lse, q, k, v, a)
                          : forward_wgmma<false>(out, lse, q, k, v, a);
 #endif
