@@ -12,7 +12,9 @@
  * Fused attention has no ceiling here; its lines give time and GFLOP/s at the
  * reference GPT configurations (docs/DESIGN.md) for comparison across changes,
  * and the dropout masks' Philox blocks drawn one by one against
- * cpu_philox_blocks (sixteen side by side with AVX-512).
+ * cpu_philox_blocks (sixteen side by side with AVX-512). The MLP's GELU
+ * products ("gelu") are timed against the same products without it: the
+ * difference is the GELU epilogue's cost.
  *
  *   ./bench_kernels                 all cases
  *   ./bench_kernels quick           smaller sizes, fewer repeats (a smoke run)
@@ -151,6 +153,80 @@ static void bench_matmul(const char *bench, const char *name, int64_t m, int64_t
            flops / td * 1e-9, flops / tb_ * 1e-9, td / tb_);
     fflush(stdout);
     mm_case_free(&c);
+}
+
+/* ---- the MLP's GELU products ----------------------------------------------------- */
+
+/* An MLP's first product (tokens x in x hidden) with and without its GELU:
+ * matmul_bias_gelu against matmul_bias, and the backward's matmul_gelu_backward
+ * (dH = dY W2^T scaled by gelu'(pre), tokens x in x hidden as well) against
+ * the plain matmul; the difference is the GELU epilogue's time. */
+typedef struct gelu_case {
+    mm_case mm;
+    float *bias, *pre;
+    awl_view vbias, vpre;
+} gelu_case;
+
+static void check_ok(int status, const char *what)
+{
+    if (status == AWL_OK) return;
+    fprintf(stderr, "bench_kernels: %s failed: %s\n", what, awl_last_error());
+    exit(1);
+}
+
+static void gelu_plain_forward(void *p)
+{
+    gelu_case *g = p;
+    check_ok(B->matmul_bias(&g->vpre, &g->mm.va, &g->mm.vb, &g->vbias), "matmul_bias");
+}
+
+static void gelu_fused_forward(void *p)
+{
+    gelu_case *g = p;
+    check_ok(B->matmul_bias_gelu(&g->mm.vc, &g->vpre, &g->mm.va, &g->mm.vb, &g->vbias),
+             "matmul_bias_gelu");
+}
+
+static void gelu_plain_backward(void *p) { mm_backend(&((gelu_case *)p)->mm); }
+
+static void gelu_fused_backward(void *p)
+{
+    gelu_case *g = p;
+    check_ok(B->matmul_gelu_backward(&g->mm.vc, &g->mm.va, &g->mm.vb, &g->vpre),
+             "matmul_gelu_backward");
+}
+
+static void bench_gelu(const char *config, int64_t tokens, int64_t in, int64_t hidden)
+{
+    if (!selected("gelu")) return;
+    gelu_case g = {.mm = mm_case_new(tokens, in, hidden, false, false)};
+    g.bias = random_floats(hidden);
+    g.pre = random_floats(tokens * hidden);
+    g.vbias = g.mm.vc;
+    g.vbias.ndim = 1;
+    g.vbias.data = g.bias;
+    g.vbias.shape[0] = hidden;
+    g.vbias.strides[0] = 1;
+    g.vpre = view2(g.pre, tokens, hidden, hidden, 1);
+    const double flops = 2.0 * (double)tokens * (double)in * (double)hidden;
+    const int inner = (int)(2e8 / flops) + 1;
+    double plain[2], fused[2];
+    time_pair(gelu_plain_forward, &g, gelu_fused_forward, &g, inner, &plain[0], &fused[0]);
+    time_pair(gelu_plain_backward, &g, gelu_fused_backward, &g, inner, &plain[1], &fused[1]);
+    for (int backward = 0; backward < 2; backward++) {
+        bench_json_begin("gelu");
+        printf("\"config\":\"%s\",\"pass\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,"
+               "\"plain_ms\":%.4f,\"with_gelu_ms\":%.4f,\"gelu_ms\":%.4f,"
+               "\"gelu_ns_per_element\":%.3f}\n",
+               config, backward ? "backward" : "forward", (long long)tokens, (long long)in,
+               (long long)hidden, plain[backward] * 1e3, fused[backward] * 1e3,
+               (fused[backward] - plain[backward]) * 1e3,
+               (fused[backward] - plain[backward]) / (double)(tokens * hidden) * 1e9);
+    }
+    fflush(stdout);
+    mm_case_free(&g.mm);
+    free(g.bias);
+    free(g.pre);
 }
 
 /* Product `kind` (0, 1, 2) of a linear layer of shape (tokens, in, out):
@@ -570,6 +646,8 @@ int main(int argc, char **argv)
     /* shakespeare-char's: a bench of their own, "matmul_large" (run by
      * `full matmul` as well). */
     for (int i = 0; i < (quick ? 0 : 4); i++) bench_block("matmul_large", shakespeare_layers[i]);
+    bench_gelu("cpu-small", 1024, 128, 512);
+    if (!quick) bench_gelu("cpu-medium", 2048, 192, 768);
     /* A decoding step of a batch of prompts: a few rows against a linear
      * layer's weight, stored (out, in) (shakespeare-char's qkv; gpt2-124m's
      * MLP in). */
