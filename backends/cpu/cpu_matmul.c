@@ -100,11 +100,14 @@ static void apply_epilogue(awl_dtype dtype, const epilogue *ep, char *c, int64_t
     const bool forward = ep->kind == EPILOGUE_GELU;
     for (int64_t r = r0; r < r1; r++) {
         if (dtype == AWL_F32) {
-            float *x = (float *)c + r * ldc + q0, *y = (float *)ep->other + r * ep->ld + q0;
-            if (forward)
-                cpu_gelu_row(y, x, q1 - q0);
-            else
-                cpu_gelu_grad_row(x, y, q1 - q0);
+            float *restrict x = (float *)c + r * ldc, *restrict y = (float *)ep->other + r * ep->ld;
+            if (forward) {
+#pragma omp simd
+                for (int64_t q = q0; q < q1; q++) y[q] = cpu_gelu_f(x[q]);
+            } else {
+#pragma omp simd
+                for (int64_t q = q0; q < q1; q++) x[q] = x[q] * cpu_gelu_grad_f(y[q]);
+            }
         } else {
             typedef double C;
             double *x = (double *)c + r * ldc, *y = (double *)ep->other + r * ep->ld;
