@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autograd/node.h"
 #include "helpers/gradcheck.h"
@@ -439,11 +440,61 @@ START_TEST(test_gelu_fused_backward)
 }
 END_TEST
 
+/* The CPU's float32 e^x (backends/cpu/cpu_math.h) at the ends of its range:
+ * 0 below -87.33, infinity once e^x passes float32's largest value, NaN for
+ * NaN, and float32's own e^x in between; and the MLP's fused GELU (its own
+ * e^x, with fewer guards) gives the bits of the gelu op and of its slope
+ * there too. */
+START_TEST(test_exp_and_gelu_range_ends)
+{
+    if (strcmp(awl_gc_device(), "cpu") != 0) return; /* the CPU's e^x */
+    awl_gc_begin(32);
+    enum { N = 16 };
+    const double xs[N] = {-INFINITY, -100, -87.5, -87.3, -20, -10.05, -1,       0,
+                          1,         20,   88,    88.2,  89,  100,    INFINITY, NAN};
+    awl_tensor *x = awl_gc_from_doubles(xs, AWL_SHAPE(N), AWL_F32);
+    float e[N];
+    ck_assert_int_eq(awl_to_host(awl_exp(x), e, sizeof e), 0);
+    for (int i = 0; i < N; i++) {
+        const float want = expf((float)xs[i]);
+        if (isnan(xs[i]))
+            ck_assert_msg(isnan(e[i]), "exp(nan) = %g", e[i]);
+        else if (xs[i] < -87.33)
+            ck_assert_msg(e[i] == 0.0f, "exp(%g) = %g, want 0", xs[i], e[i]);
+        else if (isinf(want))
+            ck_assert_msg(isinf(e[i]) && e[i] > 0, "exp(%g) = %g, want inf", xs[i], e[i]);
+        else
+            ck_assert_msg(fabsf(e[i] - want) <= 2e-7f * want, "exp(%g) = %.9g, want %.9g", xs[i],
+                          e[i], want);
+    }
+    /* gelu(x) and gelu'(x) through the fused products: pre = x (N x 1) @ [1] */
+    awl_tensor *a = awl_reshape(x, AWL_SHAPE(N, 1)),
+               *one = awl_ones(AWL_SHAPE(1, 1), AWL_F32, "cpu");
+    awl_tensor *pre = awl_empty(AWL_SHAPE(N, 1), AWL_F32, "cpu"), *out = awl_empty_like(pre);
+    awl_tensor *slope = awl_empty_like(pre), *ones = awl_ones(AWL_SHAPE(N, 1), AWL_F32, "cpu");
+    ck_assert_int_eq(awl_tensor_matmul_bias_gelu(out, pre, a, one, NULL), 0);
+    ck_assert_int_eq(awl_tensor_matmul_gelu_backward(slope, ones, one, pre), 0);
+    float got[2][N], want[2][N];
+    ck_assert_int_eq(awl_to_host(out, got[0], sizeof got[0]), 0);
+    ck_assert_int_eq(awl_to_host(slope, got[1], sizeof got[1]), 0);
+    ck_assert_int_eq(awl_to_host(awl_gelu(x), want[0], sizeof want[0]), 0);
+    ck_assert_int_eq(
+        awl_to_host(awl_tensor_unary(AWL_UNARY_GELU_GRAD, x, 0), want[1], sizeof want[1]), 0);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(memcmp(&got[k][i], &want[k][i], sizeof(float)) == 0 ||
+                              (isnan(got[k][i]) && isnan(want[k][i])),
+                          "%s(%g): fused %g, op %g", k ? "gelu'" : "gelu", xs[i], got[k][i],
+                          want[k][i]);
+    ck_assert(awl_gc_end());
+}
+END_TEST
+
 int main(void)
 {
     return AWL_GC_RUN_SUITE("ops_elementwise", test_unary_forward, test_binary_forward,
                             test_unary_gradcheck, test_binary_gradcheck, test_same_input_twice,
                             test_saves_only_what_is_needed, test_where, test_masked_fill,
                             test_comparisons_carry_no_gradient, test_gelu_slope,
-                            test_gelu_fused_backward);
+                            test_gelu_fused_backward, test_exp_and_gelu_range_ends);
 }
