@@ -81,6 +81,29 @@ static inline float cpu_expf(float x)
     return x != x ? x : x < lo ? 0.0f : y;
 }
 
+/* ---- GELU -------------------------------------------------------------------- */
+
+/* GELU and its derivative in float32, for the GELU epilogues of the
+ * products and gelu_backward: ops.h's AWL_GELU and AWL_GELU_GRAD with an
+ * e^z of fewer guards than cpu_expf (the clamp alone; AWL_EXP is this
+ * until the next section sets it for the op formulas). Below -87.33, e^z
+ * at -87.33 serves (1 + e^z rounds to 1 either way); NaN needs no guard,
+ * since x itself carries it into gelu(x) and gelu'(x). So the values are
+ * the bits the formulas give through cpu_expf. */
+#undef AWL_EXP
+#define AWL_EXP(z) cpu_expf_in_range(cpu_clampf((z), -87.33f, 89.0f))
+static inline float cpu_gelu_f(float x)
+{
+    typedef float C;
+    return AWL_GELU(x);
+}
+
+static inline float cpu_gelu_grad_f(float x)
+{
+    typedef float C;
+    return AWL_GELU_GRAD(x);
+}
+
 /* ---- the op formulas' math --------------------------------------------------- */
 
 /* The formulas of backends/ops.h call AWL_EXP; on the CPU it is cpu_expf for
@@ -88,27 +111,5 @@ static inline float cpu_expf(float x)
 static inline double cpu_exp_d(double x) { return exp(x); }
 #undef AWL_EXP
 #define AWL_EXP(x) _Generic((x), float : cpu_expf, default : cpu_exp_d)(x)
-
-/* GELU's e^-2u (backends/ops.h) in float32, for the GELU epilogues of the
- * products and gelu_backward: e^z with fewer guards than cpu_expf. Below
- * -87.33, e^z at -87.33 serves (1 + e^z rounds to 1 either way); NaN
- * needs no guard, since x itself carries it into gelu(x) and gelu'(x).
- * So gelu and gelu' come out with the bits AWL_GELU and AWL_GELU_GRAD
- * give through cpu_expf. */
-static inline float cpu_gelu_exp(float x)
-{
-    typedef float C;
-    return cpu_expf_in_range(cpu_clampf(-AWL_GELU_2U(x), -87.33f, 89.0f));
-}
-
-/* GELU in float32: AWL_GELU with cpu_gelu_exp. */
-static inline float cpu_gelu_f(float x) { return x / (1.0f + cpu_gelu_exp(x)); }
-
-/* GELU's derivative in float32: AWL_GELU_GRAD with cpu_gelu_exp. */
-static inline float cpu_gelu_grad_f(float x)
-{
-    const float s = 1.0f / (1.0f + cpu_gelu_exp(x));
-    return s * (1.0f + x * (1.0f - s) * 1.5957691216057308f * (1.0f + 0.134145f * x * x));
-}
 
 #endif
