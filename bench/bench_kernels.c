@@ -90,6 +90,14 @@ static awl_view view2(float *data, int64_t rows, int64_t cols, int64_t rs, int64
     return v;
 }
 
+/* A contiguous vector of n floats: view2's first axis alone. */
+static awl_view view1(float *data, int64_t n)
+{
+    awl_view v = view2(data, n, 1, 1, 1);
+    v.ndim = 1;
+    return v;
+}
+
 /* ---- matmul --------------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -202,11 +210,7 @@ static void bench_gelu(const char *config, int64_t tokens, int64_t in, int64_t h
     gelu_case g = {.mm = mm_case_new(tokens, in, hidden, false, false)};
     g.bias = random_floats(hidden);
     g.pre = random_floats(tokens * hidden);
-    g.vbias = g.mm.vc;
-    g.vbias.ndim = 1;
-    g.vbias.data = g.bias;
-    g.vbias.shape[0] = hidden;
-    g.vbias.strides[0] = 1;
+    g.vbias = view1(g.bias, hidden);
     g.vpre = view2(g.pre, tokens, hidden, hidden, 1);
     const double flops = 2.0 * (double)tokens * (double)in * (double)hidden;
     const int inner = (int)(2e8 / flops) + 1;
