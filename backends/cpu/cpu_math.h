@@ -17,8 +17,8 @@
  * e^-87.34) and NaN stays NaN.
  *
  * It is also the exp of the op formulas (backends/ops.h) on the CPU. GELU,
- * the MLP's epilogue, has its own e^x with fewer guards (the end of this
- * file), with the same values as the formulas.
+ * the MLP's epilogue, has an e^x with fewer guards (its section below),
+ * with the same values as the formulas give through cpu_expf.
  */
 #ifndef AWL_BACKENDS_CPU_MATH_H
 #define AWL_BACKENDS_CPU_MATH_H
