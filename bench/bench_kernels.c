@@ -98,6 +98,14 @@ static awl_view view1(float *data, int64_t n)
     return v;
 }
 
+/* Exits with the backend's message where a kernel call failed. */
+static void check_ok(int status, const char *what)
+{
+    if (status == AWL_OK) return;
+    fprintf(stderr, "bench_kernels: %s failed: %s\n", what, awl_last_error());
+    exit(1);
+}
+
 /* ---- matmul --------------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -118,10 +126,7 @@ static void mm_direct(void *p)
 static void mm_backend(void *p)
 {
     mm_case *c = p;
-    if (B->matmul(&c->vc, &c->va, &c->vb, false) != AWL_OK) {
-        fprintf(stderr, "bench_kernels: matmul failed: %s\n", awl_last_error());
-        exit(1);
-    }
+    check_ok(B->matmul(&c->vc, &c->va, &c->vb, false), "matmul");
 }
 
 /* An m x k x n product's operands, random, and their views. */
@@ -174,13 +179,6 @@ typedef struct gelu_case {
     float *bias, *pre;
     awl_view vbias, vpre;
 } gelu_case;
-
-static void check_ok(int status, const char *what)
-{
-    if (status == AWL_OK) return;
-    fprintf(stderr, "bench_kernels: %s failed: %s\n", what, awl_last_error());
-    exit(1);
-}
 
 static void gelu_plain_forward(void *p)
 {
@@ -335,7 +333,7 @@ static void bench_blocking(void)
                 if (r >= 0) t[b][r] = (bench_now() - t0) / inner;
             }
         awl_cpu_gemm_blocking_set(as_is); /* the lines' gemm_f32 names the first */
-        for (int b = 0; b < nb; b++) { /* before bench_median sorts any t[b] */
+        for (int b = 0; b < nb; b++) {    /* before bench_median sorts any t[b] */
             double ratio[64];
             for (int r = 0; r < repeats; r++) ratio[r] = t[0][r] / t[b][r];
             vs_first[b][i] = bench_median(ratio, repeats);
@@ -387,7 +385,7 @@ static void bmm_direct(void *p)
 static void bmm_backend(void *p)
 {
     bmm_case *c = p;
-    if (B->matmul(&c->vc, &c->va, &c->vb, false) != AWL_OK) exit(1);
+    check_ok(B->matmul(&c->vc, &c->va, &c->vb, false), "batched matmul");
 }
 
 static void bench_batched(int64_t batch, int64_t m, int64_t k, int64_t n)
@@ -416,8 +414,8 @@ static void bench_batched(int64_t batch, int64_t m, int64_t k, int64_t n)
     bench_json_begin("matmul_batched");
     printf("\"batch\":%lld,\"m\":%lld,\"k\":%lld,\"n\":%lld,"
            "\"cblas_loop_gflops\":%.2f,\"backend_gflops\":%.2f,\"ratio\":%.3f}\n",
-           (long long)batch, (long long)m, (long long)k, (long long)n,
-           flops / td * 1e-9, flops / tb * 1e-9, td / tb);
+           (long long)batch, (long long)m, (long long)k, (long long)n, flops / td * 1e-9,
+           flops / tb * 1e-9, td / tb);
     fflush(stdout);
     free(c.a);
     free(c.b);
@@ -451,7 +449,7 @@ static void run_kernel(void *p)
     case 3: rc = B->unary(AWL_UNARY_EXP, &c->vz, &c->vx, 0); break;
     default: rc = B->reduce(AWL_REDUCE_SUM, &c->vr, &c->vx);
     }
-    if (rc != AWL_OK) exit(1);
+    check_ok(rc, "element-wise kernel");
 }
 
 /* bytes: moved by the kernel (read + written), against memcpy's 2n floats. */
@@ -482,8 +480,8 @@ static void bench_memory(const char *name, int kind, int64_t rows, int64_t cols,
     bench_json_begin("memory");
     printf("\"case\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
            "\"memcpy_gbs\":%.2f,\"backend_gbs\":%.2f,\"backend_ms\":%.3f,\"ratio\":%.3f}\n",
-           name, (long long)rows, (long long)cols, memcpy_gbs, kernel_gbs,
-           tk * 1e3, kernel_gbs / memcpy_gbs);
+           name, (long long)rows, (long long)cols, memcpy_gbs, kernel_gbs, tk * 1e3,
+           kernel_gbs / memcpy_gbs);
     fflush(stdout);
     free(c.x);
     free(c.y);
@@ -560,17 +558,16 @@ typedef struct attn_case {
 static void attn_forward(void *p)
 {
     attn_case *c = p;
-    if (B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true, c->dropout) !=
-        AWL_OK)
-        exit(1);
+    check_ok(B->attention_forward(&c->out, &c->lse, &c->q, &c->k, &c->v, 0.125, true, c->dropout),
+             "attention_forward");
 }
 
 static void attn_backward(void *p)
 {
     attn_case *c = p;
-    if (B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
-                              &c->lse, 0.125, true, c->dropout) != AWL_OK)
-        exit(1);
+    check_ok(B->attention_backward(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v, &c->out,
+                                   &c->lse, 0.125, true, c->dropout),
+             "attention_backward");
 }
 
 /* A (B, H, T, D) view; qkv >= 0 picks q, k or v out of a (B, T, 3, H, D) buffer. */
