@@ -11,8 +11,9 @@
 #      timeout;
 #   4. a rank whose link is taken down is reported the same way.
 #
-# Needs root, iproute2 and iptables (scripts/setup.sh installs them); exits
-# 77 (CTest's "skipped") without them. Everything it makes is removed on
+# Needs root, iproute2 and iptables (scripts/setup.sh installs them), and
+# a machine where namespaces can be entered (not a chroot); exits 77
+# (CTest's "skipped") without them. Everything it makes is removed on
 # exit.
 #
 #     tests/dist/test_netns.sh BUILD_DIR
@@ -38,6 +39,10 @@ cleanup() {
 trap cleanup EXIT
 
 ip netns add $hub 2> /dev/null || { echo "skipped: cannot create network namespaces here"; exit 77; }
+# Entering one (ip netns exec, ip -n) remounts / as a slave first, which a
+# chroot whose / is no mount point refuses: no rank could start there.
+entered=$(ip netns exec $hub true 2>&1) ||
+    { echo "skipped: cannot enter a network namespace here (ip netns exec: $entered)"; exit 77; }
 ip -n $hub link add br0 type bridge && ip -n $hub link set br0 up || exit 1
 for i in 0 1 2; do
     ip netns add "$(ns $i)" &&
