@@ -155,7 +155,8 @@ def main():
     if args.probe and bench_cores and not os.path.exists(bench_cores):
         print(f"bench_vs_torch: no {bench_cores} (build the bench_cores target beside "
               "bench_gpt): the rounds carry no probe_gflops", file=sys.stderr)
-    bench_cores = bench_cores if args.probe and os.path.exists(bench_cores) else ""
+        bench_cores = ""
+    bench_cores = bench_cores if args.probe else ""
     wanted = [p for p in args.peers.split(",") if p]
     peers = [p for p in torch_envs(args.venv, args.torch2_python) if p[0] in wanted]
 

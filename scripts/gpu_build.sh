@@ -57,10 +57,11 @@ CFLAGS="-std=c11 -O3 -DNDEBUG -march=native -fPIC -D_GNU_SOURCE -DAWL_WITH_CUDA=
 GPU_ARCHS=${GPU_ARCHS:-90a}
 GENCODE=
 for arch in ${GPU_ARCHS//,/ }; do GENCODE="$GENCODE -gencode=arch=compute_$arch,code=sm_$arch"; done
-case ",$GPU_ARCHS," in *,90a,*) GENCODE="$GENCODE -DAWL_CUDA_WGMMA=1" ;; esac
+WGMMA=
+case ",$GPU_ARCHS," in *,90a,*) WGMMA=-DAWL_CUDA_WGMMA=1 ;; esac
 # --split-compile: the attention kernels' instances (dropout in and out) are
 # the longest compile; their optimisation runs on 4 threads
-NVFLAGS="$GENCODE -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
+NVFLAGS="$GENCODE $WGMMA -std=c++17 -O3 -I$ROOT -DAWL_WITH_CUDA=1 -lineinfo -Xcompiler -fPIC
          --split-compile=4"
 # OpenBLAS, cuBLAS and NCCL are not linked: awl opens them on first use
 # (dlopen, found through LD_LIBRARY_PATH; backends/cpu/cpu_blas.c, the CUDA
@@ -119,6 +120,6 @@ for src in tests/helpers/*.c; do HELPERS+=("$(gpu_obj "$src")"); done
 # Links program $1 from the objects after it and the library's.
 gpu_link() {
     local name=$1; shift
-    nvcc ${GENCODE/-DAWL_CUDA_WGMMA=1/} -o "$B/bin/$name" "$@" "${LIB_OBJ[@]}" $LIBS > "$B/log/link_$name.log" 2>&1 ||
+    nvcc $GENCODE -o "$B/bin/$name" "$@" "${LIB_OBJ[@]}" $LIBS > "$B/log/link_$name.log" 2>&1 ||
         { echo "link failed: $name"; cat "$B/log/link_$name.log"; touch "$B/FAILED"; }
 }

@@ -272,7 +272,7 @@ stage_profile() {
     echo "== profile: kernel time per step (scripts/profile_kernels.py)"
     local t0=$(date +%s) pair fields
     { gcc $CFLAGS -Dmain=awl_bench_main -c bench/bench_gpt.c -o "$B/obj/bench_gpt_lib.o" &&
-        nvcc ${GENCODE/-DAWL_CUDA_WGMMA=1/} -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
+        nvcc $GENCODE -shared -o "$B/bin/libawl_bench.so" "$B/obj/bench_gpt_lib.o" \
             "${LIB_OBJ[@]}" -L$D/lib -l:libz.so.1 -lgomp -ldl -lm -lrt \
             -lpthread; } > "$B/log/profile_build.log" 2>&1 ||
         { row "profile: build failed"; tail -20 "$B/log/profile_build.log"; return; }
